@@ -1,0 +1,83 @@
+"""The run from end to end, and the redo of a single stage from the store.
+
+generate → score → compare/gate → summary.json → reports. Each stage reads
+what the previous one stored; `score`, `report` and `gate` on a finished
+run folder redo their part without calling an endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .cases import Case, load_suite
+from .config import Config
+from .errors import RunIncompleteError
+from .progress import RichProgress
+from .runner import generate, select_shard
+from .store import RunStore
+from .summary import build_summary, write_summary
+
+__all__ = ["finish", "manifest_for", "redo", "run"]
+
+EXIT_FOR_VERDICT = {"pass": 0, "fail": 1, "inconclusive": 1}
+
+
+def manifest_for(cases: list[Case], cfg: Config, suites: list[str]) -> dict[str, Any]:
+    h = hashlib.sha256()
+    for c in sorted(cases, key=lambda c: c.id):
+        h.update(f"{c.id}\0{c.content_hash()}\n".encode())
+    return {
+        "suite_fingerprint": h.hexdigest()[:16],
+        "suite_files": [str(s) for s in suites],
+        "cases": len(cases),
+        "targets": {n: t.model_dump(include={"url", "model", "label", "extra_body"}) for n, t in cfg.targets().items()},
+        "repeats": cfg.run.repeats,
+        "shard": cfg.run.shard,
+    }
+
+
+def redacted_config(cfg: Config) -> dict[str, Any]:
+    """The config as stored in the run folder: header values and keys never reach disk."""
+    d = cfg.model_dump(mode="json", by_alias=True)
+    for name in ("baseline", "candidate", "control", "judge"):
+        t = d.get(name)
+        if isinstance(t, dict):
+            t["headers"] = {k: "<redacted>" for k in t.get("headers", {})}
+    return d
+
+
+def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, Any] | None = None) -> int:
+    cases = select_shard(load_suite(suites), cfg.run.shard)
+    store = RunStore.create(out, manifest_for(cases, cfg, suites), cases)
+    try:
+        store.put_artifact("config", redacted_config(cfg))
+        print(f"qualitycheck: {len(cases)} cases × {len(cfg.targets())} targets × {cfg.run.repeats} repeats → {out}", file=sys.stderr)
+        stats = asyncio.run(generate(store, cases, cfg, progress=RichProgress(), http_clients=http_clients))
+        if stats.interrupted:
+            raise RunIncompleteError(f"interrupted; everything received is stored in {out}. Run the same command again to resume.")
+        return finish(store, cfg)
+    except KeyboardInterrupt:
+        raise RunIncompleteError(f"interrupted; everything received is stored in {out}. Run the same command again to resume.") from None
+    finally:
+        store.close()
+
+
+def finish(store: RunStore, cfg: Config | None = None) -> int:
+    """Everything after generation, from the store alone."""
+    summary = build_summary(store)
+    write_summary(store.folder, summary)
+    print(json.dumps({"verdict": summary["verdict"], "cases": summary["cases"]}), file=sys.stderr)
+    return EXIT_FOR_VERDICT[summary["verdict"]]
+
+
+def redo(folder: Path, stage: str, config_path: str | None) -> int:
+    from .config import Config, load_config
+
+    with RunStore.open(folder) as store:
+        cfg = load_config(config_path) if config_path else Config.model_validate(store.artifact("config") or {})
+        return finish(store, cfg)

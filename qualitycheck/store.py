@@ -1,0 +1,265 @@
+"""The durable run store: one SQLite file per run folder.
+
+Every response is committed the moment it arrives (WAL mode), so a killed run
+loses at most the requests that were in flight, and a rerun into the same
+folder asks only for what is missing. Later stages (score, compare, gate,
+report) read from here and never call an endpoint. Scores are derived data:
+`score` replaces them as a whole; responses are never edited, only an error
+outcome may be replaced by a later attempt's outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from .cases import Case
+from .errors import RunMismatchError, StoreError
+from .records import FORMAT_VERSION, Response, Score
+
+__all__ = ["RunStore", "STORE_NAME", "load_run"]
+
+STORE_NAME = "run.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cases (
+  idx INTEGER NOT NULL, id TEXT PRIMARY KEY, category TEXT NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS responses (
+  case_id TEXT NOT NULL, target TEXT NOT NULL, repeat INTEGER NOT NULL,
+  fingerprint TEXT NOT NULL, ok INTEGER NOT NULL, body TEXT NOT NULL,
+  PRIMARY KEY (case_id, target, repeat));
+CREATE TABLE IF NOT EXISTS scores (
+  case_id TEXT NOT NULL, target TEXT NOT NULL, repeat INTEGER NOT NULL, "check" TEXT NOT NULL,
+  status TEXT NOT NULL, body TEXT NOT NULL,
+  PRIMARY KEY (case_id, target, repeat, "check"));
+CREATE TABLE IF NOT EXISTS artifacts (name TEXT PRIMARY KEY, body TEXT NOT NULL);
+"""
+
+
+class RunStore:
+    """A run folder's store. Use `create` to generate into it, `open` to read it."""
+
+    def __init__(self, folder: Path, conn: sqlite3.Connection):
+        self.folder = folder
+        self._db = conn
+
+    # ------------------------------------------------------------ opening
+    @classmethod
+    def _connect(cls, path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=10000")
+        conn.executescript(_SCHEMA)
+        return conn
+
+    @classmethod
+    def open(cls, folder: str | Path) -> RunStore:
+        folder = Path(folder)
+        path = folder / STORE_NAME
+        if not path.is_file():
+            raise StoreError(f"{folder}: not a qualitycheck run folder (no {STORE_NAME})")
+        try:
+            store = cls(folder, cls._connect(path))
+            version = store.meta("format_version")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path}: unreadable run store ({exc})") from None
+        if version is None:
+            raise StoreError(f"{path}: run store has no manifest; was the run started?")
+        if int(version) > FORMAT_VERSION:
+            raise StoreError(f"{path}: written by a newer qualitycheck (format {version} > {FORMAT_VERSION})")
+        return store
+
+    @classmethod
+    def create(cls, folder: str | Path, manifest: dict[str, Any], cases: list[Case]) -> RunStore:
+        """Start a run, or resume one whose manifest matches; refuse any other run."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        store = cls(folder, cls._connect(folder / STORE_NAME))
+        old = store.meta("manifest")
+        if old is not None:
+            diff = _manifest_diff(old, manifest)
+            if diff:
+                raise RunMismatchError(
+                    f"{folder} holds a different run ({'; '.join(diff)}); choose another --out or delete it"
+                )
+            store.set_meta("resumed_at", time.time())
+            return store
+        with store._db:
+            store._db.execute("BEGIN")
+            store.set_meta("format_version", FORMAT_VERSION)
+            store.set_meta("manifest", manifest)
+            store.set_meta("created_at", time.time())
+            store._db.executemany(
+                "INSERT INTO cases VALUES (?,?,?,?)",
+                ((i, c.id, c.category, json.dumps(_case_body(c))) for i, c in enumerate(cases)),
+            )
+        return store
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ meta
+    def meta(self, key: str) -> Any:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, json.dumps(value)))
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.meta("manifest") or {}
+
+    # ------------------------------------------------------------ cases
+    def cases(self) -> list[Case]:
+        rows = self._db.execute("SELECT body FROM cases ORDER BY idx").fetchall()
+        out = []
+        for (body,) in rows:
+            d = json.loads(body)
+            file, line = d.pop("_file", None), d.pop("_line", None)
+            out.append(Case.model_validate(d).model_copy(update={"file": file, "line": line}))
+        return out
+
+    # ------------------------------------------------------------ responses
+    def put_response(self, r: Response) -> None:
+        """Store one outcome durably; a success is never replaced by a later error."""
+        body = r.model_dump_json()
+        if r.ok:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses VALUES (?,?,?,?,?,?)",
+                (r.case_id, r.target, r.repeat, r.fingerprint, 1, body),
+            )
+        else:
+            self._db.execute(
+                "INSERT INTO responses VALUES (?,?,?,?,?,?) ON CONFLICT(case_id, target, repeat) "
+                "DO UPDATE SET fingerprint=excluded.fingerprint, ok=0, body=excluded.body WHERE ok=0",
+                (r.case_id, r.target, r.repeat, r.fingerprint, 0, body),
+            )
+
+    def done_keys(self) -> dict[tuple[str, str, int], tuple[str, bool]]:
+        """(case, target, repeat) → (fingerprint, ok) of everything stored."""
+        return {
+            (c, t, int(rp)): (fp, bool(ok))
+            for c, t, rp, fp, ok in self._db.execute("SELECT case_id, target, repeat, fingerprint, ok FROM responses")
+        }
+
+    def responses(self, case_id: str | None = None) -> Iterator[Response]:
+        q = "SELECT body FROM responses"
+        args: tuple[Any, ...] = ()
+        if case_id is not None:
+            q += " WHERE case_id=?"
+            args = (case_id,)
+        for (body,) in self._db.execute(q + " ORDER BY case_id, target, repeat", args):
+            yield Response.model_validate_json(body)
+
+    def responses_by_case(self) -> Iterator[tuple[str, list[Response]]]:
+        """Stream responses grouped by case without loading the whole run."""
+        cur_id: str | None = None
+        group: list[Response] = []
+        for r in self.responses():
+            if r.case_id != cur_id and group:
+                yield cur_id, group  # type: ignore[misc]
+                group = []
+            cur_id = r.case_id
+            group.append(r)
+        if group:
+            yield cur_id, group  # type: ignore[misc]
+
+    def count_responses(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for t, ok, n in self._db.execute("SELECT target, ok, COUNT(*) FROM responses GROUP BY target, ok"):
+            d = out.setdefault(t, {"requests": 0, "errors": 0})
+            d["requests"] += n
+            if not ok:
+                d["errors"] += n
+        return out
+
+    # ------------------------------------------------------------ scores
+    def replace_scores(self, scores: Iterable[Score]) -> int:
+        n = 0
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM scores")
+            for s in scores:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO scores VALUES (?,?,?,?,?,?)",
+                    (s.case_id, s.target, s.repeat, s.check, s.status, s.model_dump_json()),
+                )
+                n += 1
+        return n
+
+    def scores(self) -> Iterator[Score]:
+        for (body,) in self._db.execute('SELECT body FROM scores ORDER BY case_id, target, repeat, "check"'):
+            yield Score.model_validate_json(body)
+
+    # ------------------------------------------------------------ artifacts
+    def put_artifact(self, name: str, value: Any) -> None:
+        """Stage outputs that are not per response: metrics scrapes, preflight, comparisons."""
+        self._db.execute("INSERT OR REPLACE INTO artifacts VALUES (?,?)", (name, json.dumps(value, default=str)))
+
+    def artifact(self, name: str, default: Any = None) -> Any:
+        row = self._db.execute("SELECT body FROM artifacts WHERE name=?", (name,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def artifact_names(self) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT name FROM artifacts ORDER BY name")]
+
+
+def _case_body(c: Case) -> dict[str, Any]:
+    d = c.model_dump(mode="json", by_alias=True, exclude_none=True)
+    d["_file"], d["_line"] = c.file, c.line
+    return d
+
+
+def _manifest_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    diff = []
+    if old.get("suite_fingerprint") != new.get("suite_fingerprint"):
+        diff.append(f"suites differ: stored {old.get('suite_files')} ({old.get('cases')} cases), now {new.get('suite_files')} ({new.get('cases')} cases)")
+    if old.get("targets") != new.get("targets"):
+        diff.append(f"targets differ: stored {_brief(old.get('targets'))}, now {_brief(new.get('targets'))}")
+    if old.get("repeats") != new.get("repeats"):
+        diff.append(f"repeats differ: stored {old.get('repeats')}, now {new.get('repeats')}")
+    return diff
+
+
+def _brief(targets: Any) -> str:
+    if not isinstance(targets, dict):
+        return str(targets)
+    return ", ".join(f"{n}={t.get('url')} ({t.get('model')})" for n, t in targets.items())
+
+
+def load_run(folder: str | Path) -> dict[str, Any]:
+    """The run as pandas DataFrames: `cases`, `responses`, `scores` (one row per record)."""
+    import pandas as pd
+
+    with RunStore.open(folder) as store:
+        cases = pd.DataFrame(
+            [{"id": c.id, "category": c.category, "route": c.route, **{f"tag.{k}": v for k, v in c.tags.items()}} for c in store.cases()]
+        )
+        responses = pd.DataFrame(
+            [
+                {
+                    **r.model_dump(exclude={"usage", "error", "chunk_times", "chunk_tokens", "token_ids"}),
+                    "prompt_tokens": r.usage.prompt_tokens,
+                    "completion_tokens": r.usage.completion_tokens,
+                    "error_kind": r.error.kind if r.error else None,
+                    "error": r.error.message if r.error else None,
+                    "chunks": len(r.chunk_times),
+                }
+                for r in store.responses()
+            ]
+        )
+        scores = pd.DataFrame([s.model_dump() for s in store.scores()])
+    return {"cases": cases, "responses": responses, "scores": scores}

@@ -1,0 +1,295 @@
+"""An in-process OpenAI-compatible server with scripted answers and faults.
+
+For tests (ours and users' own gate tests) and benchmarks: it speaks enough
+of vLLM's dialect — chat and completions, SSE streaming with usage and
+`token_ids`, /v1/models, /tokenize, /metrics with `vllm:spec_decode_*`
+counters, /health — and injects the faults vLLM cannot be made to produce
+on demand: 5xx, 429 with Retry-After, a reset mid-stream, a malformed chunk,
+latency. It runs on a loopback port in a background thread, so the client
+under test goes through a real socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["Fault", "TestServer", "tokenize_text"]
+
+Answer = str | Callable[[dict[str, Any]], str]
+
+
+def tokenize_text(text: str) -> list[str]:
+    """A toy tokenizer: words with their leading space, so pieces join back to the text."""
+    out: list[str] = []
+    cur = ""
+    for ch in text:
+        if ch in " \n" and cur.strip():
+            out.append(cur)
+            cur = ch
+        else:
+            cur += ch
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _tok_id(piece: str) -> int:
+    return sum(ord(c) * 31**i for i, c in enumerate(piece[:6])) % 49152
+
+
+@dataclass
+class Fault:
+    """A fault for requests whose prompt contains `match` ('' matches all).
+
+    kind: 'status' (HTTP `status` for the first `times` tries; times=None: always),
+    'reset' (close the connection after `after_chunks` chunks), 'malformed'
+    (send a broken chunk after `after_chunks`), 'hang' (never answer),
+    'no_done' (end the stream without [DONE]).
+    """
+
+    kind: str
+    match: str = ""
+    status: int = 503
+    times: int | None = 1
+    retry_after: str | None = None
+    after_chunks: int = 1
+    seen: dict[str, int] = field(default_factory=dict)
+
+    def fires(self, key: str) -> bool:
+        n = self.seen.get(key, 0)
+        self.seen[key] = n + 1
+        return self.times is None or n < self.times
+
+
+@dataclass
+class TestServer:
+    """Start with `with TestServer(...) as srv:`; `srv.url` is the base URL."""
+
+    __test__ = False  # not a pytest test class
+
+    answers: dict[str, Answer] = field(default_factory=dict)
+    """Prompt substring → answer (first match wins); else `default`."""
+    default: Answer = "OK."
+    model: str = "test-model"
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    tokens_per_chunk: int = 1
+    chat_template: str = "<|user|>{content}<|end|>"
+    """Applied by /tokenize per message; change it to simulate template drift."""
+    max_model_len: int = 2048
+    speculative: dict[str, Any] | None = None
+    """e.g. {"k": 3, "acceptance": 0.7}: /metrics then exposes spec-decode counters."""
+    faults: list[Fault] = field(default_factory=list)
+    version: str = "0.0-test"
+    return_token_ids: bool = True
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counters = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_pos": {}}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # ------------------------------------------------------------ lifecycle
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> TestServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            app = web.Application()
+            app.router.add_post("/v1/chat/completions", self._chat)
+            app.router.add_post("/v1/completions", self._completions)
+            app.router.add_get("/v1/models", self._models)
+            app.router.add_post("/tokenize", self._tokenize)
+            app.router.add_get("/metrics", self._metrics)
+            app.router.add_get("/health", lambda r: web.Response(text=""))
+            app.router.add_get("/version", lambda r: web.json_response({"version": self.version}))
+            self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+            loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=1024)
+            loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, daemon=True, name="qc-testserver")
+        self._thread.start()
+        ready.wait(10)
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    # ------------------------------------------------------------ helpers
+    def requests(self, path: str = "") -> list[dict[str, Any]]:
+        with self._lock:
+            return [e for e in self.log if e["path"].endswith(path)]
+
+    def _prompt_of(self, body: dict[str, Any]) -> str:
+        if "messages" in body:
+            return "\n".join(str(m.get("content", "")) for m in body["messages"])
+        p = body.get("prompt", "")
+        return p if isinstance(p, str) else json.dumps(p)
+
+    def _answer(self, body: dict[str, Any]) -> str:
+        prompt = self._prompt_of(body)
+        for key, ans in self.answers.items():
+            if key in prompt:
+                return ans(body) if callable(ans) else ans
+        return self.default(body) if callable(self.default) else self.default
+
+    def _fault(self, prompt: str) -> Fault | None:
+        for f in self.faults:
+            if f.match in prompt and f.fires(prompt):
+                return f
+        return None
+
+    # ------------------------------------------------------------ endpoints
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response({"error": {"message": "bad json"}}, status=400)
+        prompt = self._prompt_of(body)
+        with self._lock:
+            self.log.append({"path": request.path, "body": body, "t": time.time(),
+                             "auth": request.headers.get("Authorization")})
+        fault = self._fault(prompt)
+        if fault and fault.kind == "status":
+            headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
+            return web.json_response({"error": {"message": f"injected {fault.status}"}}, status=fault.status, headers=headers)
+        if fault and fault.kind == "hang":
+            await asyncio.sleep(3600)
+        text = self._answer(body)
+        pieces = tokenize_text(text)
+        max_tokens = body.get("max_tokens")
+        finish = "stop"
+        if max_tokens is not None and len(pieces) > max_tokens:
+            pieces, finish = pieces[:max_tokens], "length"
+        self._count_speculation(len(pieces))
+        usage = {"prompt_tokens": len(tokenize_text(prompt)), "completion_tokens": len(pieces),
+                 "total_tokens": len(tokenize_text(prompt)) + len(pieces)}
+        want_ids = self.return_token_ids and body.get("return_token_ids")
+        if self.ttft_s:
+            await asyncio.sleep(self.ttft_s)
+        if not body.get("stream"):
+            choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": "".join(pieces)}
+            else:
+                choice["text"] = "".join(pieces)
+            if want_ids:
+                choice["token_ids"] = [_tok_id(p) for p in pieces]
+            return web.json_response({"id": "cmpl-test", "object": "chat.completion" if chat else "text_completion",
+                                      "model": self.model, "choices": [choice], "usage": usage})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        groups = [pieces[i:i + self.tokens_per_chunk] for i in range(0, len(pieces), self.tokens_per_chunk)] or [[]]
+        for n, group in enumerate(groups):
+            if n and self.itl_s:
+                await asyncio.sleep(self.itl_s)
+            if fault and n == fault.after_chunks:
+                if fault.kind == "reset":
+                    request.transport.close()  # type: ignore[union-attr]
+                    return resp
+                if fault.kind == "malformed":
+                    await resp.write(b'data: {"choices": [{"delta": {"content": "x"\n\n')
+                    continue
+                if fault.kind == "no_done":
+                    await resp.write_eof()
+                    return resp
+            piece = "".join(group)
+            choice = {"index": 0, "finish_reason": finish if n == len(groups) - 1 else None}
+            if chat:
+                choice["delta"] = {"content": piece} if n else {"role": "assistant", "content": piece}
+            else:
+                choice["text"] = piece
+            if want_ids:
+                choice["token_ids"] = [_tok_id(p) for p in group]
+            chunk = {"id": "cmpl-test", "object": "chat.completion.chunk", "model": self.model, "choices": [choice]}
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await resp.write(b"data: " + json.dumps({"id": "cmpl-test", "choices": [], "usage": usage}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    def _count_speculation(self, n_tokens: int) -> None:
+        if not self.speculative or n_tokens == 0:
+            return
+        k = int(self.speculative.get("k", 3))
+        acc = float(self.speculative.get("acceptance", 0.7))
+        with self._lock:
+            c = self.counters
+            drafts = max(1, round(n_tokens / (1 + acc * k)))
+            c["drafts"] += drafts
+            c["draft_tokens"] += drafts * k
+            c["accepted"] += round(drafts * k * acc)
+            for pos in range(k):
+                c["per_pos"][pos] = c["per_pos"].get(pos, 0) + round(drafts * acc ** (pos + 1) * 1.0)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.model, "object": "model", "root": f"/models/{self.model}", "max_model_len": self.max_model_len}]})
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        with self._lock:
+            self.log.append({"path": request.path, "body": body, "t": time.time(), "auth": None})
+        if "messages" in body:
+            text = "".join(self.chat_template.format(role=m.get("role", ""), content=m.get("content", "")) for m in body["messages"])
+            if body.get("add_generation_prompt", True):
+                text += "<|assistant|>"
+        else:
+            text = body.get("prompt", "")
+        toks = [_tok_id(p) for p in tokenize_text(text)]
+        return web.json_response({"count": len(toks), "max_model_len": self.max_model_len, "tokens": toks})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        lines = ["# HELP vllm:num_requests_running Running requests.", "# TYPE vllm:num_requests_running gauge",
+                 f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} 0.0']
+        if self.speculative:
+            c = self.counters
+            lab = f'engine="0",model_name="{self.model}"'
+            for name, value in (("num_drafts", c["drafts"]), ("num_draft_tokens", c["draft_tokens"]),
+                                ("num_accepted_tokens", c["accepted"])):
+                lines += [f"# HELP vllm:spec_decode_{name}_total x", f"# TYPE vllm:spec_decode_{name}_total counter",
+                          f"vllm:spec_decode_{name}_total{{{lab}}} {float(value)}"]
+            lines += ["# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total x",
+                      "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter"]
+            for pos, v in sorted(c["per_pos"].items()):
+                lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{pos}"}} {float(v)}')
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")

