@@ -187,11 +187,22 @@ class RunStore:
         return out
 
     # ------------------------------------------------------------ scores
-    def replace_scores(self, scores: Iterable[Score]) -> int:
+    def replace_scores(self, scores: Iterable[Score], checks: Iterable[str] | None = None, *, exclude: Iterable[str] = ()) -> int:
+        """Swap in a stage's scores atomically.
+
+        `checks` limits the replacement to those check names (the judge stage
+        replaces only `judge`); `exclude` keeps those checks (the scorers keep
+        the judge's). With neither, every score is replaced.
+        """
         n = 0
         with self._db:
             self._db.execute("BEGIN")
-            self._db.execute("DELETE FROM scores")
+            if checks is not None:
+                names = list(checks)
+                self._db.execute(f'DELETE FROM scores WHERE "check" IN ({",".join("?" * len(names))})', names)
+            else:
+                keep = list(exclude)
+                self._db.execute(f'DELETE FROM scores WHERE "check" NOT IN ({",".join("?" * len(keep))})', keep)
             for s in scores:
                 self._db.execute(
                     "INSERT OR REPLACE INTO scores VALUES (?,?,?,?,?,?)",
