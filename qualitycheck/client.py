@@ -99,7 +99,8 @@ class _Accumulator:
             if choice.get("index", 0) != 0:
                 continue
             if chat:
-                piece = (choice.get("delta") or {}).get("content") or ""
+                msg = choice.get("delta") or choice.get("message") or {}
+                piece = msg.get("content") or ""
             else:
                 piece = choice.get("text") or ""
             ids = choice.get("token_ids")

@@ -125,8 +125,8 @@ class TestServer:
             app.router.add_get("/v1/models", self._models)
             app.router.add_post("/tokenize", self._tokenize)
             app.router.add_get("/metrics", self._metrics)
-            app.router.add_get("/health", lambda r: web.Response(text=""))
-            app.router.add_get("/version", lambda r: web.json_response({"version": self.version}))
+            app.router.add_get("/health", self._health)
+            app.router.add_get("/version", self._version)
             self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
             loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=1024)
@@ -260,6 +260,12 @@ class TestServer:
             c["accepted"] += round(drafts * k * acc)
             for pos in range(k):
                 c["per_pos"][pos] = c["per_pos"].get(pos, 0) + round(drafts * acc ** (pos + 1) * 1.0)
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": self.version})
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [

@@ -1,0 +1,120 @@
+"""Suite loading: every problem reported as path:line: field: message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qualitycheck.cases import load_suite
+from qualitycheck.cli import main
+from qualitycheck.errors import SuiteError
+
+from tests.helpers import write_suite
+
+
+def problems(paths: list[Path]) -> list[str]:
+    with pytest.raises(SuiteError) as exc:
+        load_suite(paths)
+    return [str(p) for p in exc.value.problems]
+
+
+def test_jsonl_problems_carry_file_line_and_field(tmp_path: Path) -> None:
+    f = tmp_path / "s.jsonl"
+    f.write_text(
+        '{"id": "a", "category": "qa", "prompt": "p"}\n'
+        "\n"
+        '{"id": "b", "category": "qa", "prompt": "p", "colour": "red"}\n'
+        '{"id": "a", "category": "qa", "prompt": "p"}\n'
+        "{not json\n"
+        '{"id": "c", "category": "qa"}\n'
+        '{"id": "d", "category": "qa", "prompt": "p", "params": []}\n'
+        '{"id": "e", "category": "qa", "prompt": "p", "checks": {"json": {"schema_file": "missing.json"}}}\n'
+        '{"id": "f", "category": "qa", "prompt": "p", "checks": {"regex": "("}}\n'
+        '[1, 2]\n',
+        encoding="utf-8",
+    )
+    got = problems([f])
+    assert got == [
+        f"{f}:3: colour: unknown key",
+        f"{f}:4: id: duplicate id 'a' (first at {f}:1)",
+        f"{f}:5: bad JSON: Expecting property name enclosed in double quotes (column 2)",
+        f"{f}:6: messages: give exactly one of messages (chat) or prompt (completions)",
+        f"{f}:7: params: Input should be a valid dictionary",
+        f"{f}:8: checks.json.schema_file: cannot read {tmp_path / 'missing.json'}: No such file or directory",
+        f"{f}:9: checks.regex.pattern: not a valid regular expression: missing ), unterminated subpattern at position 0",
+        f"{f}:10: expected a case object, got list",
+    ]
+
+
+def test_yaml_problems_point_at_the_offending_line(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        "- id: ok\n"
+        "  category: qa\n"
+        "  messages:\n"
+        "    - {role: user, content: hi}\n"
+        "- id: bad\n"
+        "  category: qa\n"
+        "  messages:\n"
+        "    - {role: wizard, content: hi}\n"
+        "  checks:\n"
+        "    exact: {expected: x, shout: true}\n",
+        encoding="utf-8",
+    )
+    assert problems([f]) == [
+        f"{f}:7: messages: message 0 has unknown role 'wizard'",
+        f"{f}:10: checks.exact.shout: unknown key",
+    ]
+
+
+def test_bad_yaml_and_non_list(tmp_path: Path) -> None:
+    bad = tmp_path / "a.yaml"
+    bad.write_text("- id: x\n  category: [unclosed\n", encoding="utf-8")
+    scalar = tmp_path / "b.yaml"
+    scalar.write_text("just a string\n", encoding="utf-8")
+    got = problems([bad, scalar])
+    assert got[0].startswith(f"{bad}:3: bad YAML")
+    assert got[1] == f"{scalar}:1: expected a list of cases (or a mapping with key 'cases')"
+
+
+def test_unreadable_schema_file_and_invalid_schema(tmp_path: Path) -> None:
+    (tmp_path / "broken.json").write_text("{", encoding="utf-8")
+    f = write_suite(tmp_path / "s.jsonl", [
+        {"id": "a", "category": "json", "prompt": "p", "checks": {"json": {"schema_file": "broken.json"}}},
+        {"id": "b", "category": "json", "prompt": "p", "checks": {"json": {"schema": {"type": "wat"}}}},
+    ])
+    got = problems([f])
+    assert got[0].startswith(f"{f}:1: checks.json.schema_file: {tmp_path / 'broken.json'} is not JSON")
+    assert got[1].startswith(f"{f}:2: checks.json.schema: not a valid JSON Schema")
+
+
+def test_valid_suite_loads_shorthands_and_resolves_files(tmp_path: Path) -> None:
+    (tmp_path / "schema.json").write_text(json.dumps({"type": "object"}), encoding="utf-8")
+    (tmp_path / "db.sql").write_text("CREATE TABLE t (x INT);", encoding="utf-8")
+    f = write_suite(tmp_path / "s.yaml", [
+        {"id": "a", "category": "qa", "messages": [{"role": "user", "content": "hi"}],
+         "checks": {"exact": "Paris", "contains": ["Par"], "regex": "^P"}, "tags": {"route": "geo", "tier": 1}},
+        {"id": "b", "category": "json", "prompt": "p", "checks": {"json": {"schema_file": "schema.json"}, "exact": True}},
+        {"id": "c", "category": "sql", "prompt": "p", "checks": {"sql": {"db": "db.sql", "reference": "SELECT x FROM t"}}},
+    ])
+    a, b, c = load_suite([tmp_path])
+    assert a.checks.exact.expected == "Paris" and a.checks.contains.all == ["Par"]
+    assert a.route == "geo" and a.tags["tier"] == "1"
+    assert b.checks.exact.expected is None and b.checks.json_.schema_ == {"type": "object"}
+    assert b.check_names() == ["exact", "json_parse", "json_schema"]
+    assert Path(c.checks.sql.db).is_absolute() and c.check_names() == ["sql_parse", "sql_result"]
+    assert a.file == str(f) and a.line == 1
+
+
+def test_validate_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = write_suite(tmp_path / "good.jsonl", [{"id": "a", "category": "qa", "prompt": "p"}])
+    assert main(["validate", str(good)]) == 0
+    assert "1 cases OK" in capsys.readouterr().out
+    bad = write_suite(tmp_path / "bad.jsonl", [{"id": "a", "category": "qa"}, {"id": "b", "prompt": "p"}])
+    assert main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:1: messages:" in err and f"{bad}:2: category: required field is missing" in err
+    assert "Traceback" not in err
+    assert main(["validate", str(tmp_path / "nope")]) == 2
