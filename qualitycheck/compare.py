@@ -1,0 +1,238 @@
+"""Per-case comparison of the candidate (and the control) against the baseline.
+
+One `CaseComparison` per (case, repeat): each check's outcome on every
+target and whether it flipped, whether the texts are identical, where they
+first diverge (characters, and tokens when both sides returned token ids),
+how similar they are, and the format features of each side. The records
+are persisted in the store (artifact `comparisons`) so the statistics, the
+gate and the HTML report all read the same comparison, and none of them
+recomputes text diffs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .records import FORMAT_VERSION, Response, Score
+from .store import RunStore
+
+__all__ = [
+    "ARTIFACT",
+    "CaseComparison",
+    "CheckOutcome",
+    "case_comparisons",
+    "compare_run",
+    "first_divergence",
+    "similarity",
+]
+
+ARTIFACT = "comparisons"
+SIDES = ("baseline", "candidate", "control")
+SIMILARITY_WINDOW = 4000
+"""Characters of differing middle that difflib compares exactly; beyond it the ratio is bounded cheaply."""
+
+Flip = Literal["regression", "improvement"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CheckOutcome(_Frozen):
+    """One check on one (case, repeat): the status on every target and the flip."""
+
+    baseline: str | None = None
+    """pass | fail | error | skipped, or None when that target has no score."""
+    candidate: str | None = None
+    control: str | None = None
+    flip: Flip | None = None
+    """regression: baseline pass → candidate fail; improvement: fail → pass."""
+    control_flip: bool = False
+    """The control (same configuration as the baseline) decided differently: noise."""
+
+
+class CaseComparison(_Frozen):
+    """The baseline and the candidate (and control) on one case and repeat."""
+
+    format_version: int = FORMAT_VERSION
+    case_id: str
+    category: str
+    route: str
+    repeat: int = 0
+    baseline_ok: bool = False
+    """The baseline has a response without error."""
+    candidate_ok: bool = False
+    control_ok: bool | None = None
+    """None when the run has no control target."""
+    identical: bool | None = None
+    """Texts equal; None when either side has no usable response."""
+    divergence_char: int | None = None
+    """Index of the first differing character (None when identical or missing)."""
+    divergence_token: int | None = None
+    """Index of the first differing token id, when both sides returned token ids."""
+    similarity: float | None = None
+    """difflib ratio in [0, 1] of the two texts."""
+    similarity_exact: bool = True
+    """False when the texts were too long for an exact ratio and an upper bound was used."""
+    control_identical: bool | None = None
+    """Baseline text equals the control's (the A/A noise floor)."""
+    baseline_len: int = 0
+    candidate_len: int = 0
+    finish_reasons: dict[str, str | None] = Field(default_factory=dict)
+    checks: dict[str, CheckOutcome] = Field(default_factory=dict)
+    format: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Side → format features (qualitycheck.scoring.format); empty when unavailable."""
+
+    @property
+    def regressions(self) -> list[str]:
+        return [n for n, o in self.checks.items() if o.flip == "regression"]
+
+    @property
+    def improvements(self) -> list[str]:
+        return [n for n, o in self.checks.items() if o.flip == "improvement"]
+
+
+def first_divergence(a: str | list[int], b: str | list[int]) -> int | None:
+    """First index where two sequences differ; None when equal (a prefix differs at its end)."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return None if len(a) == len(b) else n
+
+
+def similarity(a: str, b: str, window: int = SIMILARITY_WINDOW) -> tuple[float, bool]:
+    """difflib ratio, exact for texts whose differing middle fits `window` characters.
+
+    Common prefix and suffix are matched for free; only the middle goes to
+    SequenceMatcher, which is quadratic. Past `window` the middle's match
+    count is bounded by `quick_ratio` and the result flagged approximate, so a
+    runaway 100 kB answer costs milliseconds, not minutes.
+    """
+    if a == b:
+        return 1.0, True
+    total = len(a) + len(b)
+    pre = 0
+    n = min(len(a), len(b))
+    while pre < n and a[pre] == b[pre]:
+        pre += 1
+    suf = 0
+    while suf < n - pre and a[len(a) - 1 - suf] == b[len(b) - 1 - suf]:
+        suf += 1
+    ma, mb = a[pre : len(a) - suf], b[pre : len(b) - suf]
+    exact = len(ma) <= window and len(mb) <= window
+    sm = difflib.SequenceMatcher(None, ma, mb, autojunk=False)
+    mid_total = len(ma) + len(mb)
+    mid_matches = (sm.ratio() if exact else sm.quick_ratio()) * mid_total / 2 if mid_total else 0.0
+    return (2 * (pre + suf) + 2 * mid_matches) / total, exact
+
+
+def _format_features() -> Callable[[str, str | None, int | None], dict[str, Any]] | None:
+    """The scoring stage's drift features, if that module is installed in this tree."""
+    try:
+        mod = importlib.import_module("qualitycheck.scoring.format")
+    except ImportError:
+        return None
+    return getattr(mod, "format_features", None)
+
+
+def _flip(b: str | None, c: str | None) -> Flip | None:
+    if b == "pass" and c == "fail":
+        return "regression"
+    if b == "fail" and c == "pass":
+        return "improvement"
+    return None
+
+
+def compare_pair(
+    case_id: str,
+    category: str,
+    route: str,
+    repeat: int,
+    responses: dict[str, Response],
+    scores: dict[str, dict[str, Score]],
+    features: Callable[[str, str | None, int | None], dict[str, Any]] | None = None,
+) -> CaseComparison:
+    """Compare one (case, repeat); `responses`/`scores` are keyed by target (scores then by check)."""
+    b, c, k = (responses.get(s) for s in SIDES)
+    b_ok, c_ok = bool(b and b.ok), bool(c and c.ok)
+    k_ok = bool(k and k.ok) if k is not None or "control" in scores else None
+    out: dict[str, Any] = {
+        "case_id": case_id, "category": category, "route": route, "repeat": repeat,
+        "baseline_ok": b_ok, "candidate_ok": c_ok, "control_ok": k_ok,
+        "baseline_len": len(b.text) if b else 0, "candidate_len": len(c.text) if c else 0,
+        "finish_reasons": {s: r.finish_reason for s, r in responses.items()},
+    }
+    if b_ok and c_ok:
+        assert b is not None and c is not None
+        out["identical"] = b.text == c.text
+        if not out["identical"]:
+            out["divergence_char"] = first_divergence(b.text, c.text)
+            if b.token_ids is not None and c.token_ids is not None:
+                out["divergence_token"] = first_divergence(b.token_ids, c.token_ids)
+            out["similarity"], out["similarity_exact"] = similarity(b.text, c.text)
+        else:
+            out["similarity"] = 1.0
+    if b_ok and k_ok:
+        assert b is not None and k is not None
+        out["control_identical"] = b.text == k.text
+    names = sorted({n for per in scores.values() for n in per})
+    checks = {}
+    for n in names:
+        st = {s: (scores.get(s, {}).get(n).status if n in scores.get(s, {}) else None) for s in SIDES}  # type: ignore[union-attr]
+        checks[n] = CheckOutcome(
+            baseline=st["baseline"], candidate=st["candidate"], control=st["control"],
+            flip=_flip(st["baseline"], st["candidate"]),
+            control_flip=st["baseline"] in ("pass", "fail") and st["control"] in ("pass", "fail") and st["baseline"] != st["control"],
+        )
+    out["checks"] = checks
+    if features is not None:
+        out["format"] = {
+            s: features(r.text, r.finish_reason, r.usage.completion_tokens) for s, r in responses.items() if r.ok
+        }
+    return CaseComparison(**out)
+
+
+def compare_run(store: RunStore, *, persist: bool = True) -> list[CaseComparison]:
+    """Compare every stored (case, repeat) and store the records as the `comparisons` artifact."""
+    cases = {c.id: c for c in store.cases()}
+    scores: dict[tuple[str, int], dict[str, dict[str, Score]]] = {}
+    for s in store.scores():
+        scores.setdefault((s.case_id, s.repeat), {}).setdefault(s.target, {})[s.check] = s
+    features = _format_features()
+    out: list[CaseComparison] = []
+    for case_id, rs in store.responses_by_case():
+        case = cases.get(case_id)
+        if case is None:
+            continue
+        by_repeat: dict[int, dict[str, Response]] = {}
+        for r in rs:
+            by_repeat.setdefault(r.repeat, {})[r.target] = r
+        for rep, sides in sorted(by_repeat.items()):
+            out.append(compare_pair(case_id, case.category, case.route, rep, sides, scores.get((case_id, rep), {}), features))
+    if persist:
+        store.put_artifact(ARTIFACT, [c.model_dump(mode="json") for c in out])
+    return out
+
+
+def case_comparisons(store: RunStore) -> list[CaseComparison]:
+    """The stored comparison records (computing and storing them if this run has none yet)."""
+    raw = store.artifact(ARTIFACT)
+    if raw is None:
+        return compare_run(store)
+    return [CaseComparison.model_validate(d) for d in raw]
+
+
+def group_by_case(comps: Iterable[CaseComparison]) -> dict[str, list[CaseComparison]]:
+    """Case id → its comparisons ordered by repeat, in first-seen order."""
+    out: dict[str, list[CaseComparison]] = {}
+    for c in comps:
+        out.setdefault(c.case_id, []).append(c)
+    for v in out.values():
+        v.sort(key=lambda c: c.repeat)
+    return out
