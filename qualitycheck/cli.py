@@ -107,6 +107,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     cfg = load_config(a.config, _run_overrides(a))
     if a.shard:
         _check_shard(a.shard)
+    missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
+    if missing:
+        raise ConfigError([Problem(cfg.source or "command line", None, n, f"no {n} target (--{n} URL or `{n}:` in the config)") for n in missing])
     suites = a.suite or cfg.suites
     if not suites:
         raise ConfigError([Problem(cfg.source or "command line", None, "suites", "no suite given (--suite PATH or `suites:` in the config)")])

@@ -1,0 +1,172 @@
+"""Paired runs end to end on the test server: store, resume, refusal, secrets, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from qualitycheck.cli import main
+from qualitycheck.store import RunStore, load_run
+from qualitycheck.testserver import Fault, TestServer
+from tests.helpers import qa_cases, write_suite
+
+
+def run_cli(b: TestServer, c: TestServer, suite: Path, out: Path, *extra: str) -> int:
+    return main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m",
+                 "--suite", str(suite), "--out", str(out), "--no-preflight", *extra])
+
+
+def test_identical_pairs_pass_and_write_the_run_folder(tmp_path: Path, pair_servers: tuple[TestServer, TestServer]) -> None:
+    b, c = pair_servers
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(6) + qa_cases(4, "json"))
+    assert run_cli(b, c, suite, tmp_path / "run") == 0
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["format_version"] == 1 and s["verdict"] == "pass" and s["cases"] == 10
+    assert s["targets"]["baseline"] == {"url": b.url, "model": "m"}
+    assert s["categories"]["qa"]["cases"] == 6 and s["categories"]["qa"]["identical_rate"] == 1.0
+    assert s["errors"]["candidate"]["count"] == 0
+    frames = load_run(tmp_path / "run")
+    assert len(frames["responses"]) == 20 and set(frames["responses"]["target"]) == {"baseline", "candidate"}
+    assert set(frames["cases"]["category"]) == {"qa", "json"}
+
+
+def test_divergent_pair_fails_and_is_counted_per_category(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(5))
+    with TestServer(default="same") as b, TestServer(default="same", answers={"qa 3?": "changed"}) as c:
+        assert run_cli(b, c, suite, tmp_path / "run") == 1
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["verdict"] == "fail" and s["categories"]["qa"]["identical_rate"] == pytest.approx(0.8)
+
+
+def test_every_fault_kind_ends_stored_exactly_once(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(12))
+    faults = [
+        Fault("status", match="qa 0?", status=503, times=2),
+        Fault("status", match="qa 1?", status=500, times=None),
+        Fault("status", match="qa 2?", status=429, times=1, retry_after="0"),
+        Fault("reset", match="qa 3?", times=1),
+        Fault("reset", match="qa 4?", times=None),
+        Fault("malformed", match="qa 5?", times=1),
+        Fault("no_done", match="qa 6?", times=None),
+        Fault("hang", match="qa 7?", times=None),
+    ]
+    with TestServer(default="a b c") as b, TestServer(default="a b c", faults=faults) as c:
+        rc = run_cli(b, c, suite, tmp_path / "run", "--timeout", "1", "--retries", "2")
+    assert rc == 1
+    with RunStore.open(tmp_path / "run") as store:
+        rows = list(store.responses())
+    assert len(rows) == 24 and len({(r.case_id, r.target) for r in rows}) == 24
+    failed = sorted(r.case_id for r in rows if not r.ok)
+    assert failed == ["qa-1", "qa-4", "qa-6", "qa-7"]
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["errors"]["candidate"] == {"count": 4, "requests": 12, "rate": pytest.approx(4 / 12)}
+    assert s["errors"]["baseline"]["count"] == 0
+
+
+def test_resume_sends_only_what_is_missing_and_errors_again(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(6))
+    with TestServer(default="x") as b, TestServer(default="x", faults=[Fault("status", match="qa 2?", status=500, times=None)]) as c:
+        assert run_cli(b, c, suite, tmp_path / "run", "--retries", "0") == 1
+        assert len(b.requests("/chat/completions")) == 6
+        c.faults.clear()
+        assert run_cli(b, c, suite, tmp_path / "run", "--retries", "0") == 0
+        # only the failed request is asked again; the baseline is not touched
+        assert len(b.requests("/chat/completions")) == 6
+        assert len(c.requests("/chat/completions")) == 7
+        assert run_cli(b, c, suite, tmp_path / "run") == 0  # finished: nothing sent
+        assert len(c.requests("/chat/completions")) == 7
+
+
+def test_resume_refuses_other_suites_or_targets(tmp_path: Path, pair_servers: tuple[TestServer, TestServer], capsys: pytest.CaptureFixture[str]) -> None:
+    b, c = pair_servers
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
+    other = write_suite(tmp_path / "o.jsonl", qa_cases(4))
+    assert run_cli(b, c, suite, tmp_path / "run") == 0
+    capsys.readouterr()
+    assert run_cli(b, c, other, tmp_path / "run") == 2
+    assert "suites differ" in capsys.readouterr().err
+    assert run_cli(c, b, suite, tmp_path / "run") == 2
+    assert "targets differ" in capsys.readouterr().err
+
+
+def test_kill_minus_nine_then_resume(tmp_path: Path) -> None:
+    """A hard kill loses only in-flight requests; the rerun never re-asks a stored one."""
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(30))
+    out = tmp_path / "run"
+    with TestServer(default="slow answer", ttft_s=0.15) as b, TestServer(default="slow answer", ttft_s=0.15) as c:
+        cmd = [sys.executable, "-m", "qualitycheck", "run", "--baseline", b.url, "--candidate", c.url,
+               "--model", "m", "--suite", str(suite), "--out", str(out), "--concurrency", "2", "--no-preflight"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        stored = 0
+        while time.time() < deadline and stored < 10:
+            time.sleep(0.1)
+            try:
+                with sqlite3.connect(out / "run.sqlite") as db:
+                    stored = db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+            except sqlite3.OperationalError:
+                pass
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert 10 <= stored < 60, "the run should have been killed midway"
+        with RunStore.open(out) as store:
+            before = {(r.case_id, r.target) for r in store.responses()}
+        sent_before = len(b.requests()) + len(c.requests())
+        assert main(cmd[3:]) == 0
+        again = [(e["body"]["messages"][0]["content"], s) for s, srv in (("baseline", b), ("candidate", c))
+                 for e in srv.requests("/chat/completions")[-1000:]]
+    with RunStore.open(out) as store:
+        rows = list(store.responses())
+    assert len(rows) == 60 and all(r.ok for r in rows)
+    sent_after = len(b.requests()) + len(c.requests()) - sent_before
+    assert sent_after <= 60 - len(before) + 4  # at most the in-flight ones were lost and re-sent
+    recounted: dict[tuple[str, str], int] = {}
+    for content, side in again:
+        recounted[(content, side)] = recounted.get((content, side), 0) + 1
+    for case_id, side in before:
+        n = int(case_id.split("-")[1])
+        assert recounted[(f"question qa {n}?", side)] == 1, f"{case_id}/{side} was requested again"
+
+
+def test_secrets_never_reach_the_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("QC_SECRET_KEY", "sk-very-secret-123")
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
+    with TestServer() as b, TestServer() as c:
+        cfg = tmp_path / "qualitycheck.yaml"
+        cfg.write_text(
+            f"baseline: {{url: '{b.url}', model: m, api_key_env: QC_SECRET_KEY, headers: {{X-Token: hdr-secret-456}}}}\n"
+            f"candidate: {{url: '{c.url}', model: m, api_key_env: QC_SECRET_KEY}}\n"
+            f"suites: ['{suite}']\nrun: {{preflight: false}}\n",
+            encoding="utf-8",
+        )
+        assert main(["run", "-c", str(cfg), "--out", str(tmp_path / "run")]) == 0
+        assert b.requests("/chat/completions")[0]["auth"] == "Bearer sk-very-secret-123"
+    captured = capsys.readouterr()
+    for f in (tmp_path / "run").rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            assert b"sk-very-secret-123" not in data and b"hdr-secret-456" not in data, f
+    assert "sk-very-secret-123" not in captured.out + captured.err
+
+
+def test_config_problems_exit_2_with_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "qc.yaml"
+    cfg.write_text("baseline:\n  url: localhost:8000\n  model: m\nrun:\n  concurrency: 0\n  colour: blue\n", encoding="utf-8")
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(1))
+    assert main(["run", "-c", str(cfg), "--suite", str(suite)]) == 2
+    err = capsys.readouterr().err
+    assert f"{cfg}:2: baseline.url: must start with http:// or https://" in err
+    assert f"{cfg}:5: run.concurrency: Input should be greater than or equal to 1" in err
+    assert f"{cfg}:6: run.colour: unknown key" in err
+    assert main(["run", "--baseline", "http://x", "--model", "m", "--suite", str(suite)]) == 2
+    assert "candidate: no candidate target" in capsys.readouterr().err
+    assert main(["run", "--shard", "3/2", "--baseline", "http://x", "--candidate", "http://y", "--model", "m", "--suite", str(suite)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
