@@ -170,3 +170,21 @@ def test_config_problems_exit_2_with_field(tmp_path: Path, capsys: pytest.Captur
     assert "candidate: no candidate target" in capsys.readouterr().err
     assert main(["run", "--shard", "3/2", "--baseline", "http://x", "--candidate", "http://y", "--model", "m", "--suite", str(suite)]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_cleanly_with_exit_3_and_keeps_what_arrived(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(30))
+    out = tmp_path / "run"
+    with TestServer(default="slow", ttft_s=0.2) as b, TestServer(default="slow", ttft_s=0.2) as c:
+        cmd = [sys.executable, "-m", "qualitycheck", "run", "--baseline", b.url, "--candidate", c.url,
+               "--model", "m", "--suite", str(suite), "--out", str(out), "--concurrency", "2", "--no-preflight"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline and len(c.requests()) < 6:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    assert "Run the same command again to resume" in err and "Traceback" not in err
+    with RunStore.open(out) as store:
+        assert 0 < len(list(store.responses())) < 60
