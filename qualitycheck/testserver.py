@@ -94,7 +94,9 @@ class TestServer:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self.counters = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_pos": {}}
+        self.counters = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_pos": {},
+                         "generation_tokens": 0.0, "requests": 0.0}
+        """Exposed on /metrics as vLLM names them; tests may set values directly to script them."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -248,6 +250,9 @@ class TestServer:
         return resp
 
     def _count_speculation(self, n_tokens: int) -> None:
+        with self._lock:
+            self.counters["generation_tokens"] += n_tokens
+            self.counters["requests"] += 1
         if not self.speculative or n_tokens == 0:
             return
         k = int(self.speculative.get("k", 3))
@@ -286,7 +291,11 @@ class TestServer:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         lines = ["# HELP vllm:num_requests_running Running requests.", "# TYPE vllm:num_requests_running gauge",
-                 f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} 0.0']
+                 f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} 0.0',
+                 "# TYPE vllm:generation_tokens_total counter",
+                 f'vllm:generation_tokens_total{{engine="0",model_name="{self.model}"}} {float(self.counters["generation_tokens"])}',
+                 "# TYPE vllm:request_success_total counter",
+                 f'vllm:request_success_total{{engine="0",finished_reason="stop",model_name="{self.model}"}} {float(self.counters["requests"])}']
         if self.speculative:
             c = self.counters
             lab = f'engine="0",model_name="{self.model}"'
