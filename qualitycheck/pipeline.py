@@ -7,7 +7,6 @@ run folder redo their part without calling an endpoint.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import sys
@@ -18,7 +17,8 @@ from .cases import Case, load_suite
 from .config import Config
 from .errors import RunIncompleteError
 from .progress import RichProgress
-from .runner import generate, select_shard
+from .runner import select_shard
+from .serving.measure import measured_generate
 from .store import RunStore
 from .summary import build_summary, write_summary
 
@@ -57,7 +57,7 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
     try:
         store.put_artifact("config", redacted_config(cfg))
         print(f"qualitycheck: {len(cases)} cases × {len(cfg.targets())} targets × {cfg.run.repeats} repeats → {out}", file=sys.stderr)
-        stats = asyncio.run(generate(store, cases, cfg, progress=RichProgress(), http_clients=http_clients))
+        stats = measured_generate(store, cases, cfg, progress=RichProgress(), http_clients=http_clients)
         if stats.interrupted:
             raise RunIncompleteError(f"interrupted; everything received is stored in {out}. Run the same command again to resume.")
         return finish(store, cfg)
