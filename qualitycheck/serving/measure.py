@@ -1,0 +1,82 @@
+"""Generation wrapped in the serving measurements: preflight first, /metrics around it.
+
+The pipeline calls `measured_generate` instead of the bare runner so that a
+run's store always holds what the latency, acceptance and preflight sections
+need: the preflight record (artifact "preflight"), and one /metrics window
+per stretch of generation (artifact "metrics_windows"). With
+`acceptance_by_category` the categories are generated one after another with
+a scrape between them, so acceptance can be attributed per category; the
+pairs inside a category are still sent together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+from ..cases import Case
+from ..config import Config
+from ..runner import Progress, RunStats, generate
+from ..store import RunStore
+from .acceptance import SentTally, record_window, scrape_all, window
+from .preflight import format_preflight, run_preflight
+
+__all__ = ["PREFLIGHT_ARTIFACT", "measured_generate", "preflight_into_store"]
+
+PREFLIGHT_ARTIFACT = "preflight"
+
+
+def preflight_into_store(store: RunStore, cases: list[Case], cfg: Config) -> dict[str, Any] | None:
+    """Run the preflight when asked and both sides exist; a mismatch is recorded, not fatal."""
+    if not cfg.run.preflight or cfg.baseline is None or cfg.candidate is None:
+        return None
+    result = run_preflight(cfg.baseline, cfg.candidate, cases, concurrency=cfg.run.concurrency,
+                           timeout_s=min(cfg.run.timeout_s, 30.0))
+    record = result.to_dict()
+    store.put_artifact(PREFLIGHT_ARTIFACT, record)
+    if not result.ok:
+        print("qualitycheck: preflight found mismatches (the run continues; the gate will report them):\n"
+              + format_preflight(result), file=sys.stderr)
+    return record
+
+
+def _groups(cases: list[Case], by_category: bool) -> list[tuple[str | None, list[Case]]]:
+    if not by_category:
+        return [(None, cases)]
+    groups: dict[str, list[Case]] = {}
+    for c in cases:
+        groups.setdefault(c.category, []).append(c)
+    return list(groups.items())
+
+
+def measured_generate(store: RunStore, cases: list[Case], cfg: Config, *, progress: Progress | None = None,
+                      http_clients: dict[str, Any] | None = None) -> RunStats:
+    """Preflight, then generation in windows bracketed by /metrics scrapes of every target."""
+    preflight_into_store(store, cases, cfg)
+    targets = cfg.targets()
+    total = RunStats()
+
+    async def go() -> None:
+        for category, group in _groups(cases, cfg.run.acceptance_by_category):
+            before = await asyncio.to_thread(scrape_all, targets)
+            tally = SentTally()
+            stats = await generate(store, group, cfg, progress=progress, http_clients=http_clients, on_response=tally)
+            after = await asyncio.to_thread(scrape_all, targets)
+            record_window(store, window(before, after, tally, category))
+            _merge(total, stats)
+            if stats.interrupted:
+                return
+
+    asyncio.run(go())
+    return total
+
+
+def _merge(total: RunStats, s: RunStats) -> None:
+    for name, n in s.sent.items():
+        total.sent[name] = total.sent.get(name, 0) + n
+    for name, n in s.errors.items():
+        total.errors[name] = total.errors.get(name, 0) + n
+    total.skipped += s.skipped
+    total.interrupted |= s.interrupted
+    total.wall_s += s.wall_s

@@ -1,0 +1,69 @@
+"""Preflight against scripted servers: a template change is caught, identical servers pass."""
+
+from __future__ import annotations
+
+from qualitycheck.cases import Case
+from qualitycheck.config import Target
+from qualitycheck.serving import format_preflight, run_preflight
+from qualitycheck.testserver import TestServer
+
+CASES = [
+    Case(id="chat-1", category="qa", messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]),
+    Case(id="chat-2", category="qa", messages=[{"role": "user", "content": "Name a colour."}]),
+    Case(id="chat-2-copy", category="qa", messages=[{"role": "user", "content": "Name a colour."}]),
+    Case(id="plain", category="completion", prompt="Once upon a time"),
+]
+
+
+def _targets(b: TestServer, c: TestServer) -> tuple[Target, Target]:
+    return Target(url=b.url, model=b.model), Target(url=c.url + "/v1", model=c.model)
+
+
+def _by_name(result):
+    return {ch.name: ch for ch in result.checks}
+
+
+def test_identical_servers_pass():
+    with TestServer() as b, TestServer() as c:
+        res = run_preflight(*_targets(b, c), CASES)
+        tokenize_calls = len(b.requests("/tokenize"))
+    checks = _by_name(res)
+    assert res.ok and not res.mismatches
+    assert checks["tokenize"].passed is True and "4 cases (3 distinct inputs)" in checks["tokenize"].detail
+    assert tokenize_calls == 3  # duplicate inputs are tokenized once
+    assert checks["served_model"].passed and checks["model_root"].passed and checks["model_max_model_len"].passed
+    assert checks["engine_version"].passed is True
+    # endpoints the test server does not have are "not checked", never "passed"
+    assert checks["tokenizer_and_stop_tokens"].passed is None
+    assert checks["generation_defaults"].passed is None
+
+
+def test_template_drift_is_caught_with_the_cases_named():
+    with TestServer() as b, TestServer(chat_template="[{role}] {content}\n") as c:
+        res = run_preflight(*_targets(b, c), CASES)
+    tok = _by_name(res)["tokenize"]
+    assert res.ok is False and tok.passed is False
+    assert "3/4 cases tokenize differently" in tok.detail and "chat-1" in tok.detail
+    differing = {i for d in tok.candidate["differing"] for i in d["cases"]}
+    assert differing == {"chat-1", "chat-2", "chat-2-copy"}  # the plain prompt has no template
+    text = format_preflight(res)
+    assert "FAIL tokenize" in text and "1 mismatch(es): tokenize" in text
+
+
+def test_model_length_version_and_missing_model_are_mismatches():
+    with TestServer(max_model_len=2048) as b, TestServer(max_model_len=1024, version="0.33.0") as c:
+        res = run_preflight(*_targets(b, c), CASES[:1])
+    checks = _by_name(res)
+    assert checks["model_max_model_len"].passed is False and "2048" in checks["model_max_model_len"].detail
+    assert checks["engine_version"].passed is False
+    with TestServer() as b, TestServer(model="other") as c:
+        res = run_preflight(Target(url=b.url, model="test-model"), Target(url=c.url, model="test-model"), CASES[:1])
+    served = _by_name(res)["served_model"]
+    assert served.passed is False and "does not serve 'test-model'" in served.detail
+
+
+def test_unreachable_candidate_is_not_checked_not_passed():
+    with TestServer() as b:
+        res = run_preflight(Target(url=b.url, model="test-model"), Target(url="http://127.0.0.1:9", model="test-model"), CASES[:1], timeout_s=2)
+    assert all(ch.passed is None for ch in res.checks)
+    assert res.to_dict()["mismatches"] == []
