@@ -71,6 +71,9 @@ def finish(store: RunStore, cfg: Config | None = None) -> int:
     """Everything after generation, from the store alone."""
     summary = build_summary(store)
     write_summary(store.folder, summary)
+    from .report import publish
+
+    publish(store, summary)  # report.html + the terminal summary, from the store alone
     print(json.dumps({"verdict": summary["verdict"], "cases": summary["cases"]}), file=sys.stderr)
     return EXIT_FOR_VERDICT[summary["verdict"]]
 

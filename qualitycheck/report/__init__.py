@@ -1,0 +1,26 @@
+"""Reports of a finished run: report.html and the terminal summary.
+
+Both read only summary.json and the run store (through `collect`), so
+`qualitycheck report DIR` rebuilds them without calling an endpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..store import RunStore
+from .data import ReportData, collect
+from .html import REPORT_NAME, render_html, write_html, write_report
+from .terminal import print_summary, summary_renderables
+
+__all__ = ["REPORT_NAME", "ReportData", "collect", "print_summary", "publish", "render_html", "summary_renderables",
+           "write_html", "write_report"]
+
+
+def publish(store: RunStore, summary: dict[str, Any]) -> Path:
+    """Write report.html into the run folder and print the terminal summary (stderr)."""
+    data = collect(store, summary)
+    path = write_html(data, store.folder / REPORT_NAME)
+    print_summary(summary, data, report_path=str(path))
+    return path

@@ -1,0 +1,269 @@
+"""report.html: one self-contained file a reviewer can open offline.
+
+Why it is built this way:
+- Model output is untrusted. Jinja autoescaping covers the server-rendered
+  parts; case texts travel only inside a JSON data block (with `<` written as
+  `\\u003c`, so no `</script>` can close it) and the page's script puts them
+  on screen with `textContent`, never as markup.
+- A Content-Security-Policy meta allows script only with this report's
+  random nonce and nothing from the network (`default-src 'none'`), so even a
+  markup injection we missed could not run or phone home.
+- 10,000 pairs must open fast: the case list renders in pages and a case's
+  diff is computed in the browser only when it is opened.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from ..store import RunStore
+from .charts import SIDE_COLOURS, histogram_svg
+from .data import FLAG_ORDER, ReportData, collect, percentiles, run_date
+
+__all__ = ["REPORT_NAME", "render_html", "write_html", "write_report"]
+
+REPORT_NAME = "report.html"
+_METRICS = (("ttft_ms", "TTFT", "time to first token"),
+            ("tpot_ms", "TPOT", "time per output token after the first"),
+            ("itl_ms", "ITL", "gap between streamed chunks, per token"),
+            ("e2e_ms", "End-to-end", "request sent → last token"))
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("qualitycheck", "report"),
+        autoescape=True,  # every template here is HTML; .j2 would escape nothing under select_autoescape
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(pct=_pct, num=_num, signed=_signed, ci=_ci, pval=_pval)
+    return env
+
+
+def _asset(name: str) -> str:
+    return resources.files("qualitycheck.report").joinpath(name).read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------ formatting
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
+
+
+def _pct(x: Any, digits: int = 1) -> str:
+    return f"{x * 100:.{digits}f}%" if _is_num(x) else "–"
+
+
+def _signed(x: Any) -> str:
+    return f"{x * 100:+.1f} pp" if _is_num(x) else "–"
+
+
+def _num(x: Any, digits: int = 1) -> str:
+    if not _is_num(x):
+        return "–"
+    return f"{x:,.0f}" if isinstance(x, int) else f"{x:,.{digits}f}"
+
+
+def _ci(x: Any) -> str:
+    if isinstance(x, (list, tuple)) and len(x) == 2 and all(_is_num(v) for v in x):
+        return f"[{x[0] * 100:+.1f}, {x[1] * 100:+.1f}]"
+    return "–"
+
+
+def _pval(x: Any) -> str:
+    if not _is_num(x):
+        return "–"
+    return "<0.001" if x < 0.001 else f"{x:.3f}"
+
+
+def _count(x: Any) -> int | None:
+    if isinstance(x, list):
+        return len(x)
+    if _is_num(x):
+        return int(x)
+    return None
+
+
+def json_for_script(value: Any) -> Markup:
+    """JSON safe inside a <script type="application/json"> block: no `<` can end it early."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return Markup(text)
+
+
+# ------------------------------------------------------------------ sections
+def _reasons(s: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for key in ("reasons", "verdict_reasons"):
+        for r in s.get(key) or []:
+            out.append(r if isinstance(r, str) else str(r.get("message") or r))
+    for g in s.get("guardrails") or []:
+        if not isinstance(g, dict):
+            continue
+        msg = g.get("message") or g.get("name", "")
+        if g.get("passed") is False:
+            out.append(f"guardrail {g.get('name', '?')} failed: {msg}")
+        elif g.get("passed") is None:
+            out.append(f"guardrail {g.get('name', '?')} not evaluated: {msg}")
+    for name, cat in (s.get("categories") or {}).items():
+        v = (cat or {}).get("verdict")
+        if v in ("fail", "inconclusive"):
+            out.append(f"category {name}: {v}")
+    seen: set[str] = set()
+    return [r for r in out if not (r in seen or seen.add(r))]  # type: ignore[func-returns-value]
+
+
+def _guardrail(g: dict[str, Any]) -> dict[str, Any]:
+    scope = g.get("route") or g.get("scope") or g.get("category") or ""
+    return {"name": str(g.get("name", "")), "scope": str(scope), "threshold": g.get("threshold"),
+            "observed": g.get("observed"), "passed": g.get("passed"), "message": str(g.get("message") or "")}
+
+
+def _targets(data: ReportData) -> list[dict[str, Any]]:
+    """One row per target: what the summary says, then what the manifest and preflight add."""
+    s_targets = data.summary.get("targets") or {}
+    m_targets = data.manifest.get("targets") or {}
+    pre = data.artifacts.get("preflight") or {}
+    rows = []
+    for name in dict.fromkeys([*s_targets, *m_targets]):
+        t = {**(m_targets.get(name) or {}), **(s_targets.get(name) or {})}
+        extra = {k: v for k, v in t.items() if k not in ("url", "model", "label") and v not in (None, {}, [], "")}
+        p = pre.get(name) if isinstance(pre, dict) else None
+        if isinstance(p, dict):
+            for k in ("version", "engine_version", "speculative_config", "max_model_len"):
+                if p.get(k) not in (None, "", {}):
+                    extra.setdefault(k, p[k])
+        rows.append({"name": name, "url": t.get("url", ""), "model": t.get("model", ""), "label": t.get("label") or "",
+                     "extra": {k: v if isinstance(v, str) else json.dumps(v, default=str) for k, v in extra.items()}})
+    return rows
+
+
+def _categories(data: ReportData) -> list[dict[str, Any]]:
+    out = []
+    by_cat_rows: dict[str, list[Any]] = {}
+    for r in data.rows:
+        by_cat_rows.setdefault(r.category, []).append(r)
+    for name, cat in (data.summary.get("categories") or {}).items():
+        cat = cat or {}
+        checks = []
+        for check, st in (cat.get("checks") or {}).items():
+            if not isinstance(st, dict):
+                continue
+            judge = {k: st.get(k) for k in ("wins", "losses", "ties", "win", "loss", "tie") if _is_num(st.get(k))}
+            checks.append({"name": check, "b": st.get("baseline_pass_rate"), "c": st.get("candidate_pass_rate"),
+                           "delta": st.get("delta"), "ci": st.get("ci"), "p": st.get("p_value"),
+                           "reg": _count(st.get("regressions")), "imp": _count(st.get("improvements")),
+                           "flaky": _count(st.get("flaky")), "n": st.get("n"),
+                           "judge": judge, "verdict": st.get("verdict")})
+        drift = []
+        for feat, d in (cat.get("format_drift") or {}).items():
+            if isinstance(d, dict):
+                drift.append({"name": feat, "b": d.get("baseline"), "c": d.get("candidate"),
+                              "flagged": bool(d.get("flagged") or d.get("significant")), "p": d.get("p_value")})
+        drift.sort(key=lambda d: (not d["flagged"], d["name"]))
+        judge = cat.get("judge") if isinstance(cat.get("judge"), dict) else {}
+        rows = by_cat_rows.get(name, [])
+        out.append({"name": name, "cases": cat.get("cases"), "identical": cat.get("identical_rate"),
+                    "verdict": cat.get("verdict") or "", "checks": checks, "drift": drift,
+                    "flagged_drift": sum(d["flagged"] for d in drift),
+                    "judge": {k: v for k, v in judge.items() if _is_num(v)},
+                    "regressions": sum("regression" in r.flags for r in rows),
+                    "improvements": sum("improvement" in r.flags for r in rows),
+                    "flaky": sum("flaky" in r.flags for r in rows),
+                    "errors": sum("error" in r.flags for r in rows)})
+    return out
+
+
+def _latency(data: ReportData) -> list[dict[str, Any]]:
+    """Percentiles from the summary (the serving stage's definitions); computed here only as a fallback."""
+    summ = data.summary.get("latency") or {}
+    out = []
+    for key, label, meaning in _METRICS:
+        samples = data.latency_samples.get(key, {})
+        sides = {}
+        computed = False
+        for side in ("baseline", "candidate"):
+            pc = (summ.get(side) or {}).get(key) if isinstance(summ.get(side), dict) else None
+            if not pc and samples.get(side):
+                pc, computed = percentiles(samples[side]), True
+            sides[side] = pc or {}
+        if not any(sides.values()):
+            continue
+        ratio = {}
+        for q in ("p50", "p95", "p99"):
+            b, c = sides["baseline"].get(q), sides["candidate"].get(q)
+            ratio[q] = c / b if _is_num(b) and _is_num(c) and b else None
+        out.append({"key": key, "label": label, "meaning": meaning, "sides": sides, "ratio": ratio,
+                    "computed": computed,
+                    "svg": histogram_svg(label, {s: v for s, v in samples.items() if s in ("baseline", "candidate")})})
+    return out
+
+
+def _facts(data: ReportData) -> list[tuple[str, str]]:
+    s, m = data.summary, data.manifest
+    facts = [("Cases", _num(s.get("cases", len(data.rows)))), ("Repeats", _num(m.get("repeats", 1)))]
+    for side, e in (s.get("errors") or {}).items():
+        if isinstance(e, dict):
+            facts.append((f"{side} errors", f"{_num(e.get('count'))} of {_num(e.get('requests'))} ({_pct(e.get('rate'), 2)})"
+                          if e.get("requests") is not None else f"{_num(e.get('count'))} ({_pct(e.get('rate'), 2)})"))
+    if m.get("suite_files"):
+        facts.append(("Suites", ", ".join(str(f) for f in m["suite_files"])))
+    if m.get("shard"):
+        facts.append(("Shard", str(m["shard"])))
+    facts.append(("Started", run_date(data.created_at)))
+    return facts
+
+
+def _context(data: ReportData, nonce: str) -> dict[str, Any]:
+    s = data.summary
+    counts = data.flag_counts
+    acceptance = s.get("acceptance") if isinstance(s.get("acceptance"), dict) else {}
+    fallback = s.get("fallback") if isinstance(s.get("fallback"), dict) else {}
+    return {
+        "nonce": nonce,
+        "verdict": str(s.get("verdict", "unknown")),
+        "reasons": _reasons(s),
+        "targets": _targets(data),
+        "facts": _facts(data),
+        "categories": _categories(data),
+        "latency": _latency(data),
+        "acceptance": {k: v for k, v in acceptance.items() if v is not None},
+        "guardrails": [_guardrail(g) for g in s.get("guardrails") or [] if isinstance(g, dict)],
+        "fallback": fallback if fallback.get("action") or fallback.get("routes") else {},
+        "colours": SIDE_COLOURS,
+        "flags": [(f, counts[f]) for f in FLAG_ORDER],
+        "filter_categories": data.categories,
+        "filter_checks": data.checks,
+        "total_cases": len(data.rows),
+        "case_json": json_for_script([r.compact() for r in data.rows]),
+        "css": Markup(_asset("report.css")),
+        "js": Markup(_asset("report.js")),
+    }
+
+
+def render_html(data: ReportData, *, nonce: str | None = None) -> str:
+    """The whole page as one string; `nonce` is random per report unless a test fixes it."""
+    nonce = nonce or secrets.token_urlsafe(18)
+    return _env().get_template("report.html.j2").render(**_context(data, nonce))
+
+
+def write_report(store: RunStore, summary: dict[str, Any], path: str | Path | None = None) -> Path:
+    """Build report.html for a stored run (default: in the run folder); atomic replace."""
+    return write_html(collect(store, summary), Path(path) if path is not None else store.folder / REPORT_NAME)
+
+
+def write_html(data: ReportData, path: Path) -> Path:
+    """Render and replace `path` atomically, so a viewer never opens half a report."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(render_html(data), encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,122 @@
+"""report.html from a stored run: content, ordering, escaping, CSP, rebuild from the CLI."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from qualitycheck.cli import main
+from qualitycheck.report import collect, render_html, write_report
+from qualitycheck.report.html import json_for_script
+from qualitycheck.store import RunStore
+
+from .conftest import XSS_IMG, XSS_SCRIPT
+
+
+def _cases_json(html: str) -> list[dict[str, Any]]:
+    m = re.search(r'<script type="application/json" id="qc-cases">(.*?)</script>', html, re.S)
+    assert m, "case data block missing"
+    return json.loads(m.group(1))
+
+
+def _render(run: Path, summary: dict[str, Any]) -> str:
+    with RunStore.open(run) as store:
+        return render_html(collect(store, summary))
+
+
+def test_the_run_writes_a_report_and_the_cli_rebuilds_it(stored_run: tuple[Path, dict[str, Any]]) -> None:
+    run, _ = stored_run
+    path = run / "report.html"
+    assert path.is_file(), "pipeline.finish should write report.html"
+    path.unlink()
+    assert main(["report", str(run)]) in (0, 1)
+    html = path.read_text(encoding="utf-8")
+    assert "qualitycheck report" in html and "qa-3" in html
+
+
+def test_cases_are_flagged_from_the_store_and_regressions_come_first(stored_run: tuple[Path, dict[str, Any]]) -> None:
+    run, summary = stored_run
+    cases = _cases_json(_render(run, summary))
+    by_id = {c["i"]: c for c in cases}
+    assert cases[0]["i"] == "qa-3" and "regression" in cases[0]["f"] and cases[0]["rc"] == ["exact"]
+    assert "improvement" in by_id["qa-6"]["f"] and by_id["qa-6"]["ic"] == ["exact"]
+    assert "error" in by_id["qa-1"]["f"] and by_id["qa-1"]["e"]["candidate"][0].startswith("http_status")
+    assert by_id["qa-0"]["f"] == ["identical"]
+    assert by_id["qa-3"]["s"]["exact"] == {"baseline": "p", "candidate": "f"}
+    assert by_id["qa-3"]["d"]["exact"]["candidate"][0]["got"].startswith("The answer is 43.")
+    assert "divergent" in by_id["fmt-2"]["f"] and by_id["fmt-2"]["k"] == "format"
+    assert by_id["qa-3"]["p"] == "[user] question qa 3?"
+
+
+def test_model_output_never_reaches_the_page_as_markup(stored_run: tuple[Path, dict[str, Any]]) -> None:
+    run, summary = stored_run
+    html = _render(run, summary)
+    for payload in (XSS_SCRIPT, XSS_IMG, "<b>bold</b>", "alert(1)</script>"):
+        assert payload not in html
+    assert len(re.findall(r"<script\b", html)) == 2
+    texts = {c["i"]: c["t"] for c in _cases_json(html)}
+    assert XSS_SCRIPT in texts["fmt-0"]["candidate"][0] and XSS_IMG in texts["fmt-1"]["baseline"][0]
+
+
+def test_csp_allows_only_this_reports_nonce_and_nothing_from_the_network(stored_run: tuple[Path, dict[str, Any]]) -> None:
+    run, summary = stored_run
+    html = _render(run, summary)
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)  # type: ignore[union-attr]
+    nonce = re.search(r"script-src 'nonce-([A-Za-z0-9_-]{16,})'", csp).group(1)  # type: ignore[union-attr]
+    assert "default-src 'none'" in csp and "unsafe-eval" not in csp and "unsafe-inline" not in csp
+    assert html.count(f'nonce="{nonce}"') == 2  # the style block and the one script
+    assert nonce not in _render(run, summary)  # a fresh nonce per report
+    assert not re.search(r'\s(src|href)="(https?:)?//', html)  # no remote resources
+
+
+def test_summary_sections_are_rendered_when_present(stored_run: tuple[Path, dict[str, Any]]) -> None:
+    run, summary = stored_run
+    s = copy.deepcopy(summary)
+    s["verdict"] = "fail"
+    s["categories"]["qa"]["checks"]["exact"] = {
+        "baseline_pass_rate": 0.875, "candidate_pass_rate": 0.75, "delta": -0.125, "ci": [-0.3, 0.05],
+        "p_value": 0.0004, "regressions": ["qa-3"], "improvements": ["qa-6"], "flaky": 0}
+    s["categories"]["format"]["format_drift"] = {"markdown_emphasis": {"baseline": 0.0, "candidate": 0.33, "flagged": True}}
+    s["categories"]["qa"]["judge"] = {"wins": 3, "losses": 1, "ties": 4}
+    s["guardrails"] = [
+        {"name": "max_quality_regression_cases", "threshold": 0, "observed": 1, "passed": False, "message": "1 regression"},
+        {"name": "min_acceptance_rate", "threshold": 0.55, "observed": None, "passed": None, "message": "no /metrics"}]
+    s["acceptance"] = {"rate": 0.62, "mean_accepted_length": 2.4, "draft_tokens": None}
+    s["latency"] = {"baseline": {"ttft_ms": {"p50": 20.0, "p95": 40.0, "p99": 50.0}},
+                    "candidate": {"ttft_ms": {"p50": 25.0, "p95": 60.0, "p99": 80.0}}}
+    s["fallback"] = {"action": "disable_speculative_decoding_for_route", "routes": ["qa"]}
+    html = _render(run, s)
+    assert "guardrail max_quality_regression_cases failed: 1 regression" in html
+    assert "guardrail min_acceptance_rate not evaluated: no /metrics" in html and "not evaluated" in html
+    assert "87.5%" in html and "75.0%" in html and "-12.5 pp" in html and "[-30.0, +5.0]" in html and "&lt;0.001" in html
+    assert "markdown_emphasis" in html and "1 of 1 features flagged" in html
+    assert "62.0%" in html and "2.40" in html
+    assert "1.50×" in html  # TTFT p95 ratio 60 / 40
+    assert "disable_speculative_decoding_for_route" in html
+    assert "<svg" in html  # distributions from the stored timings
+
+
+def test_a_minimal_or_odd_summary_never_breaks_the_report(stored_run: tuple[Path, dict[str, Any]]) -> None:
+    run, _ = stored_run
+    for s in ({}, {"verdict": "inconclusive", "categories": {"qa": None}, "guardrails": None, "latency": None},
+              {"categories": {"qa": {"checks": {"exact": {"regressions": 3, "ci": None}}, "format_drift": []}},
+               "acceptance": "n/a", "fallback": {"action": ""}, "errors": {"baseline": {"count": 0}}}):
+        html = _render(run, s)
+        assert "qualitycheck report" in html and _cases_json(html)
+
+
+def test_write_report_is_callable_without_the_cli(stored_run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    run, summary = stored_run
+    with RunStore.open(run) as store:
+        path = write_report(store, summary, tmp_path / "r.html")
+    assert path.read_text(encoding="utf-8").startswith("<!doctype html>")
+
+
+def test_json_for_script_cannot_close_its_block() -> None:
+    value = {"t": "</script><script>alert(1)</script>", "u": "a\u2028b <!-- c & d"}
+    text = str(json_for_script(value))
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text) == value
