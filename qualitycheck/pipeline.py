@@ -67,8 +67,12 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
         store.close()
 
 
-def finish(store: RunStore, cfg: Config | None = None) -> int:
-    """Everything after generation, from the store alone."""
+def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True) -> int:
+    """Everything after generation, from the store alone (scoring first unless `score=False`)."""
+    if score:
+        from .scoring import score_store
+
+        score_store(store)
     summary = build_summary(store)
     write_summary(store.folder, summary)
     from .report import publish
@@ -83,4 +87,4 @@ def redo(folder: Path, stage: str, config_path: str | None) -> int:
 
     with RunStore.open(folder) as store:
         cfg = load_config(config_path) if config_path else Config.model_validate(store.artifact("config") or {})
-        return finish(store, cfg)
+        return finish(store, cfg, score=stage == "score")

@@ -1,0 +1,56 @@
+"""score_store: everything recomputed from the store, the judge's scores kept, errors never pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from qualitycheck.cases import Case
+from qualitycheck.records import ErrorInfo, Response, Score
+from qualitycheck.scoring import build_scorers, score_store
+from qualitycheck.store import RunStore
+
+
+def _resp(case_id: str, target: str, text: str, repeat: int = 0, **kw: object) -> Response:
+    return Response(case_id=case_id, target=target, repeat=repeat, fingerprint="f", text=text, **kw)  # type: ignore[arg-type]
+
+
+def _store(tmp_path: Path) -> RunStore:
+    cases = [
+        Case(id="q1", category="qa", prompt="Capital of France?", checks={"exact": "Paris", "judge": "pairwise"}),
+        Case(id="j1", category="json", prompt="Give JSON", checks={"json": {"schema": {"type": "object", "required": ["a"]}}, "exact": True}),
+    ]
+    store = RunStore.create(tmp_path, {"suite_fingerprint": "x", "targets": {}, "repeats": 2}, cases)
+    for rp in (0, 1):
+        store.put_response(_resp("q1", "baseline", "Paris", rp))
+        store.put_response(_resp("q1", "candidate", "Paris" if rp == 0 else "Lyon", rp))
+        store.put_response(_resp("j1", "baseline", '{"a": 1}', rp))
+    store.put_response(_resp("j1", "candidate", '```json\n{"a": 1}\n```', 0))
+    store.put_response(_resp("j1", "candidate", "", 1, error=ErrorInfo(kind="timeout", message="no reply in 60 s")))
+    return store
+
+
+def test_scores_every_response_and_check_and_keeps_the_judge(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    judge = Score(case_id="q1", target="candidate", repeat=0, check="judge", status="pass", value=1.0)
+    store.replace_scores([judge], checks=["judge"])
+    n = score_store(store, workers=2)
+    scores = {(s.case_id, s.target, s.repeat, s.check): s for s in store.scores()}
+    assert n == len(scores) - 1 == 4 + 4 * 3 - 0  # q1: 4 responses × exact; j1: 4 × (json_parse, json_schema, exact)
+    assert scores[("q1", "candidate", 0, "judge")] == judge
+    assert scores[("q1", "candidate", 0, "exact")].status == "pass"
+    assert scores[("q1", "candidate", 1, "exact")].status == "fail"
+    # exact: true compares against the baseline's answer of the same repeat
+    assert scores[("j1", "candidate", 0, "exact")].status == "fail"
+    assert scores[("j1", "candidate", 0, "json_parse")].detail["same_as_baseline"] is True
+    assert scores[("j1", "candidate", 0, "json_parse")].detail["strict"] is False
+    for check in ("exact", "json_parse", "json_schema"):
+        s = scores[("j1", "candidate", 1, check)]
+        assert s.status == "error" and "timeout" in s.detail["reason"]
+    # rescoring replaces, never duplicates
+    assert score_store(store) == n
+    store.close()
+
+
+def test_judge_is_left_to_its_own_stage() -> None:
+    case = Case(id="q", category="qa", prompt="p", checks={"judge": "pairwise", "regex": "x"})
+    assert [s.check for s in build_scorers(case)] == ["regex"]
