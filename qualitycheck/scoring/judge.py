@@ -366,6 +366,7 @@ class JudgeCache:
     def __init__(self, path: Path):
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=10000")
         self._db.execute("CREATE TABLE IF NOT EXISTS judge_calls (key TEXT PRIMARY KEY, body TEXT NOT NULL, created REAL NOT NULL)")
 
@@ -613,6 +614,8 @@ def _bootstrap_ci(values: list[float], seed: int, level: float = 0.95) -> list[f
 def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict[str, Any]]:
     """Per category: win/loss/tie counts, position consistency, judge errors, rubric delta and its CI.
 
+    `regressions` / `improvements` list the case ids the candidate lost / won.
+
     `judged` counts pairs that needed the judge (wins + losses + ties +
     judge_errors); byte-identical pairs are `skipped_identical` (ties without
     a call) and pairs where a side has no answer are `no_answer`. The rubric
@@ -630,7 +633,7 @@ def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict
         cat = cat_of.get(s.case_id, "?")
         a = acc.setdefault(cat, {"wins": 0, "losses": 0, "ties": 0, "judge_errors": 0, "judged": 0,
                                  "skipped_identical": 0, "no_answer": 0, "flagged_injection": 0,
-                                 "_consistent": 0, "_pairwise": 0, "_deltas": [], "regressions": []})
+                                 "_consistent": 0, "_pairwise": 0, "_deltas": [], "regressions": [], "improvements": []})
         d = s.detail
         if d.get("no_answer"):
             a["no_answer"] += 1
@@ -646,8 +649,8 @@ def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict
             a["judge_errors"] += 1
             continue
         a[{"win": "wins", "loss": "losses", "tie": "ties"}[s.value]] += 1
-        if s.value == "loss":
-            a["regressions"].append(s.case_id)
+        if s.value in ("loss", "win"):
+            a["regressions" if s.value == "loss" else "improvements"].append(s.case_id)
         if d.get("position_consistent") is not None:
             a["_pairwise"] += 1
             a["_consistent"] += bool(d["position_consistent"])
@@ -658,6 +661,7 @@ def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict
         deltas = a.pop("_deltas")
         pw, cons = a.pop("_pairwise"), a.pop("_consistent")
         a["regressions"] = sorted(set(a["regressions"]))
+        a["improvements"] = sorted(set(a["improvements"]))
         a["position_consistency_rate"] = cons / pw if pw else None
         a["rubric_delta_mean"] = sum(deltas) / len(deltas) if deltas else None
         a["rubric_delta_ci"] = _bootstrap_ci(deltas, seed)
