@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, Problem, QualitycheckError
+from .serving.commands import add_preflight_parser, add_sweep_parser, cmd_preflight, cmd_sweep
 
 __all__ = ["main"]
 
@@ -64,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("dir", metavar="DIR")
         p.add_argument("-c", "--config", help="config with guardrails (default: the run's own)")
+
+    add_preflight_parser(sub)
+    add_sweep_parser(sub)
 
     return parser
 
@@ -134,6 +138,8 @@ def cmd_stage(a: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "score": cmd_stage, "report": cmd_stage, "gate": cmd_stage}
+
+COMMANDS.update({"preflight": cmd_preflight, "sweep": cmd_sweep})
 
 
 def main(argv: list[str] | None = None) -> int:
