@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_preflight_parser(sub)
     add_sweep_parser(sub)
 
+    p = sub.add_parser("demo", help="the whole job on local vLLM servers and the demo model (no GPU needed)")
+    p.add_argument("--out", help="run folder (default: reports/demo-<timestamp>)")
+
     return parser
 
 
@@ -137,7 +140,14 @@ def cmd_stage(a: argparse.Namespace) -> int:
     return redo(Path(a.dir), a.command, a.config)
 
 
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "score": cmd_stage, "report": cmd_stage, "gate": cmd_stage}
+def cmd_demo(a: argparse.Namespace) -> int:
+    from .engines.demo import run_demo
+
+    return run_demo(Path(a.out) if a.out else None)
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "score": cmd_stage, "report": cmd_stage, "gate": cmd_stage,
+            "demo": cmd_demo}
 
 COMMANDS.update({"preflight": cmd_preflight, "sweep": cmd_sweep})
 

@@ -24,13 +24,14 @@ __all__ = [
     "ngram_config",
     "prepare",
     "qc_home",
+    "run_demo",
     "start_together",
     "stop_all",
 ]
 
 _HOME = {
     "DEMO_MODEL_NAME": "model", "ModelPrepareError": "model", "demo_model_dir": "model", "prepare": "model",
-    "qc_home": "model",
+    "qc_home": "model", "run_demo": "demo",
 }
 
 
