@@ -73,6 +73,10 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True) ->
         from .scoring import score_store
 
         score_store(store)
+        if cfg is not None and cfg.judge is not None:
+            from .scoring.judge import score_judge
+
+            score_judge(store, cfg)  # after the deterministic scorers; served from its cache on re-scoring
     summary = build_summary(store)
     write_summary(store.folder, summary)
     from .report import publish
