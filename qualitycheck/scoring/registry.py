@@ -98,7 +98,10 @@ def _sql(case: Case) -> list[Scorer]:
     assert spec is not None
     out: list[Scorer] = [SqlParseScorer(spec)]
     if spec.db and spec.reference:
-        out.append(SqlResultScorer(spec))
+        try:
+            out.append(SqlResultScorer(spec))
+        except Exception as exc:  # the fixture or reference is broken; parsing can still be judged
+            out.append(_Broken("sql_result", f"cannot set up the sql_result check: {type(exc).__name__}: {exc}"))
     return out
 
 

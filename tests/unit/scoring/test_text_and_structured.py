@@ -27,3 +27,8 @@ def test_config_file_checks(row: dict[str, Any]) -> None:
 @pytest.mark.parametrize("row", load_rows("jsonschema_suite.jsonl"))
 def test_json_schema_agrees_with_the_official_test_suite(row: dict[str, Any]) -> None:
     check_row(row)
+
+
+@pytest.mark.parametrize("row", load_rows("sql.jsonl"))
+def test_sql_checks(row: dict[str, Any]) -> None:
+    check_row(row)
