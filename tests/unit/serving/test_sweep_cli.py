@@ -1,0 +1,79 @@
+"""The preflight and sweep commands against scripted servers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qualitycheck.cli import main
+from qualitycheck.sweep import recommend
+from qualitycheck.testserver import TestServer
+from tests.helpers import qa_cases, write_suite
+
+ANSWER = " ".join(f"w{i}" for i in range(8))
+
+
+def test_preflight_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
+    with TestServer() as b, TestServer() as same, TestServer(chat_template="[{role}] {content}\n") as drift:
+        assert main(["preflight", "--baseline", b.url, "--candidate", same.url, "--model", "test-model", "--suite", str(suite)]) == 0
+        assert main(["preflight", "--baseline", b.url, "--candidate", drift.url, "--model", "test-model", "--suite", str(suite)]) == 1
+        out = capsys.readouterr().out
+        assert "FAIL tokenize: 3/3 cases tokenize differently" in out and "qa-0" in out
+        assert main(["preflight", "--baseline", b.url, "--model", "test-model", "--suite", str(suite)]) == 2
+        assert main(["preflight", "--baseline", b.url, "--candidate", "http://127.0.0.1:9", "--model", "test-model",
+                     "--suite", str(suite)]) == 3
+    assert "--candidate: required" in capsys.readouterr().err
+
+
+def test_sweep_over_two_scripted_candidates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
+    out = tmp_path / "sweep"
+    # k=2 streams 3 tokens per 20 ms chunk, k=5 one token per chunk: only k=2 beats the baseline's 20 ms per token
+    with TestServer(default=ANSWER, itl_s=0.02) as b, \
+            TestServer(default=ANSWER, itl_s=0.02, tokens_per_chunk=3, speculative={"k": 2, "acceptance": 0.9}) as k2, \
+            TestServer(default=ANSWER, itl_s=0.02, speculative={"k": 5, "acceptance": 0.2}) as k5:
+        rc = main(["sweep", "--baseline", b.url, "--candidate", f"2={k2.url}", "--candidate", f"5={k5.url}",
+                   "--model", "test-model", "--suite", str(suite), "--concurrency", "1,2", "--out", str(out)])
+    assert rc == 0
+    result = json.loads((out / "sweep.json").read_text())
+    cells = {(c["label"], c["concurrency"]): c for c in result["cells"]}
+    assert set(cells) == {(lbl, c) for lbl in ("baseline", "k2", "k5") for c in (1, 2)}
+    assert cells[("k2", 1)]["acceptance"]["rate"] == pytest.approx(k2.counters["accepted"] / k2.counters["draft_tokens"])
+    assert cells[("k5", 1)]["acceptance"]["rate"] < cells[("k2", 1)]["acceptance"]["rate"]
+    assert cells[("baseline", 1)]["acceptance"] is None
+    assert cells[("k2", 2)]["identical_rate"] == 1.0 and cells[("k2", 2)]["latency"]["requests"] == 3
+    assert cells[("k2", 1)]["tpot_speedup"] > 1.5
+    assert result["recommendation"]["recommended"] == "k2" and result["recommendation"]["k"] == "2"
+    page = (out / "sweep.html").read_text()
+    assert page.count("<svg") == 10 and "Recommended:</b> k2" in page and "http" not in page.split("<body>")[1].replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "k5" in capsys.readouterr().out
+
+
+def test_recommendation_and_break_even_concurrency() -> None:
+    def cell(label: str, c: int, speedup: float | None, err: float = 0.0) -> dict:
+        return {"label": label, "k": label[1:] if label != "baseline" else None, "concurrency": c,
+                "latency": {"error_rate": err}, "tpot_speedup": speedup}
+
+    cells = [cell("baseline", c, None) for c in (1, 8, 32)]
+    cells += [cell("k3", 1, 1.6), cell("k3", 8, 1.2), cell("k3", 32, 0.9)]
+    cells += [cell("k5", 1, 1.9, err=0.05), cell("k5", 8, 1.3), cell("k5", 32, 0.8)]
+    cells += [cell("k1", 1, 1.6), cell("k1", 8, 0.95), cell("k1", 32, 0.7)]
+    rec = recommend(cells, [1, 8, 32])
+    assert rec["recommended"] == "k1"  # ties with k3 at the lowest level: the smaller k wins; k5 has errors
+    assert rec["per_candidate"]["k3"] == {"pays_up_to": 8, "stops_paying_at": 32, "excluded": None, "speedup_at_lowest": 1.6}
+    assert rec["per_candidate"]["k5"]["excluded"].startswith("error rate 5.0%")
+    assert rec["stops_paying_at"] == 8 and rec["pays_up_to"] == 1
+    assert recommend([cell("baseline", 1, None), cell("k2", 1, 0.9)], [1])["recommended"] is None
+
+
+def test_sweep_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(1))
+    base = ["sweep", "--baseline", "http://127.0.0.1:9", "--model", "m", "--suite", str(suite)]
+    assert main([*base, "--candidate", "nourl"]) == 2
+    assert main([*base, "--candidate", "3=http://x", "--concurrency", "1,zero"]) == 2
+    assert main([*base, "--launch", "vllm serve {model} --port {port}", "--k", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert "expected K=URL" in err and "--concurrency" in err and "has no {k}" in err
