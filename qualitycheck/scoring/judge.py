@@ -614,7 +614,9 @@ def _bootstrap_ci(values: list[float], seed: int, level: float = 0.95) -> list[f
 def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict[str, Any]]:
     """Per category: win/loss/tie counts, position consistency, judge errors, rubric delta and its CI.
 
-    `regressions` / `improvements` list the case ids the candidate lost / won.
+    `lost_cases` / `won_cases` list the case ids the candidate lost / won on
+    any repeat (the contract's `regressions`, with the noise floor, come from
+    the statistics over the judge scores' pass/fail).
 
     `judged` counts pairs that needed the judge (wins + losses + ties +
     judge_errors); byte-identical pairs are `skipped_identical` (ties without
@@ -633,7 +635,7 @@ def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict
         cat = cat_of.get(s.case_id, "?")
         a = acc.setdefault(cat, {"wins": 0, "losses": 0, "ties": 0, "judge_errors": 0, "judged": 0,
                                  "skipped_identical": 0, "no_answer": 0, "flagged_injection": 0,
-                                 "_consistent": 0, "_pairwise": 0, "_deltas": [], "regressions": [], "improvements": []})
+                                 "_consistent": 0, "_pairwise": 0, "_deltas": [], "lost_cases": [], "won_cases": []})
         d = s.detail
         if d.get("no_answer"):
             a["no_answer"] += 1
@@ -650,7 +652,7 @@ def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict
             continue
         a[{"win": "wins", "loss": "losses", "tie": "ties"}[s.value]] += 1
         if s.value in ("loss", "win"):
-            a["regressions" if s.value == "loss" else "improvements"].append(s.case_id)
+            a["lost_cases" if s.value == "loss" else "won_cases"].append(s.case_id)
         if d.get("position_consistent") is not None:
             a["_pairwise"] += 1
             a["_consistent"] += bool(d["position_consistent"])
@@ -660,8 +662,8 @@ def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict
     for cat, a in sorted(acc.items()):
         deltas = a.pop("_deltas")
         pw, cons = a.pop("_pairwise"), a.pop("_consistent")
-        a["regressions"] = sorted(set(a["regressions"]))
-        a["improvements"] = sorted(set(a["improvements"]))
+        a["lost_cases"] = sorted(set(a["lost_cases"]))
+        a["won_cases"] = sorted(set(a["won_cases"]))
         a["position_consistency_rate"] = cons / pw if pw else None
         a["rubric_delta_mean"] = sum(deltas) / len(deltas) if deltas else None
         a["rubric_delta_ci"] = _bootstrap_ci(deltas, seed)

@@ -65,6 +65,6 @@ def test_summary_counts_per_category(tmp_path: Path) -> None:
     assert {k: summ[k] for k in ("wins", "losses", "ties", "judge_errors", "judged", "skipped_identical")} == \
         {"wins": 1, "losses": 2, "ties": 1, "judge_errors": 1, "judged": 5, "skipped_identical": 1}
     assert summ["position_consistency_rate"] == 3 / 4
-    assert summ["regressions"] == ["l1", "l2"] and summ["improvements"] == ["w"]
+    assert summ["lost_cases"] == ["l1", "l2"] and summ["won_cases"] == ["w"]
     assert summ["rubric_delta_mean"] is None and summ["rubric_delta_ci"] is None
     assert summ["no_answer"] == 1 and summ["flagged_injection"] == 0
