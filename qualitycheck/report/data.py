@@ -238,7 +238,7 @@ def collect(store: RunStore, summary: dict[str, Any]) -> ReportData:
     order = {f: i for i, f in enumerate(FLAG_ORDER)}
     ordered = sorted(rows.values(), key=lambda r: min((order[f] for f in r.flags), default=len(order)))
     created = store.meta("created_at")
-    artifacts = {name: store.artifact(name) for name in ("preflight", "serving", "engines", "engine_versions")}
+    artifacts = {name: store.artifact(name) for name in ("preflight",)}
     return ReportData(
         summary=summary, manifest=store.manifest, created_at=float(created) if created else None,
         rows=ordered, checks=sorted(checks), categories=sorted({c.category for c in cases}),

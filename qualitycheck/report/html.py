@@ -101,25 +101,32 @@ def json_for_script(value: Any) -> Markup:
 
 
 # ------------------------------------------------------------------ sections
-def _reasons(s: dict[str, Any]) -> list[str]:
-    out: list[str] = []
+def _dedup(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _scoped(g: dict[str, Any]) -> str:
+    scope = g.get("route") or g.get("scope") or g.get("category")
+    return f"{g.get('name', '?')} [{scope}]" if scope and scope != "*" else str(g.get("name", "?"))
+
+
+def _reasons(s: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Why the verdict is what it is: what failed, and what could not be evaluated."""
+    failed: list[str] = []
     for key in ("reasons", "verdict_reasons"):
         for r in s.get(key) or []:
-            out.append(r if isinstance(r, str) else str(r.get("message") or r))
-    for g in s.get("guardrails") or []:
-        if not isinstance(g, dict):
-            continue
-        msg = g.get("message") or g.get("name", "")
-        if g.get("passed") is False:
-            out.append(f"guardrail {g.get('name', '?')} failed: {msg}")
-        elif g.get("passed") is None:
-            out.append(f"guardrail {g.get('name', '?')} not evaluated: {msg}")
+            failed.append(r if isinstance(r, str) else str(r.get("message") or r))
+    rails = [g for g in s.get("guardrails") or [] if isinstance(g, dict)]
+    failed += [f"{_scoped(g)}: {g.get('message') or 'failed'}" for g in rails if g.get("passed") is False]
     for name, cat in (s.get("categories") or {}).items():
-        v = (cat or {}).get("verdict")
-        if v in ("fail", "inconclusive"):
-            out.append(f"category {name}: {v}")
-    seen: set[str] = set()
-    return [r for r in out if not (r in seen or seen.add(r))]  # type: ignore[func-returns-value]
+        if isinstance(cat, dict) and cat.get("verdict") == "fail":
+            failed.append(f"category {name}: fail")
+    unknown = [str(x) for x in s.get("not_evaluated") or [] if x]
+    if not unknown:
+        unknown = [f"{_scoped(g)}: {g.get('message') or 'not evaluated'}" for g in rails if g.get("passed") is None]
+        unknown += [f"category {n}: inconclusive" for n, c in (s.get("categories") or {}).items()
+                    if isinstance(c, dict) and c.get("verdict") == "inconclusive"]
+    return _dedup(failed), _dedup(unknown)
 
 
 def _guardrail(g: dict[str, Any]) -> dict[str, Any]:
@@ -137,14 +144,21 @@ def _targets(data: ReportData) -> list[dict[str, Any]]:
     for name in dict.fromkeys([*s_targets, *m_targets]):
         t = {**(m_targets.get(name) or {}), **(s_targets.get(name) or {})}
         extra = {k: v for k, v in t.items() if k not in ("url", "model", "label") and v not in (None, {}, [], "")}
-        p = pre.get(name) if isinstance(pre, dict) else None
-        if isinstance(p, dict):
-            for k in ("version", "engine_version", "speculative_config", "max_model_len"):
-                if p.get(k) not in (None, "", {}):
-                    extra.setdefault(k, p[k])
+        for chk in (pre.get("checks") or []) if isinstance(pre, dict) else []:
+            # the preflight records each side's value of what it compared (engine version, server config)
+            if isinstance(chk, dict) and chk.get("name") == "engine_version" and chk.get(name) not in (None, ""):
+                extra.setdefault("engine_version", chk[name])
         rows.append({"name": name, "url": t.get("url", ""), "model": t.get("model", ""), "label": t.get("label") or "",
                      "extra": {k: v if isinstance(v, str) else json.dumps(v, default=str) for k, v in extra.items()}})
     return rows
+
+
+def _preflight(data: ReportData) -> list[dict[str, Any]]:
+    pre = data.artifacts.get("preflight")
+    if not isinstance(pre, dict):
+        return []
+    return [{"name": str(c.get("name", "")), "passed": c.get("passed"), "detail": str(c.get("detail") or "")}
+            for c in pre.get("checks") or [] if isinstance(c, dict)]
 
 
 def _categories(data: ReportData) -> list[dict[str, Any]]:
@@ -162,17 +176,22 @@ def _categories(data: ReportData) -> list[dict[str, Any]]:
             checks.append({"name": check, "b": st.get("baseline_pass_rate"), "c": st.get("candidate_pass_rate"),
                            "delta": st.get("delta"), "ci": st.get("ci"), "p": st.get("p_value"),
                            "reg": _count(st.get("regressions")), "imp": _count(st.get("improvements")),
-                           "flaky": _count(st.get("flaky")), "n": st.get("n"),
+                           "flaky": _count(st.get("flaky")), "n": st.get("n"), "mde": st.get("mde"),
+                           "beyond": st.get("regressions_beyond_floor"),
+                           "noise": (st.get("noise_floor") or {}).get("flip_rate") if isinstance(st.get("noise_floor"), dict) else None,
                            "judge": judge, "verdict": st.get("verdict")})
         drift = []
         for feat, d in (cat.get("format_drift") or {}).items():
             if isinstance(d, dict):
-                drift.append({"name": feat, "b": d.get("baseline"), "c": d.get("candidate"),
-                              "flagged": bool(d.get("flagged") or d.get("significant")), "p": d.get("p_value")})
+                drift.append({"name": feat, "b": d.get("baseline"), "c": d.get("candidate"), "kind": d.get("kind", "rate"),
+                              "flagged": bool(d.get("flag") or d.get("flagged") or d.get("significant")),
+                              "p": d.get("p_value")})
         drift.sort(key=lambda d: (not d["flagged"], d["name"]))
         judge = cat.get("judge") if isinstance(cat.get("judge"), dict) else {}
         rows = by_cat_rows.get(name, [])
         out.append({"name": name, "cases": cat.get("cases"), "identical": cat.get("identical_rate"),
+                    "similarity": cat.get("similarity_mean"), "first_div": cat.get("first_divergence_char_median"),
+                    "control_identical": cat.get("control_identical_rate"),
                     "verdict": cat.get("verdict") or "", "checks": checks, "drift": drift,
                     "flagged_drift": sum(d["flagged"] for d in drift),
                     "judge": {k: v for k, v in judge.items() if _is_num(v)},
@@ -208,6 +227,22 @@ def _latency(data: ReportData) -> list[dict[str, Any]]:
     return out
 
 
+def _acceptance(a: dict[str, Any]) -> dict[str, Any]:
+    """The figures worth a glance, the per-position rates, and the stage's own warnings."""
+    figures = [(label, fmt(a[k])) for k, label, fmt in (
+        ("rate", "acceptance rate", _pct), ("mean_accepted_length", "mean accepted length", lambda x: _num(x, 2)),
+        ("drafts", "drafts", _num), ("draft_tokens", "draft tokens", _num), ("accepted_tokens", "accepted tokens", _num))
+        if _is_num(a.get(k))]
+    if isinstance(a.get("speculating"), bool):
+        figures.append(("candidate speculating", "yes" if a["speculating"] else "no"))
+    by_pos = [x for x in a.get("by_position") or [] if _is_num(x) or isinstance(x, dict)]
+    positions = ", ".join(_pct(x) if _is_num(x) else _pct(x.get("rate")) for x in by_pos)
+    warnings = [str(w) for w in a.get("warnings") or []]
+    if not figures and not warnings:
+        return {}
+    return {"figures": figures, "positions": positions, "warnings": warnings}
+
+
 def _facts(data: ReportData) -> list[tuple[str, str]]:
     s, m = data.summary, data.manifest
     facts = [("Cases", _num(s.get("cases", len(data.rows)))), ("Repeats", _num(m.get("repeats", 1)))]
@@ -231,12 +266,14 @@ def _context(data: ReportData, nonce: str) -> dict[str, Any]:
     return {
         "nonce": nonce,
         "verdict": str(s.get("verdict", "unknown")),
-        "reasons": _reasons(s),
+        "reasons": _reasons(s)[0],
+        "not_evaluated": _reasons(s)[1],
         "targets": _targets(data),
+        "preflight": _preflight(data),
         "facts": _facts(data),
         "categories": _categories(data),
         "latency": _latency(data),
-        "acceptance": {k: v for k, v in acceptance.items() if v is not None},
+        "acceptance": _acceptance(acceptance),
         "guardrails": [_guardrail(g) for g in s.get("guardrails") or [] if isinstance(g, dict)],
         "fallback": fallback if fallback.get("action") or fallback.get("routes") else {},
         "colours": SIDE_COLOURS,

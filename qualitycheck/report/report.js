@@ -216,7 +216,9 @@
         renderPane(pc.pre, ops, "candidate");
         var changed = 0, total = 0;
         ops.forEach(function (o) { var n = o[1].length; total += n; if (o[0] !== "=") changed += n; });
-        info.textContent = "First divergence at character " + (x && x.divergence_char !== undefined ? x.divergence_char : at) + "; " + changed + " of " + total + " tokens differ.";
+        var fc = 0;
+        while (fc < tb.length && fc < tc.length && tb.charAt(fc) === tc.charAt(fc)) fc++;
+        info.textContent = "First divergence at character " + fc + " (marked at the start of its token, " + at + "); " + changed + " of " + total + " tokens differ.";
       }
     } else {
       if (typeof tb === "string") pb.pre.appendChild(document.createTextNode(tb));

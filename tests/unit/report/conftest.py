@@ -16,6 +16,7 @@ import pytest
 
 from qualitycheck.cli import main
 from qualitycheck.records import Score
+from qualitycheck.report import write_report
 from qualitycheck.store import RunStore
 from qualitycheck.summary import build_summary
 from qualitycheck.testserver import Fault, TestServer
@@ -66,7 +67,8 @@ def build_run(folder: Path) -> tuple[Path, dict[str, Any]]:
     with RunStore.open(out) as store:
         store.replace_scores(_exact_scores(store), checks=["exact"])
         summary = build_summary(store)
-    (out / "summary.json").write_text(json.dumps(summary, default=str), encoding="utf-8")
+        (out / "summary.json").write_text(json.dumps(summary, default=str), encoding="utf-8")
+        write_report(store, summary)
     return out, summary
 
 

@@ -79,7 +79,8 @@ def test_summary_sections_are_rendered_when_present(stored_run: tuple[Path, dict
     s["categories"]["qa"]["checks"]["exact"] = {
         "baseline_pass_rate": 0.875, "candidate_pass_rate": 0.75, "delta": -0.125, "ci": [-0.3, 0.05],
         "p_value": 0.0004, "regressions": ["qa-3"], "improvements": ["qa-6"], "flaky": 0}
-    s["categories"]["format"]["format_drift"] = {"markdown_emphasis": {"baseline": 0.0, "candidate": 0.33, "flagged": True}}
+    s["categories"]["format"]["format_drift"] = {"markdown_emphasis": {"baseline": 0.0, "candidate": 0.33, "kind": "rate", "flag": True},
+                                             "chars": {"baseline": 120.0, "candidate": 80.5, "kind": "mean", "flag": False}}
     s["categories"]["qa"]["judge"] = {"wins": 3, "losses": 1, "ties": 4}
     s["guardrails"] = [
         {"name": "max_quality_regression_cases", "threshold": 0, "observed": 1, "passed": False, "message": "1 regression"},
@@ -87,12 +88,14 @@ def test_summary_sections_are_rendered_when_present(stored_run: tuple[Path, dict
     s["acceptance"] = {"rate": 0.62, "mean_accepted_length": 2.4, "draft_tokens": None}
     s["latency"] = {"baseline": {"ttft_ms": {"p50": 20.0, "p95": 40.0, "p99": 50.0}},
                     "candidate": {"ttft_ms": {"p50": 25.0, "p95": 60.0, "p99": 80.0}}}
-    s["fallback"] = {"action": "disable_speculative_decoding_for_route", "routes": ["qa"]}
+    s["fallback"] = {"action": "disable_speculative_decoding_for_route", "routes": ["qa"], "reason": "qa regressed"}
+    s["not_evaluated"] = []  # the report then lists the unevaluated guardrails itself
     html = _render(run, s)
-    assert "guardrail max_quality_regression_cases failed: 1 regression" in html
-    assert "guardrail min_acceptance_rate not evaluated: no /metrics" in html and "not evaluated" in html
+    assert "<li>max_quality_regression_cases: 1 regression</li>" in html
+    assert "<li>min_acceptance_rate: no /metrics</li>" in html and "not evaluated" in html
+    assert "qa regressed" in html
     assert "87.5%" in html and "75.0%" in html and "-12.5 pp" in html and "[-30.0, +5.0]" in html and "&lt;0.001" in html
-    assert "markdown_emphasis" in html and "1 of 1 features flagged" in html
+    assert "markdown_emphasis" in html and "1 of 2 features flagged" in html and "80.5" in html
     assert "62.0%" in html and "2.40" in html
     assert "1.50×" in html  # TTFT p95 ratio 60 / 40
     assert "disable_speculative_decoding_for_route" in html

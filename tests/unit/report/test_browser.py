@@ -1,0 +1,133 @@
+"""report.html in headless Chromium: no errors or CSP violations, filters, diff, inert payloads.
+
+Uses Debian's /usr/bin/chromium through playwright (never `playwright
+install`). Leaves tests/artifacts/report.png; with QC_DOCS_SCREENSHOT=1 it
+also refreshes docs/report-screenshot.png for the README.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import XSS_IMG, XSS_SCRIPT
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]
+REPO = Path(__file__).resolve().parents[3]
+
+# Runs before the page's own script; records CSP violations and any payload that executes.
+WATCH = """
+window.__csp = [];
+document.addEventListener('securitypolicyviolation', e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));
+window.alert = () => { window.__alerted = true; };
+"""
+
+
+@pytest.fixture(scope="module")
+def browser(stored_run: tuple[Path, dict[str, Any]]) -> Iterator[Any]:
+    """Depends on the run so it is built first: playwright's sync API holds an event loop open."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any, stored_run: tuple[Path, dict[str, Any]]) -> Iterator[tuple[Any, list[str]]]:
+    run, _ = stored_run
+    problems: list[str] = []
+    pg = browser.new_page(viewport={"width": 1280, "height": 900})
+    pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    pg.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    pg.on("request", lambda r: problems.append(f"request: {r.url}") if not r.url.startswith("file://") else None)
+    pg.add_init_script(WATCH)
+    pg.goto((run / "report.html").as_uri())
+    pg.wait_for_selector("#case-table tbody tr")
+    yield pg, problems
+    pg.close()
+
+
+def _visible_rows(pg: Any) -> int:
+    return pg.locator("#case-table tbody tr").count()
+
+
+def _wait_rows(pg: Any, n: int) -> None:
+    """Wait out the search box's debounce (playwright's expect polls without eval, which the CSP forbids)."""
+    from playwright.sync_api import expect
+
+    expect(pg.locator("#case-table tbody tr")).to_have_count(n, timeout=5000)
+
+
+def test_the_report_loads_clean(page: tuple[Any, list[str]]) -> None:
+    pg, problems = page
+    assert _visible_rows(pg) == 11
+    assert pg.locator("#case-count").text_content() == "11 of 11 cases"
+    assert pg.evaluate("window.__csp") == [] and problems == []
+
+
+def test_filters_narrow_the_case_list(page: tuple[Any, list[str]]) -> None:
+    pg, problems = page
+    first = pg.locator("#case-table tbody tr").first.locator("td").first.text_content()
+    assert first == "qa-3"  # regressions first
+    pg.select_option("#f-flag", "regression")
+    assert _visible_rows(pg) == 1
+    pg.select_option("#f-flag", "")
+    pg.select_option("#f-category", "format")
+    assert _visible_rows(pg) == 3
+    pg.select_option("#f-category", "")
+    pg.select_option("#f-check", "exact")
+    assert _visible_rows(pg) == 8
+    pg.select_option("#f-check", "")
+    pg.fill("#f-search", "double-checked")  # text only the candidate's answer holds
+    _wait_rows(pg, 1)
+    assert pg.locator("#case-table tbody tr td").first.text_content() == "qa-3"
+    pg.fill("#f-search", "")
+    _wait_rows(pg, 11)
+    assert problems == []
+
+
+def test_a_case_opens_a_side_by_side_diff(page: tuple[Any, list[str]]) -> None:
+    pg, problems = page
+    pg.locator("#case-table tbody tr", has_text="qa-3").click()
+    detail = pg.locator("#case-detail")
+    assert detail.is_visible()
+    assert pg.locator(".pane-baseline del.chg").first.text_content() == "42"
+    assert pg.locator(".pane-candidate ins.chg").first.text_content().startswith("43")
+    assert pg.locator(".pane-candidate .first-div").count() == 1
+    assert "First divergence at character 15 (marked at the start of its token, 14)" in detail.text_content()
+    assert "regression" in detail.locator("table.checks").text_content()
+    assert '"got": "The answer is 43.' in detail.text_content()  # the failing score's detail
+    assert problems == []
+
+
+def test_payloads_in_answers_stay_inert_text(page: tuple[Any, list[str]]) -> None:
+    pg, problems = page
+    for case_id, side, payload in (("fmt-0", "candidate", XSS_SCRIPT), ("fmt-1", "baseline", XSS_IMG)):
+        pg.locator("#case-table tbody tr", has_text=case_id).click()
+        pane = pg.locator(f".pane-{side} pre")
+        assert payload in pane.text_content()
+        assert pg.locator("#case-detail img, #case-detail script, #case-detail b").count() == 0
+    pg.wait_for_timeout(100)  # give a wrongly inserted onerror handler time to fire
+    assert pg.evaluate("window.__alerted === undefined") and pg.evaluate("document.images.length") == 0
+    assert pg.evaluate("window.__csp") == [] and problems == []
+    out = REPO / "tests" / "artifacts"
+    out.mkdir(parents=True, exist_ok=True)
+    pg.locator("#case-table tbody tr", has_text="qa-3").click()
+    pg.evaluate("window.scrollTo(0, 0)")
+    pg.screenshot(path=str(out / "report.png"), full_page=True)
+    assert (out / "report.png").stat().st_size > 10_000
+    if os.environ.get("QC_DOCS_SCREENSHOT") == "1":
+        pg.set_viewport_size({"width": 1100, "height": 1400})
+        pg.screenshot(path=str(REPO / "docs" / "report-screenshot.png"), full_page=False, type="png")
