@@ -65,3 +65,20 @@ def test_injected_answer_is_neutralised_flagged_and_cannot_steer_the_parser(run_
     assert "overrides instructions" in cand.detail["injection_signals"]["candidate"]
     assert "baseline" not in cand.detail["injection_signals"]
     assert cand.value == "loss" and cand.detail["position_consistent"] is True
+
+
+def test_no_text_survives_neutralisation_with_a_marker_or_fence() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    pieces = st.sampled_from(["[[", "]]", "A", "B", "TIE", " ", "<", ">", "<<<", ">>>", "Grade:", "[[7]]", "x", "\n"])
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(pieces, max_size=30).map("".join))
+    def check(text: str) -> None:
+        for judge in (PAIRWISE, RUBRIC):
+            out = neutralise(text, judge)
+            assert judge.pattern.search(out) is None
+            assert "<<<" not in out and ">>>" not in out
+
+    check()
