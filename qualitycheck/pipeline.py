@@ -21,6 +21,7 @@ from .runner import select_shard
 from .serving.measure import measured_generate
 from .store import RunStore
 from .summary import build_summary, write_summary
+from .signoff import write_signoff
 
 __all__ = ["finish", "manifest_for", "redo", "run"]
 
@@ -77,8 +78,9 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True) ->
             from .scoring.judge import score_judge
 
             score_judge(store, cfg)  # after the deterministic scorers; served from its cache on re-scoring
-    summary = build_summary(store)
+    summary = build_summary(store, cfg)
     write_summary(store.folder, summary)
+    write_signoff(store.folder, summary)
     from .report import publish
 
     publish(store, summary)  # report.html + the terminal summary, from the store alone

@@ -1,16 +1,25 @@
 """summary.json (Contract 3): what CI gates and users script against.
 
-Built only from the run store, so `report` and `gate` can rebuild it without
-calling an endpoint. Keys are only ever added, never renamed.
+Built only from the run store (and the config's guardrails), so `report` and
+`gate` can rebuild it without calling an endpoint. Keys are only ever added,
+never renamed. Stages owned by other modules (latency, acceptance, preflight,
+judge) are merged in when their module is present; a missing one leaves its
+guardrail "not evaluated", never passed.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .compare import CaseComparison, compare_run
+from .config import Config
+from .gate import ALL_ROUTES, Evidence, build_rules, decide, parse_guardrails
 from .records import FORMAT_VERSION
+from .stats import CheckStats, format_drift, quality_stats
 from .store import RunStore
 
 __all__ = ["build_summary", "write_summary", "SUMMARY_NAME"]
@@ -23,43 +32,175 @@ def _targets(store: RunStore) -> dict[str, Any]:
             for n, t in store.manifest.get("targets", {}).items()}
 
 
-def build_summary(store: RunStore) -> dict[str, Any]:
-    cases = store.cases()
-    by_cat: dict[str, dict[str, Any]] = {}
-    cat_of = {c.id: c.category for c in cases}
-    for c in cases:
-        by_cat.setdefault(c.category, {"cases": 0, "pairs": 0, "identical": 0})["cases"] += 1
-    for case_id, rs in store.responses_by_case():
-        sides: dict[int, dict[str, Any]] = {}
-        for r in rs:
-            sides.setdefault(r.repeat, {})[r.target] = r
-        for pair in sides.values():
-            b, c = pair.get("baseline"), pair.get("candidate")
-            if b is None or c is None or not b.ok or not c.ok:
-                continue
-            d = by_cat[cat_of[case_id]]
-            d["pairs"] += 1
-            d["identical"] += b.text == c.text
+def _optional(module: str, name: str) -> Callable[..., Any] | None:
+    """A function another stage provides, or None when that module is not in this tree."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return None
+    return getattr(mod, name, None)
+
+
+def _errors(store: RunStore) -> dict[str, Any]:
     counts = store.count_responses()
-    errors = {t: {"count": v["errors"], "requests": v["requests"],
-                  "rate": v["errors"] / v["requests"] if v["requests"] else 0.0} for t, v in counts.items()}
-    categories = {}
-    all_identical = True
-    for cat, d in sorted(by_cat.items()):
-        rate = d["identical"] / d["pairs"] if d["pairs"] else None
-        ok = d["pairs"] == d["cases"] * store.manifest.get("repeats", 1) and d["identical"] == d["pairs"]
-        all_identical &= ok
-        categories[cat] = {"cases": d["cases"], "identical_rate": rate, "checks": {}, "format_drift": {},
-                           "verdict": "pass" if ok else "fail"}
-    verdict = "pass" if all_identical and not any(e["count"] for e in errors.values()) else "fail"
-    return {
+    return {t: {"count": v["errors"], "requests": v["requests"],
+                "rate": v["errors"] / v["requests"] if v["requests"] else 0.0} for t, v in counts.items()}
+
+
+def _route_errors(comps: list[CaseComparison]) -> dict[str, dict[str, dict[str, int]]]:
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for c in comps:
+        per = out.setdefault(c.route, {})
+        for side, ok in (("baseline", c.baseline_ok), ("candidate", c.candidate_ok), ("control", c.control_ok)):
+            if ok is None:
+                continue
+            d = per.setdefault(side, {"count": 0, "requests": 0})
+            d["requests"] += 1
+            d["count"] += not ok
+    return out
+
+
+def _text_stats(comps: list[CaseComparison]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for c in comps:
+        d = out.setdefault(c.category, {"cases": set(), "pairs": 0, "identical": 0, "sim": [], "div": [],
+                                        "aa_pairs": 0, "aa_identical": 0})
+        d["cases"].add(c.case_id)
+        if c.identical is not None:
+            d["pairs"] += 1
+            d["identical"] += c.identical
+            if c.similarity is not None:
+                d["sim"].append(c.similarity)
+            if c.divergence_char is not None:
+                d["div"].append(c.divergence_char)
+        if c.control_identical is not None:
+            d["aa_pairs"] += 1
+            d["aa_identical"] += c.control_identical
+    return out
+
+
+def _category_verdict(cells: dict[str, CheckStats], failed_routes: set[str], identical_rate: float | None) -> tuple[str, str]:
+    """fail on a counted regression in a failed route or an inferior check; inconclusive when nothing decides."""
+    reasons = []
+    for s in cells.values():
+        if s.regressions_beyond_floor and failed_routes & set(s.routes):
+            reasons.append(f"{s.check}: {s.regressions_beyond_floor} regression(s) beyond the noise floor")
+        if s.non_inferiority == "inferior":
+            reasons.append(f"{s.check}: pass rate worse than the non-inferiority margin {s.margin}")
+    if reasons:
+        return "fail", "; ".join(reasons)
+    undecided = [s.check for s in cells.values() if s.non_inferiority == "inconclusive"]
+    if undecided:
+        return "inconclusive", f"too few cases to show non-inferiority for {', '.join(undecided)}"
+    if not any(s.n for s in cells.values()):
+        if identical_rate == 1.0:
+            return "pass", "no checks, but every answer is identical to the baseline's"
+        return "inconclusive", "no check decides these cases and the answers differ from the baseline's"
+    return "pass", "no regression beyond the noise floor"
+
+
+def build_summary(store: RunStore, cfg: Config | None = None, *, comparisons: list[CaseComparison] | None = None) -> dict[str, Any]:
+    """The whole verdict from the store: comparisons, statistics, guardrails, fallback, sign-off."""
+    cfg = cfg or Config()
+    guard = parse_guardrails(cfg)
+    cases = store.cases()
+    comps = comparisons if comparisons is not None else compare_run(store)
+    stats = quality_stats(comps, margins=cfg.non_inferiority_margin, seed=cfg.run.seed)
+    drift = format_drift(comps)
+    text = _text_stats(comps)
+    errors = _errors(store)
+
+    latency_fn = _optional("qualitycheck.serving", "latency_summary")
+    acceptance_fn = _optional("qualitycheck.serving", "acceptance_summary")
+    judge_fn = _optional("qualitycheck.scoring.judge", "judge_summary")
+    latency = latency_fn(store) if latency_fn else None
+    acceptance = acceptance_fn(store) if acceptance_fn else None
+    judge = judge_fn(store) if judge_fn else {}
+
+    category_routes: dict[str, set[str]] = {}
+    for c in cases:
+        category_routes.setdefault(c.category, set()).add(c.route)
+    routes_in_run = set().union(*category_routes.values()) if category_routes else set()
+
+    ev = Evidence(errors=errors, route_errors=_route_errors(comps), latency=latency, acceptance=acceptance)
+    repeats = store.manifest.get("repeats", 1)
+    for cat, t in text.items():
+        if t["pairs"] and t["pairs"] == len(t["cases"]) * repeats and t["identical"] == t["pairs"]:
+            ev.scored_routes |= category_routes.get(cat, set())  # identical answers: no check can differ
+    for cells in stats.values():
+        for s in cells.values():
+            if s.n:
+                ev.scored_routes |= {c for c in category_routes.get(s.category, set())}
+            if not s.regressions_beyond_floor:
+                continue
+            for route, ids in s.routes.items():
+                per = ev.regressions.setdefault(route, {})
+                for i in ids:
+                    per.setdefault(i, []).append(s.check)
+                share = s.allowance if len(s.routes) == 1 else s.allowance * len(ids) // len(s.regressions)
+                ev.allowances[route] = max(ev.allowances.get(route, 0), share)
+    results = [rule.evaluate(ev) for rule in build_rules(guard, routes_in_run)]
+    failed_routes = {r.route for r in results if r.passed is False and r.name == "max_quality_regression_cases"}
+    if ALL_ROUTES in failed_routes:
+        failed_routes |= routes_in_run
+
+    categories: dict[str, Any] = {}
+    verdicts: dict[str, str] = {}
+    for cat in sorted(category_routes):
+        t = text.get(cat, {})
+        pairs = t.get("pairs", 0)
+        identical_rate = t["identical"] / pairs if pairs else None
+        cells = stats.get(cat, {})
+        verdict, why = _category_verdict(cells, failed_routes, identical_rate)
+        verdicts[cat] = verdict
+        checks = {name: s.to_json() for name, s in cells.items()}
+        if cat in judge:
+            checks.setdefault("judge", {}).update(judge[cat])
+        categories[cat] = {
+            "cases": sum(1 for c in cases if c.category == cat),
+            "routes": sorted(category_routes[cat]),
+            "identical_rate": identical_rate,
+            "pairs": pairs,
+            "similarity_mean": sum(t["sim"]) / len(t["sim"]) if t.get("sim") else None,
+            "first_divergence_char_median": sorted(t["div"])[len(t["div"]) // 2] if t.get("div") else None,
+            "control_identical_rate": t["aa_identical"] / t["aa_pairs"] if t.get("aa_pairs") else None,
+            "checks": checks,
+            "format_drift": drift.get(cat, {}),
+            "verdict": verdict,
+            "verdict_reason": why,
+        }
+    verdict, fallback = decide(results, verdicts, allow_not_evaluated=cfg.allow_not_evaluated,
+                               fallback_action=guard.fallback_action, category_routes=category_routes)
+    not_evaluated = [f"guardrail {r.name}" + (f" [{r.route}]" if r.route != ALL_ROUTES else "") + f": {r.message.removeprefix('not evaluated: ')}"
+                     for r in results if r.passed is None]
+    not_evaluated += [f"category {cat}: {c['verdict_reason']}" for cat, c in categories.items() if c["verdict"] == "inconclusive"]
+    not_evaluated += [f"guardrail {name}: not configured, so not gated (add it to speculative_decoding_guardrails)"
+                      for name in ("min_acceptance_rate", "max_tpot_p95_regression") if name not in guard.thresholds]
+    if not any(s.noise.measured_by for cells in stats.values() for s in cells.values()):
+        not_evaluated.append("noise floor: no control target and one repeat, so every pass→fail flip counts as a regression "
+                             "(add --control or --repeats to measure how often the baseline disagrees with itself)")
+    summary: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "verdict": verdict,
         "cases": len(cases),
         "targets": _targets(store),
+        "repeats": store.manifest.get("repeats", 1),
         "categories": categories,
         "errors": errors,
+        "latency": latency if latency is not None else {},
+        "acceptance": acceptance if acceptance is not None else {"rate": None, "mean_accepted_length": None,
+                                                                 "draft_tokens": None, "accepted_tokens": None},
+        "preflight": store.artifact("preflight"),
+        "guardrails": [r.to_json() for r in results],
+        "allow_not_evaluated": cfg.allow_not_evaluated,
+        "fallback": fallback,
+        "not_evaluated": not_evaluated,
+        "seed": cfg.run.seed,
     }
+    from .signoff import render_signoff
+
+    summary["signoff"] = render_signoff(summary)
+    return summary
 
 
 def write_summary(folder: Path, summary: dict[str, Any]) -> Path:

@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qualitycheck.config import Config
+from qualitycheck.errors import ConfigError
+from qualitycheck.gate import (
+    Evidence,
+    MaxErrorRate,
+    MaxQualityRegressionCases,
+    MaxTpotP95Regression,
+    MinAcceptanceRate,
+    decide,
+    parse_fraction,
+    parse_guardrails,
+)
+from qualitycheck.summary import build_summary
+from tests.unit.verdict.verdict_builders import make_store
+
+SEED_BLOCK = {
+    "min_acceptance_rate": 0.55,
+    "max_tpot_p95_regression": "10%",
+    "max_error_rate": "1%",
+    "max_quality_regression_cases": 0,
+    "fallback_action": "disable_speculative_decoding_for_route",
+}
+
+
+def test_the_seed_block_is_accepted_verbatim():
+    g = parse_guardrails(Config(speculative_decoding_guardrails=SEED_BLOCK))
+    assert g.thresholds == {"min_acceptance_rate": 0.55, "max_tpot_p95_regression": 0.1,
+                            "max_error_rate": 0.01, "max_quality_regression_cases": 0}
+    assert g.fallback_action == "disable_speculative_decoding_for_route"
+    assert parse_fraction("12.5%") == 0.125 and parse_fraction("0.3") == 0.3
+
+
+def test_bad_guardrails_name_the_field_and_what_was_expected():
+    cfg = Config(speculative_decoding_guardrails={"max_error_rate": "lots", "min_acceptance": 0.5},
+                 routes={"billing": {"max_quality_regression_cases": -1}}, source="qc.yaml")
+    with pytest.raises(ConfigError) as e:
+        parse_guardrails(cfg)
+    text = str(e.value)
+    assert "qc.yaml: speculative_decoding_guardrails.max_error_rate: expected a percentage like '1%'" in text
+    assert "did you mean 'min_acceptance_rate'" in text
+    assert "routes.billing.max_quality_regression_cases: expected a whole number" in text
+
+
+def test_missing_observations_are_not_evaluated_never_passed():
+    ev = Evidence()
+    for rule in (MinAcceptanceRate(0.55), MaxTpotP95Regression(0.1), MaxErrorRate(0.01), MaxQualityRegressionCases(0)):
+        r = rule.evaluate(ev)
+        assert r.passed is None and r.message.startswith("not evaluated")
+
+
+def test_rules_pass_and_fail_with_readable_messages():
+    ev = Evidence(errors={"baseline": {"count": 0, "requests": 100}, "candidate": {"count": 3, "requests": 100}},
+                  latency={"baseline": {"tpot_ms": {"p95": 10.0}}, "candidate": {"tpot_ms": {"p95": 11.5}}},
+                  acceptance={"rate": 0.6}, regressions={"r": {"a": ["exact"], "b": ["json_parse"]}},
+                  allowances={"r": 1}, scored_routes={"r"})
+    assert MinAcceptanceRate(0.55).evaluate(ev).passed is True
+    tpot = MaxTpotP95Regression(0.1).evaluate(ev)
+    assert tpot.passed is False and "+15.0%" in tpot.message
+    err = MaxErrorRate(0.01).evaluate(ev)
+    assert err.passed is False and err.observed == 0.03 and "candidate 3/100" in err.message
+    q = MaxQualityRegressionCases(0, "r").evaluate(ev)
+    assert q.passed is False and q.observed == 1 and "after 1 explained by the measured noise floor" in q.message
+    assert MaxQualityRegressionCases(1, "r").evaluate(ev).passed is True
+
+
+def test_decide_verdicts_and_fallback_routes():
+    from qualitycheck.gate import GuardrailResult
+
+    ok = GuardrailResult("max_error_rate", "1%", 0.0, True, "")
+    missing = GuardrailResult("min_acceptance_rate", 0.55, None, None, "not evaluated: x")
+    bad = GuardrailResult("max_quality_regression_cases", 0, 2, False, "2 cases", "billing")
+    routes = {"a": {"billing"}, "b": {"search"}}
+    assert decide([ok], {"a": "pass"}, allow_not_evaluated=False, fallback_action="x", category_routes=routes)[0] == "pass"
+    v, fb = decide([ok, missing], {"a": "pass"}, allow_not_evaluated=False, fallback_action="x", category_routes=routes)
+    assert v == "inconclusive" and "min_acceptance_rate" in fb["reason"]
+    assert decide([ok, missing], {"a": "pass"}, allow_not_evaluated=True, fallback_action="x", category_routes=routes)[0] == "pass"
+    v, fb = decide([ok, missing, bad], {"a": "fail", "b": "pass"}, allow_not_evaluated=True, fallback_action="x", category_routes=routes)
+    assert v == "fail" and fb == {**fb, "action": "x", "routes": ["billing"]}
+
+
+def _rows():
+    rows = [{"id": f"q{i}", "category": "qa", "checks": {"exact": {"baseline": "pass", "candidate": "pass"}}} for i in range(8)]
+    rows.append({"id": "bad", "category": "qa", "texts": {"baseline": "yes", "candidate": "no"},
+                 "checks": {"exact": {"baseline": "pass", "candidate": "fail"}}})
+    rows.append({"id": "j1", "category": "json", "route": "billing",
+                 "checks": {"json_parse": {"baseline": "pass", "candidate": "pass"}}})
+    return rows
+
+
+def test_summary_counts_regressions_per_route_and_fails_only_that_route(tmp_path):
+    cfg = Config(speculative_decoding_guardrails={"max_quality_regression_cases": 0, "max_error_rate": "1%"})
+    with make_store(tmp_path, _rows()) as store:
+        s = build_summary(store, cfg)
+    assert s["verdict"] == "fail"
+    qa = s["categories"]["qa"]
+    assert qa["verdict"] == "fail" and qa["checks"]["exact"]["regressions"] == ["bad"]
+    assert qa["checks"]["exact"]["baseline_pass_rate"] == 1.0 and qa["checks"]["exact"]["candidate_pass_rate"] == pytest.approx(8 / 9)
+    assert s["categories"]["json"]["verdict"] == "pass"
+    assert s["fallback"]["routes"] == ["qa"] and s["fallback"]["action"] == "disable_speculative_decoding_for_route"
+    by = {(g["name"], g["route"]): g for g in s["guardrails"]}
+    assert by[("max_quality_regression_cases", "qa")]["passed"] is False
+    assert by[("max_quality_regression_cases", "billing")]["passed"] is True
+    assert "## 6. Not evaluated" in s["signoff"] and "noise floor" in s["signoff"]
+    json.dumps(s)
+
+
+def test_route_override_and_allow_not_evaluated(tmp_path):
+    cfg = Config(speculative_decoding_guardrails=SEED_BLOCK, routes={"qa": {"max_quality_regression_cases": 1}})
+    with make_store(tmp_path / "a", _rows()) as store:
+        s = build_summary(store, cfg)
+    assert s["categories"]["qa"]["verdict"] == "pass"
+    assert s["verdict"] == "inconclusive"  # acceptance and latency were not measured
+    assert any("min_acceptance_rate" in x for x in s["not_evaluated"])
+    with make_store(tmp_path / "b", _rows()) as store:
+        s = build_summary(store, cfg.model_copy(update={"allow_not_evaluated": True}))
+    assert s["verdict"] == "pass" and s["fallback"]["routes"] == []
+
+
+def test_control_makes_a_flip_flaky_not_a_regression(tmp_path):
+    rows = _rows()
+    rows[-2]["checks"]["exact"]["control"] = "fail"
+    cfg = Config(speculative_decoding_guardrails={"max_quality_regression_cases": 0})
+    with make_store(tmp_path, rows, targets=("baseline", "candidate", "control")) as store:
+        s = build_summary(store, cfg)
+    exact = s["categories"]["qa"]["checks"]["exact"]
+    assert exact["regressions"] == [] and exact["flaky"] == ["bad"] and exact["noise_floor"]["measured_by"] == "control"
+    assert s["verdict"] == "pass"
+
+
+def test_non_inferiority_margin_makes_a_small_category_inconclusive(tmp_path):
+    cfg = Config(speculative_decoding_guardrails={"max_quality_regression_cases": 5}, non_inferiority_margin={"exact": 0.01})
+    with make_store(tmp_path, _rows()) as store:
+        s = build_summary(store, cfg)
+    assert s["categories"]["qa"]["checks"]["exact"]["non_inferiority"]["verdict"] in ("inconclusive", "inferior")
+    assert s["verdict"] in ("inconclusive", "fail")
