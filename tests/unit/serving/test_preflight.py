@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import httpx
+
 from qualitycheck.cases import Case
 from qualitycheck.config import Target
-from qualitycheck.serving import format_preflight, run_preflight
+from qualitycheck.serving import format_preflight, preflight, run_preflight
 from qualitycheck.testserver import TestServer
 
 CASES = [
@@ -67,3 +72,36 @@ def test_unreachable_candidate_is_not_checked_not_passed():
         res = run_preflight(Target(url=b.url, model="test-model"), Target(url="http://127.0.0.1:9", model="test-model"), CASES[:1], timeout_s=2)
     assert all(ch.passed is None for ch in res.checks)
     assert res.to_dict()["mismatches"] == []
+
+
+def _vllm_like(eos: str, generation_config: str) -> Any:
+    """Answers like vLLM with the tokenizer-info endpoint and dev mode on."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "m", "root": "/w/m", "max_model_len": 1024}]})
+        if path == "/tokenize":
+            return httpx.Response(200, json={"count": 2, "max_model_len": 1024, "tokens": [1, 2]})
+        if path == "/tokenizer_info":
+            return httpx.Response(200, json={"tokenizer_class": "GPT2TokenizerFast", "eos_token": eos, "chat_template": "t"})
+        if path == "/server_info":
+            return httpx.Response(200, json={"vllm_config": {"model_config": {"generation_config": generation_config, "dtype": "float32"}}})
+        if path == "/version":
+            return httpx.Response(200, json={"version": "0.32.0"})
+        return httpx.Response(404)
+
+    return handler
+
+
+def test_stop_tokens_and_generation_defaults_compared_where_exposed():
+    handlers = {"b": _vllm_like("<|im_end|>", "auto"), "c": _vllm_like("</s>", "vllm")}
+    transport = httpx.MockTransport(lambda req: handlers[req.url.host](req))
+    res = asyncio.run(preflight(Target(url="http://b", model="m"), Target(url="http://c", model="m"), CASES[:1], transport=transport))
+    checks = _by_name(res)
+    assert checks["tokenize"].passed is True and checks["engine_version"].passed is True
+    stop = checks["tokenizer_and_stop_tokens"]
+    assert stop.passed is False and 'eos_token: baseline "<|im_end|>", candidate "</s>"' in stop.detail
+    gen = checks["generation_defaults"]
+    assert gen.passed is False and gen.candidate == {"generation_config": "vllm"}
+    assert sorted(res.to_dict()["mismatches"]) == ["generation_defaults", "tokenizer_and_stop_tokens"]
