@@ -70,7 +70,7 @@ def _category_table(summary: dict[str, Any], data: ReportData | None, ascii_box:
         lines = "\n".join(_check_line(k, v) for k, v in checks.items()) or "–"
         regs = flagged.get(name) if data is not None else len({c for v in checks.values() for c in (v.get("regressions") or [])
                                                               if isinstance(v.get("regressions"), list)})
-        t.add_row(name, str(cat.get("cases", "–")), _pct(cat.get("identical_rate")), lines, str(regs or 0),
+        t.add_row(Text(str(name)), str(cat.get("cases", "–")), _pct(cat.get("identical_rate")), Text(lines), str(regs or 0),
                   _word(cat.get("verdict")))
     return t
 
@@ -89,8 +89,9 @@ def _guardrail_table(summary: dict[str, Any], ascii_box: bool) -> Table | None:
         obs_s = f"{obs:.4g}" if isinstance(obs, float) else ("–" if obs is None else str(obs))
         name = str(g.get("name", ""))
         scope = g.get("route") or g.get("scope")
-        t.add_row(f"{name} [{scope}]" if scope else name, "–" if g.get("threshold") is None else str(g["threshold"]),
-                  obs_s, res, str(g.get("message") or ""))
+        t.add_row(Text(f"{name} [{scope}]" if scope and scope != "*" else name),
+                  Text("–" if g.get("threshold") is None else str(g["threshold"])), Text(obs_s), res,
+                  Text(str(g.get("message") or "")))
     return t
 
 
@@ -114,7 +115,7 @@ def _top_regressions(summary: dict[str, Any], data: ReportData | None, ascii_box
     for col in ("case", "category", "checks"):
         t.add_column(col)
     for r in rows:
-        t.add_row(*r)
+        t.add_row(*(Text(x) for x in r))  # case ids are user text: never parsed as rich markup
     return t
 
 
@@ -130,7 +131,7 @@ def summary_renderables(summary: dict[str, Any], data: ReportData | None = None,
     fb = summary.get("fallback")
     if isinstance(fb, dict) and fb.get("action") and fb.get("routes"):
         routes = ", ".join(str(r if isinstance(r, str) else r.get("route", r)) for r in fb["routes"])
-        out.append(Text(f"fallback: {fb['action']} for {routes}"))
+        out.append(Text(f"fallback: {fb['action']} for {routes}"))  # Text: no markup parsing
     return out
 
 
