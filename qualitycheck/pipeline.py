@@ -74,10 +74,10 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True) ->
         from .scoring import score_store
 
         score_store(store)
-        if cfg is not None and cfg.judge is not None:
+        if cfg is not None:
             from .scoring.judge import score_judge
 
-            score_judge(store, cfg)  # after the deterministic scorers; served from its cache on re-scoring
+            score_judge(store, cfg)  # after the deterministic scorers; cached calls; `skipped` without a judge
     summary = build_summary(store, cfg)
     write_summary(store.folder, summary)
     write_signoff(store.folder, summary)

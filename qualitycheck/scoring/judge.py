@@ -567,16 +567,33 @@ async def _judge_run(store: RunStore, cfg: Config, judges: dict[str, JudgeDefini
     return scores, stage
 
 
+def _not_configured(store: RunStore, cases: dict[str, Case]) -> dict[str, Any]:
+    """Cases ask for a judge but none is configured: say so, and record `skipped`, never a pass."""
+    import sys
+
+    reason = "no judge endpoint configured (--judge URL --judge-model NAME, or `judge:` in the config)"
+    scores = [Score(case_id=r.case_id, target=r.target, repeat=r.repeat, check="judge", status="skipped",
+                    detail={"not_configured": True, "error": reason})
+              for r in store.responses() if r.case_id in cases and r.target in ("baseline", "candidate")]
+    store.replace_scores(scores, checks=["judge"])
+    print(f"qualitycheck: warning: {len(cases)} case(s) ask for a judge but {reason}; "
+          "their judge check is not evaluated", file=sys.stderr)
+    return {"calls": 0, "cache_hits": 0, "pairs": 0, "not_configured": len(cases)}
+
+
 def score_judge(store: RunStore, cfg: Config, *, http_client: Any = None) -> dict[str, Any]:
     """Judge every divergent pair of the run and replace the store's `judge` scores.
 
     Returns what the stage did (calls sent, cache hits, pairs); it is also
-    stored as the `judge_stage` artifact. Without a judge target in `cfg`,
-    or without cases asking for a judge, nothing is called or replaced.
+    stored as the `judge_stage` artifact. Without cases asking for a judge
+    nothing is called or replaced; without a judge target their judge scores
+    are `skipped` (with a warning), so the check reads "not evaluated".
     """
     cases = {c.id: c for c in store.cases() if c.checks.judge is not None}
-    if cfg.judge is None or not cases:
+    if not cases:
         return {"calls": 0, "cache_hits": 0, "pairs": 0}
+    if cfg.judge is None:
+        return _not_configured(store, cases)
     judges = load_judges(judge_dirs(cfg))
     validate_judge_checks(cases.values(), judges)
     t0 = time.monotonic()
@@ -630,7 +647,7 @@ def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict
     cat_of = {c.id: c.category for c in store.cases()}
     acc: dict[str, dict[str, Any]] = {}
     for s in store.scores():
-        if s.check != "judge" or s.target != "candidate":
+        if s.check != "judge" or s.target != "candidate" or s.detail.get("not_configured"):
             continue
         cat = cat_of.get(s.case_id, "?")
         a = acc.setdefault(cat, {"wins": 0, "losses": 0, "ties": 0, "judge_errors": 0, "judged": 0,

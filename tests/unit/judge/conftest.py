@@ -38,10 +38,11 @@ def prefer(text: str, verdict_if_found: str = "[[A]]") -> Any:
 
 def make_store(folder: Path, pairs: list[tuple[str, str, str]], judge: dict[str, Any] | None = None,
                category: str = "summaries", errors: dict[str, str] | None = None) -> RunStore:
-    """One case per (id, baseline text, candidate text), each with the given judge check."""
+    """One case per (id, baseline text, candidate text), each with the given judge check ({}: none)."""
     judge = judge if judge is not None else {"mode": "pairwise"}
+    checks = {"judge": judge} if judge else {"exact": True}
     cases = [Case(id=cid, category=category, messages=[{"role": "user", "content": f"Summarise item {cid}."}],
-                  checks={"judge": judge}) for cid, _, _ in pairs]
+                  checks=checks) for cid, _, _ in pairs]
     store = RunStore.create(folder, {"targets": {}, "repeats": 1, "suite_fingerprint": "t"}, cases)
     for cid, b, c in pairs:
         for target, text in (("baseline", b), ("candidate", c)):

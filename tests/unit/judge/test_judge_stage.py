@@ -120,9 +120,21 @@ def test_unparseable_results_are_not_cached(run_dir: Path) -> None:
         assert len(srv.requests("/chat/completions")) == 4
 
 
-def test_no_judge_target_or_no_judged_cases_calls_nothing(run_dir: Path) -> None:
+def test_no_judged_cases_calls_and_replaces_nothing(run_dir: Path) -> None:
+    with TestServer(default="[[A]]") as srv:
+        store = make_store(run_dir, [("c1", "one", "two")], judge={})
+        store.replace_scores([])
+        assert score_judge(store, judge_config(srv.url))["calls"] == 0
+        assert srv.requests("/chat/completions") == []
+    assert list(store.scores()) == []
+
+
+def test_without_a_judge_target_judged_cases_are_skipped_with_a_warning(run_dir: Path, capsys) -> None:
     from qualitycheck.config import Config
+    from qualitycheck.scoring.judge import judge_summary
 
     store = make_store(run_dir, [("c1", "one", "two")])
     assert score_judge(store, Config())["calls"] == 0
-    assert list(store.scores()) == []
+    assert {(s.target, s.status) for s in store.scores()} == {("baseline", "skipped"), ("candidate", "skipped")}
+    assert "ask for a judge but no judge endpoint configured" in capsys.readouterr().err
+    assert judge_summary(store) == {}
