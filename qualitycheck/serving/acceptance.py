@@ -82,15 +82,13 @@ def parse_metrics(text: str, model: str | None = None) -> dict[str, Any]:
     return {"spec": spec or None, **traffic}
 
 
-def scrape(server_url: str, model: str | None = None, timeout_s: float = 10.0, client: httpx.Client | None = None) -> dict[str, Any]:
+def scrape(server_url: str, model: str | None = None, timeout_s: float = 10.0,
+           headers: dict[str, str] | None = None) -> dict[str, Any]:
     """One snapshot of a server's counters; never raises (a failure is recorded in it)."""
     url = server_url.rstrip("/") + "/metrics"
     snap: dict[str, Any] = {"url": url, "t": time.time(), "ok": False, "error": None}
     try:
-        if client is not None:
-            resp = client.get(url, timeout=timeout_s)
-        else:
-            resp = httpx.get(url, timeout=timeout_s)
+        resp = httpx.get(url, timeout=timeout_s, headers=headers)
         if resp.status_code != 200:
             snap["error"] = f"HTTP {resp.status_code}"
             return snap
@@ -104,8 +102,15 @@ def scrape(server_url: str, model: str | None = None, timeout_s: float = 10.0, c
 
 
 def scrape_all(targets: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Snapshot every target (`Target` objects keyed by side)."""
-    return {name: scrape(t.server_url, t.model) for name, t in targets.items()}
+    """Snapshot every target (`Target` objects keyed by side), with the target's own auth."""
+    out = {}
+    for name, t in targets.items():
+        headers = dict(t.headers)
+        key = t.api_key()
+        if key and key != "EMPTY":
+            headers["Authorization"] = f"Bearer {key}"
+        out[name] = scrape(t.server_url, t.model, headers=headers)
+    return out
 
 
 @dataclass
