@@ -68,7 +68,6 @@ VARIABLES = {
 }
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 EXCERPT_CHARS = 600
-BOOTSTRAP_RESAMPLES = 2000
 
 
 # ------------------------------------------------------------------ definitions
@@ -607,25 +606,14 @@ def score_judge(store: RunStore, cfg: Config, *, http_client: Any = None) -> dic
 # ------------------------------------------------------------------ summary
 
 
-def _bootstrap_ci(values: list[float], seed: int, level: float = 0.95) -> list[float] | None:
-    """Percentile CI of the mean of paired deltas; resampled in chunks to bound memory."""
-    import numpy as np
-
-    if len(values) < 2:
+def _delta_ci(deltas: list[float], seed: int) -> list[float] | None:
+    """The project's seeded paired bootstrap (stats.py) over per-pair grade deltas."""
+    if not deltas:
         return None
-    data = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    n = len(data)
-    per_chunk = max(1, 2_000_000 // n)
-    means: list[Any] = []
-    left = BOOTSTRAP_RESAMPLES
-    while left:
-        k = min(left, per_chunk)
-        means.append(data[rng.integers(0, n, size=(k, n))].mean(axis=1))
-        left -= k
-    allm = np.concatenate(means)
-    alpha = (1 - level) / 2
-    return [float(np.quantile(allm, alpha)), float(np.quantile(allm, 1 - alpha))]
+    from ..stats import paired_bootstrap_ci
+
+    lo, hi = paired_bootstrap_ci([0.0] * len(deltas), deltas, seed=seed)
+    return [lo, hi]
 
 
 def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict[str, Any]]:
@@ -683,6 +671,6 @@ def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict
         a["won_cases"] = sorted(set(a["won_cases"]))
         a["position_consistency_rate"] = cons / pw if pw else None
         a["rubric_delta_mean"] = sum(deltas) / len(deltas) if deltas else None
-        a["rubric_delta_ci"] = _bootstrap_ci(deltas, seed)
+        a["rubric_delta_ci"] = _delta_ci(deltas, seed)
         out[cat] = a
     return out
