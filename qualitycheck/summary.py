@@ -113,6 +113,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, comparisons: li
     latency_fn = _optional("qualitycheck.serving", "latency_summary")
     acceptance_fn = _optional("qualitycheck.serving", "acceptance_summary")
     judge_fn = _optional("qualitycheck.scoring.judge", "judge_summary")
+    slices_fn = _optional("qualitycheck.serving", "slices_summary")
     latency = latency_fn(store) if latency_fn else None
     acceptance = acceptance_fn(store) if acceptance_fn else None
     judge = judge_fn(store) if judge_fn else {}
@@ -191,6 +192,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, comparisons: li
         "acceptance": acceptance if acceptance is not None else {"rate": None, "mean_accepted_length": None,
                                                                  "draft_tokens": None, "accepted_tokens": None},
         "preflight": store.artifact("preflight"),
+        "slices": slices_fn(store) if slices_fn else {},
         "guardrails": [r.to_json() for r in results],
         "allow_not_evaluated": cfg.allow_not_evaluated,
         "fallback": fallback,

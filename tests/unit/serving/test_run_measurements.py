@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,11 @@ def test_run_records_preflight_windows_per_category_and_summaries(tmp_path: Path
     assert sl["system_prompt"]["yes"]["cases"] == 1 and sl["system_prompt"]["no"]["cases"] == 4
     assert sl["tag:tenant"]["acme"]["cases"] == 2 and sl["route"]["qa"]["identical_rate"] == 1.0
     assert sl["output_length"]["1-32"]["cases"] == 5
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["acceptance"]["rate"] == pytest.approx(acc["rate"]) and summary["acceptance"]["baseline_speculating"] is False
+    assert set(summary["latency"]["candidate"]["tpot_ms"]) == {"p50", "p95", "p99"}
+    assert summary["slices"]["tag:tenant"]["acme"]["cases"] == 2
+    assert summary["preflight"]["ok"] is True
 
 
 def test_preflight_mismatch_is_recorded_but_does_not_stop_the_run(tmp_path: Path) -> None:
