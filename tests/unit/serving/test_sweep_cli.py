@@ -77,3 +77,31 @@ def test_sweep_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main([*base, "--launch", "vllm serve {model} --port {port}", "--k", "1,2"]) == 2
     err = capsys.readouterr().err
     assert "expected K=URL" in err and "--concurrency" in err and "has no {k}" in err
+
+
+def test_sweep_launches_each_candidate_from_the_template_and_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import qualitycheck.engines.launcher as launcher
+
+    started: list[tuple[str, str]] = []
+    live: list[TestServer] = []
+
+    def fake_launch(template: str, *, model: str, name: str, **kw: object) -> TestServer:
+        started.append((template, name))
+        k = int(template.split("tokens=")[1].split()[0])
+        srv = TestServer(default=ANSWER, model=model, tokens_per_chunk=k, speculative={"k": k, "acceptance": 0.5})
+        srv.start()
+        live.append(srv)
+        return srv
+
+    monkeypatch.setattr(launcher, "launch_template", fake_launch)
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(2))
+    with TestServer(default=ANSWER) as b:
+        rc = main(["sweep", "--baseline", b.url, "--model", "test-model", "--suite", str(suite), "--concurrency", "1",
+                   "--launch", "serve {model} --port {port} tokens={k} --json '{{\"k\":{k}}}'", "--k", "3,1",
+                   "--out", str(tmp_path / "sw")])
+    assert rc == 0
+    assert started == [("serve {model} --port {port} tokens=1 --json '{{\"k\":1}}'", "sweep-k1"),
+                       ("serve {model} --port {port} tokens=3 --json '{{\"k\":3}}'", "sweep-k3")]
+    assert all(s._loop is not None and not s._thread.is_alive() for s in live)  # type: ignore[union-attr]
+    result = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert result["labels"] == ["k1", "k3"]
