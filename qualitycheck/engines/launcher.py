@@ -91,12 +91,16 @@ def api_server_argv(
     speculative_config: dict[str, Any] | None = None,
     chat_template: str | Path | None = None,
     seed: int = 0,
+    introspection: bool = True,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The command line of one OpenAI-compatible vLLM server.
 
     `--enforce-eager` because torch.compile adds ~20 s to every start on CPU
-    and changes nothing the checks look at.
+    and changes nothing the checks look at. `introspection` turns on
+    `/tokenizer_info` so preflight can compare chat templates and stop tokens
+    (and, with VLLM_SERVER_DEV_MODE set by `launch`, `/server_info` for the
+    generation defaults); these servers listen on loopback only.
     """
     argv = [
         sys.executable, "-m", API_SERVER_MODULE,
@@ -109,6 +113,8 @@ def api_server_argv(
         argv += ["--speculative-config", json.dumps(speculative_config)]
     if chat_template is not None:
         argv += ["--chat-template", str(chat_template)]
+    if introspection:
+        argv.append("--enable-tokenizer-info-endpoint")
     return argv + list(extra_args)
 
 
@@ -354,7 +360,7 @@ def launch(
                            max_num_seqs=max_num_seqs, kv_cache_bytes=kv_cache_bytes,
                            speculative_config=speculative_config, chat_template=chat_template, extra_args=extra_args)
     server = VllmServer(argv, port=port, name=name or served_name, served_name=served_name, core=core,
-                        log_dir=log_dir, startup_timeout_s=startup_timeout_s)
+                        env={"VLLM_SERVER_DEV_MODE": "1"}, log_dir=log_dir, startup_timeout_s=startup_timeout_s)
     server.start()
     if wait:
         try:

@@ -1,0 +1,126 @@
+"""End-to-end fixtures: real vLLM servers serving the real demo model.
+
+Every server costs ~40-70 s to start and ~4 GB of memory, and the machine has
+2 cores, so servers are started once per session by `EnginePool` and shared
+by every test that needs the same configuration; asking the pool for a new
+set stops the servers no longer asked for, so never more than two run at
+once (one per core). Test modules are ordered (test_1_..., test_2_...) so the
+fp32 baseline survives from test to test.
+
+Outside CI, a machine without vLLM skips these tests and says why; in CI
+(env CI set) a missing engine is a failure, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.e2e_helpers import MODEL
+
+from qualitycheck.engines.launcher import VllmServer, draft_model_config, launch, ngram_config
+
+ENGINE_PRESENT = importlib.util.find_spec("vllm") is not None
+IN_CI = bool(os.environ.get("CI"))
+SKIP_REASON = (f"vLLM engine not installed in {sys.executable} (install: bash scripts/dev.sh setup); "
+               "set CI=1 to make this a failure")
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if ENGINE_PRESENT:
+        return None
+    return f"e2e: {'FAILING (CI is set)' if IN_CI else 'skipped'} — {SKIP_REASON}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if ENGINE_PRESENT or IN_CI:
+        return
+    skip = pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if "e2e" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    if not ENGINE_PRESENT:
+        pytest.fail(f"CI is set but vLLM cannot be imported: {SKIP_REASON}")
+    from qualitycheck.engines.model import prepare
+
+    return prepare()
+
+
+def _chat_template_variant(model_dir: Path, folder: Path) -> Path:
+    """The model's own template with a different default system prompt: a realistic drift."""
+    text = (model_dir / "chat_template.jinja").read_text(encoding="utf-8")
+    original = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    assert original in text, "the demo model's chat template changed; update this fixture"
+    path = folder / "drifted_chat_template.jinja"
+    path.write_text(text.replace(original, "You are a terse assistant. Answer in as few words as possible"), encoding="utf-8")
+    return path
+
+
+class EnginePool:
+    """Named server configurations, started on demand and shared across tests."""
+
+    def __init__(self, model_dir: Path, workdir: Path):
+        self.model_dir = model_dir
+        self.workdir = workdir
+        self.logs = workdir / "logs"
+        self.running: dict[str, VllmServer] = {}
+        self.start_times: dict[str, float] = {}
+        template = _chat_template_variant(model_dir, workdir)
+        self.specs: dict[str, dict[str, Any]] = {
+            "fp32": {"dtype": "float32"},
+            "fp32-ngram": {"dtype": "float32", "speculative_config": ngram_config()},
+            "fp32-draft": {"dtype": "float32", "speculative_config": draft_model_config(model_dir)},
+            "fp32-template": {"dtype": "float32", "chat_template": template},
+            "bf16": {"dtype": "bfloat16"},
+            "bf16-ngram": {"dtype": "bfloat16", "speculative_config": ngram_config()},
+        }
+
+    def use(self, *names: str) -> dict[str, VllmServer]:
+        """Exactly these servers running (at most one per core); start the missing ones together."""
+        for name in list(self.running):
+            if name not in names:
+                self.running.pop(name).stop()
+        free = [c for c in (0, 1) if c not in {s.core for s in self.running.values()}]
+        new = []
+        for name in names:
+            if name not in self.running:
+                core = free.pop(0)
+                new.append(name)
+                self.running[name] = launch(self.model_dir, served_name=MODEL, name=name, core=core, wait=False,
+                                            log_dir=self.logs, **self.specs[name])
+        for name in new:
+            t0 = time.monotonic()
+            try:
+                self.running[name].wait_ready()
+            except BaseException:
+                for n in new:
+                    self.running.pop(n).stop()
+                raise
+            self.start_times[name] = self.running[name].ready_after_s or time.monotonic() - t0
+        return {n: self.running[n] for n in names}
+
+    def stop_all(self) -> None:
+        for name in list(self.running):
+            self.running.pop(name).stop()
+
+
+@pytest.fixture(scope="session")
+def engines(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnginePool]:
+    pool = EnginePool(model_dir, tmp_path_factory.mktemp("engines"))
+    try:
+        yield pool
+    finally:
+        pool.stop_all()
+        if pool.start_times:
+            print("\nvLLM server start-up times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in pool.start_times.items()))
