@@ -9,6 +9,7 @@ squash every bar into the first bin.
 
 from __future__ import annotations
 
+import numpy as np
 from markupsafe import Markup, escape
 
 __all__ = ["SIDE_COLOURS", "histogram_svg"]
@@ -18,45 +19,34 @@ SIDE_COLOURS = {"baseline": "#3b6fb6", "candidate": "#d9822b", "control": "#6b8f
 _W, _H, _PAD_B, _BINS = 300, 84, 16, 32
 
 
-def _quantile(sorted_values: list[float], q: float) -> float:
-    i = min(len(sorted_values) - 1, max(0, int(round(q * (len(sorted_values) - 1)))))
-    return sorted_values[i]
-
-
-def histogram_svg(metric: str, samples: dict[str, list[float]]) -> Markup:
+def histogram_svg(metric: str, samples: dict[str, np.ndarray]) -> Markup:
     """Overlaid step histograms per side (share of responses per bin), with median ticks."""
-    pooled = sorted(v for vals in samples.values() for v in vals)
-    if not pooled:
+    present = {side: np.asarray(v, dtype=np.float64) for side, v in samples.items() if len(v)}
+    if not present:
         return Markup("")
-    lo = pooled[0]
-    hi = _quantile(pooled, 0.99)
+    pooled = np.concatenate(list(present.values()))
+    lo, hi = float(pooled.min()), float(np.percentile(pooled, 99))
     if hi <= lo:
         hi = lo + max(abs(lo) * 0.1, 1e-3)
-    width = (hi - lo) / _BINS
+    edges = np.linspace(lo, hi, _BINS + 1)
     plot_h = _H - _PAD_B
+    hists = {}
+    for side, vals in present.items():
+        counts, _ = np.histogram(np.clip(vals, lo, hi), bins=edges)
+        hists[side] = counts / len(vals)
+    peak = max(float(h.max()) for h in hists.values())
     shapes: list[str] = []
-    peak = 0.0
-    hists: dict[str, list[float]] = {}
-    for side, vals in samples.items():
-        if not vals:
-            continue
-        counts = [0] * _BINS
-        for v in vals:
-            counts[min(_BINS - 1, max(0, int((v - lo) / width)))] += 1
-        share = [c / len(vals) for c in counts]
-        hists[side] = share
-        peak = max(peak, *share)
     for side, share in hists.items():
         colour = SIDE_COLOURS.get(side, "#777")
         pts = [f"0,{plot_h}"]
-        for i, s in enumerate(share):
-            y = plot_h - (s / peak) * (plot_h - 4) if peak else plot_h
+        for i, sh in enumerate(share):
+            y = plot_h - (sh / peak) * (plot_h - 4) if peak else plot_h
             x0, x1 = i * _W / _BINS, (i + 1) * _W / _BINS
             pts.append(f"{x0:.1f},{y:.1f} {x1:.1f},{y:.1f}")
         pts.append(f"{_W},{plot_h}")
         shapes.append(f'<polygon points="{" ".join(pts)}" fill="{colour}" fill-opacity="0.28" '
                       f'stroke="{colour}" stroke-width="1.2"/>')
-        med = _quantile(sorted(samples[side]), 0.5)
+        med = float(np.median(present[side]))
         x = min(_W, max(0.0, (med - lo) / (hi - lo) * _W))
         shapes.append(f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{plot_h}" stroke="{colour}" '
                       f'stroke-dasharray="3 2" stroke-width="1.5"><title>{escape(side)} median {med:.1f} ms</title></line>')

@@ -10,11 +10,12 @@ of 10,000 pairs embeds all of it as one JSON block.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..store import RunStore
 
@@ -73,8 +74,8 @@ class ReportData:
     rows: list[CaseRow]
     checks: list[str]
     categories: list[str]
-    latency_samples: dict[str, dict[str, list[float]]]
-    """metric → target → values in ms, per response (per chunk gap for ITL): for the charts."""
+    latency_samples: dict[str, dict[str, np.ndarray]]
+    """metric → target → values in ms, per response (per token gap for ITL): for the charts."""
     artifacts: dict[str, Any]
 
     @property
@@ -153,7 +154,7 @@ def _comparisons(store: RunStore, repeats: int) -> dict[str, list[dict[str, Any]
     return out
 
 
-def _latency_of(r: Any, into: dict[str, dict[str, list[float]]]) -> None:
+def _latency_of(r: Any, into: dict[str, dict[str, list[Any]]]) -> None:
     side = r.target
     if r.ttft_s is not None:
         into["ttft_ms"].setdefault(side, []).append(r.ttft_s * 1000)
@@ -163,12 +164,22 @@ def _latency_of(r: Any, into: dict[str, dict[str, list[float]]]) -> None:
         if r.ttft_s is not None and n and n > 1:
             into["tpot_ms"].setdefault(side, []).append((r.e2e_s - r.ttft_s) * 1000 / (n - 1))
     times = r.chunk_times
-    if len(times) > 1:
-        toks = r.chunk_tokens if r.chunk_tokens and len(r.chunk_tokens) == len(times) else None
-        out = into["itl_ms"].setdefault(side, [])
-        for i in range(1, len(times)):
-            gap = (times[i] - times[i - 1]) * 1000
-            out.append(gap / max(1, toks[i]) if toks else gap)
+    if len(times) > 1:  # per-token gaps: a chunk carrying k tokens (speculation) counts k gaps of gap/k
+        gaps = np.diff(np.asarray(times, dtype=np.float64)) * 1000
+        toks = r.chunk_tokens
+        if toks and len(toks) == len(times):
+            gaps = gaps / np.maximum(1, np.asarray(toks[1:], dtype=np.float64))
+        into["itl_ms"].setdefault(side, []).append(gaps)
+
+
+def _as_arrays(latency: dict[str, dict[str, list[Any]]]) -> dict[str, dict[str, np.ndarray]]:
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for metric, sides in latency.items():
+        for side, vals in sides.items():
+            arr = np.concatenate(vals) if metric == "itl_ms" else np.asarray(vals, dtype=np.float64)
+            if arr.size:
+                out.setdefault(metric, {})[side] = arr
+    return out
 
 
 def collect(store: RunStore, summary: dict[str, Any]) -> ReportData:
@@ -176,11 +187,10 @@ def collect(store: RunStore, summary: dict[str, Any]) -> ReportData:
     cases = store.cases()
     rows: dict[str, CaseRow] = {}
     for c in cases:
-        body = c.model_dump(mode="json", include={"messages", "prompt"})
-        rows[c.id] = CaseRow(c.id, c.category, c.route, _prompt_text(body))
+        rows[c.id] = CaseRow(c.id, c.category, c.route, _prompt_text({"messages": c.messages, "prompt": c.prompt}))
     repeats = max(1, int(store.manifest.get("repeats") or 1))
 
-    latency: dict[str, dict[str, list[float]]] = {m: {} for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
+    latency: dict[str, dict[str, list[Any]]] = {m: {} for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
     for r in store.responses():
         row = rows.get(r.case_id)
         if row is None or r.repeat >= repeats:
@@ -242,7 +252,7 @@ def collect(store: RunStore, summary: dict[str, Any]) -> ReportData:
     return ReportData(
         summary=summary, manifest=store.manifest, created_at=float(created) if created else None,
         rows=ordered, checks=sorted(checks), categories=sorted({c.category for c in cases}),
-        latency_samples={m: v for m, v in latency.items() if v},
+        latency_samples=_as_arrays(latency),
         artifacts={k: v for k, v in artifacts.items() if v},
     )
 
@@ -268,12 +278,11 @@ def _flags(row: CaseRow) -> list[str]:
     return flags
 
 
-def percentiles(values: list[float], qs: Iterable[int] = (50, 95, 99)) -> dict[str, float]:
-    """Nearest-rank percentiles, used only when the summary holds no latency of its own."""
-    if not values:
+def percentiles(values: np.ndarray, qs: Iterable[int] = (50, 95, 99)) -> dict[str, float]:
+    """Linear-interpolated percentiles, used only when the summary holds no latency of its own."""
+    if not len(values):
         return {}
-    s = sorted(values)
-    return {f"p{q}": s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))] for q in qs}
+    return {f"p{q}": float(np.percentile(values, q)) for q in qs}
 
 
 def run_date(created_at: float | None) -> str:

@@ -212,7 +212,7 @@ def _latency(data: ReportData) -> list[dict[str, Any]]:
         computed = False
         for side in ("baseline", "candidate"):
             pc = (summ.get(side) or {}).get(key) if isinstance(summ.get(side), dict) else None
-            if not pc and samples.get(side):
+            if not pc and samples.get(side) is not None:
                 pc, computed = percentiles(samples[side]), True
             sides[side] = pc or {}
         if not any(sides.values()):
