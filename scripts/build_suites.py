@@ -21,7 +21,6 @@ import filecmp
 import json
 import random
 import re
-import shutil
 import sqlite3
 import sys
 import tempfile
@@ -328,8 +327,8 @@ def build_fixture(db: dict[str, Any], queries: list[str], rows_per_table: int = 
     literals = _literals_by_column(queries)
     tables = db["table_names_original"]
     cols = [(t, name, ty) for (t, name), ty in zip(db["column_names_original"], db["column_types"]) if t >= 0]
-    pks = set(db["primary_keys"]) if db["primary_keys"] else set()
-    pk_flat = {p for p in pks} if all(isinstance(p, int) for p in pks) else {x for p in pks for x in (p if isinstance(p, list) else [p])}
+    # newer Spider releases list a composite key as one list of column ids
+    pk_flat = {x for p in db["primary_keys"] for x in (p if isinstance(p, list) else [p])}
     fk = {child: parent for child, parent in db["foreign_keys"]}
     col_index = {i + 1: c for i, c in enumerate(cols)}  # Spider column ids count '*' as 0
     skip = {"sqlite_sequence"}
@@ -530,7 +529,7 @@ _RAG_AUTHORED: list[tuple[str, str, str, dict[str, Any], str, bool]] = [
     ("not-in-passages",
      "[1] Office hours: the Lisbon office is open Monday to Friday, 09:00-18:00.\n[2] Parking: visitors can park in level -2 of the building.",
      "What is the phone number of the Lisbon office?",
-     {"regex": {"pattern": r"(do(es)? not|don't|doesn't|no|not (provided|given|mentioned|included)|cannot)", "ignore_case": True},
+     {"regex": {"pattern": r"\b(do(es)? not|don't|doesn't|no|not (provided|given|mentioned|included|available)|cannot|isn't)\b", "ignore_case": True},
       "contains": {"none": ["+351"]}},
      "The passages do not give a phone number.", False),
 ]
@@ -1432,7 +1431,7 @@ _TOOL_RESULTS: list[tuple[str, str, dict[str, Any], dict[str, Any], dict[str, An
      {"contains": {"all": ["DHL"], "any": ["June 12", "12 June", "2026-06-12", "12th", "Friday"]}}, "Says the order shipped with DHL and arrives on 12 June.", True),
     ("explain-refund-done", "Please refund the broken mug from ORD-20931.", {"name": "create_refund", "arguments": {"order_id": "ORD-20931", "amount": 8.5, "reason": "damaged"}},
      {"refund_id": "RF-7781", "status": "approved", "amount": 8.5, "currency": "EUR", "expected_days": 5},
-     {"contains": {"any": ["8.50", "8,50", "8.5"]}, "regex": {"pattern": r"\b5\b|five", "ignore_case": True}}, "Confirms the EUR 8.50 refund was approved and arrives within 5 days.", False),
+     {"contains": {"any": ["8.50", "8,50", "8.5"]}, "regex": {"pattern": r"(\b5|five)\s+(business\s+|working\s+)?days", "ignore_case": True}}, "Confirms the EUR 8.50 refund was approved and arrives within 5 days.", False),
     ("explain-refund-denied", "Refund ORD-11002, I just don't like the chair.", {"name": "create_refund", "arguments": {"order_id": "ORD-11002", "amount": 329, "reason": "other"}},
      {"status": "rejected", "error": "return_window_expired", "delivered_on": "2026-04-02", "window_days": 30},
      {"regex": {"pattern": r"30[- ]day|expired|past|outside", "ignore_case": True}, "contains": {"none": ["approved"]}}, "Explains the refund was rejected because the 30-day return window expired; does not claim it was approved.", False),
