@@ -2,14 +2,31 @@
 
 Registered through the `pytest11` entry point, so it is loaded by every pytest
 run in an environment where qualitycheck is installed: without a `--qc-`
-option it must do nothing at all.
+option it does nothing at all.
+
+With options, the run (or the re-gate of `--qc-run DIR`) happens once, in
+the controlling process, while pytest configures itself; then one test item
+per guardrail, per category verdict and per regression case is collected
+from the resulting summary.json, so the outcome shows up in every pytest
+report format (`--junitxml` included). Under pytest-xdist the workers get
+the summary's path from the controller and collect the same items from it,
+without calling endpoints. The session's exit status follows the verdict.
 """
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-__all__ = ["pytest_addoption"]
+__all__ = ["QualitycheckItem", "pytest_addoption", "pytest_configure"]
+
+SUMMARY_KEY = pytest.StashKey[dict[str, Any]]()
+SUMMARY_PATH_KEY = pytest.StashKey[str]()
+_RUN_OPTS = ("qc_baseline", "qc_candidate", "qc_control", "qc_model", "qc_suite", "qc_out", "qc_config")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -22,3 +39,177 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--qc-out", metavar="DIR", help="run folder for the generated run (default: reports/pytest-<time>)")
     group.addoption("--qc-config", metavar="FILE", help="qualitycheck config file (targets, guardrails)")
     group.addoption("--qc-run", metavar="DIR", help="gate a stored run folder without calling endpoints")
+
+
+def qc_requested(config: pytest.Config) -> bool:
+    """True when any --qc- option was given (the plugin stays inert otherwise)."""
+    return bool(config.getoption("qc_run") or any(config.getoption(o) for o in _RUN_OPTS))
+
+
+def _run_or_regate(config: pytest.Config) -> Path:
+    """Generate and gate (or re-gate a stored run); returns the run folder holding summary.json."""
+    from .config import load_config
+    from .errors import ConfigError, Problem, QualitycheckError
+    from .pipeline import redo, run
+
+    opt = config.getoption
+    try:
+        if opt("qc_run"):
+            folder = Path(opt("qc_run"))
+            redo(folder, "gate", opt("qc_config"))
+            return folder
+        overrides = {"baseline.url": opt("qc_baseline"), "candidate.url": opt("qc_candidate"),
+                     "control.url": opt("qc_control"), "model": opt("qc_model")}
+        cfg = load_config(opt("qc_config"), overrides)
+        suites = opt("qc_suite") or cfg.suites
+        if not suites:
+            raise ConfigError([Problem(cfg.source or "command line", None, "--qc-suite", "no suite given (--qc-suite PATH or `suites:` in --qc-config)")])
+        if cfg.baseline is None or cfg.candidate is None:
+            raise ConfigError([Problem(cfg.source or "command line", None, "--qc-baseline/--qc-candidate",
+                                       "both endpoints are needed to run a suite (or give --qc-run DIR)")])
+        out = Path(opt("qc_out")) if opt("qc_out") else Path("reports") / time.strftime("pytest-%Y%m%d-%H%M%S")
+        run(cfg, suites, out)
+        return out
+    except QualitycheckError as exc:
+        raise pytest.UsageError(f"qualitycheck: {exc}") from None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "qualitycheck: a gate decision of qualitycheck (guardrail, category, regression case)")
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        path = workerinput.get("qc_summary")
+        if path:
+            _load(config, path)
+        return
+    if not qc_requested(config):
+        return
+    from .summary import SUMMARY_NAME
+
+    folder = _run_or_regate(config)
+    _load(config, str(folder / SUMMARY_NAME))
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistController(), "qualitycheck-xdist")
+
+
+def _load(config: pytest.Config, path: str) -> None:
+    try:
+        config.stash[SUMMARY_KEY] = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise pytest.UsageError(f"qualitycheck: cannot read {path}: {exc}") from None
+    config.stash[SUMMARY_PATH_KEY] = path
+
+
+class _XdistController:
+    """Hands the summary's path to each xdist worker, so workers collect without running anything."""
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["qc_summary"] = node.config.stash[SUMMARY_PATH_KEY]
+
+
+class QualitycheckFailure(Exception):
+    """A gate item failed; its message is the whole report line."""
+
+
+class QualitycheckItem(pytest.Item):
+    """One gate decision as a test: passes, fails with the reason, skips or xfails."""
+
+    def __init__(self, *, outcome: str, message: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.outcome = outcome
+        """pass | fail | skip | xfail"""
+        self.message = message
+        self.add_marker(pytest.mark.qualitycheck)
+
+    def runtest(self) -> None:
+        if self.outcome == "skip":
+            pytest.skip(self.message)
+        if self.outcome == "xfail":
+            pytest.xfail(self.message)
+        if self.outcome == "fail":
+            raise QualitycheckFailure(self.message)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, QualitycheckFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)  # type: ignore[arg-type]
+
+    def reportinfo(self) -> tuple[str, int | None, str]:
+        return str(self.path), None, self.name
+
+
+def gate_items(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(name, outcome, message) for every gate decision, in a stable order (xdist compares collections)."""
+    allow = bool(summary.get("allow_not_evaluated"))
+    out: list[tuple[str, str, str]] = []
+    for g in summary.get("guardrails", []):
+        route = "" if g.get("route") in (None, "*") else f"[{g['route']}]"
+        outcome = {True: "pass", False: "fail", None: "skip" if allow else "fail"}[g.get("passed")]
+        msg = g.get("message", "")
+        if g.get("passed") is None and not allow:
+            msg += " — a guardrail that was not evaluated makes the verdict inconclusive (allow_not_evaluated: true accepts it)"
+        out.append((f"guardrail::{g['name']}{route}", outcome, msg))
+    failed_routes = {g.get("route") for g in summary.get("guardrails", [])
+                     if g.get("name") == "max_quality_regression_cases" and g.get("passed") is False}
+    for cat, c in summary.get("categories", {}).items():
+        v = c.get("verdict")
+        out.append((f"category::{cat}", "pass" if v == "pass" else "fail", f"category {cat}: {v}: {c.get('verdict_reason', '')}"))
+        routes = set(c.get("routes") or [cat])
+        counted = bool(routes & failed_routes) or "*" in failed_routes
+        for check, k in (c.get("checks") or {}).items():
+            for case_id in k.get("regressions", []) or []:
+                msg = (f"{cat}/{case_id}: {check} passed on the baseline and failed on the candidate "
+                       f"(category {check}: {_pct(k.get('baseline_pass_rate'))} → {_pct(k.get('candidate_pass_rate'))})")
+                if counted and k.get("regressions_beyond_floor", 1):
+                    out.append((f"regression::{cat}::{check}::{case_id}", "fail", msg))
+                else:
+                    out.append((f"regression::{cat}::{check}::{case_id}", "xfail", msg + "; tolerated: within the noise floor or the route's allowance"))
+            for case_id in k.get("flaky_regressions", []) or []:
+                out.append((f"flaky::{cat}::{check}::{case_id}", "xfail",
+                            f"{cat}/{case_id}: {check} dropped on the candidate, but the baseline disagrees with itself on this case (flaky)"))
+    return out
+
+
+def _pct(x: Any) -> str:
+    return "n/a" if x is None else f"{x * 100:.1f}%"
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    summary = config.stash.get(SUMMARY_KEY, None)
+    if summary is None:
+        return
+    for name, outcome, message in gate_items(summary):
+        items.append(QualitycheckItem.from_parent(session, name=f"qualitycheck::{name}", outcome=outcome, message=message))
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    summary = config.stash.get(SUMMARY_KEY, None)
+    if summary is None or hasattr(config, "workerinput"):
+        return None
+    return f"qualitycheck: {config.stash[SUMMARY_PATH_KEY]} — verdict {summary['verdict']}"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Exit status follows the verdict: a non-pass verdict never exits 0."""
+    config = session.config
+    summary = config.stash.get(SUMMARY_KEY, None)
+    if summary is None or hasattr(config, "workerinput"):
+        return
+    if summary.get("verdict") != "pass" and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    summary = config.stash.get(SUMMARY_KEY, None)
+    if summary is None or hasattr(config, "workerinput"):
+        return
+    tr = terminalreporter
+    tr.write_sep("=", f"qualitycheck verdict: {summary['verdict'].upper()}")
+    fb = summary.get("fallback") or {}
+    if fb.get("routes"):
+        tr.write_line(f"fallback: {fb.get('configured_action', fb.get('action'))} on {', '.join(fb['routes'])}")
+    for item in summary.get("not_evaluated") or []:
+        tr.write_line(f"not evaluated: {item}")
+    tr.write_line(f"summary: {config.stash[SUMMARY_PATH_KEY]}")
