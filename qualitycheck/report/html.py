@@ -243,6 +243,26 @@ def _acceptance(a: dict[str, Any]) -> dict[str, Any]:
     return {"figures": figures, "positions": positions, "warnings": warnings}
 
 
+def _latency_by_category(data: ReportData) -> list[dict[str, Any]]:
+    """Per category p50/p95 of each metric per side and the p95 ratio (the serving stage's slices)."""
+    per = (data.summary.get("latency") or {}).get("per_category")
+    if not isinstance(per, dict):
+        return []
+    out = []
+    for cat, sides in sorted(per.items()):
+        if not isinstance(sides, dict):
+            continue
+        b, c = sides.get("baseline") or {}, sides.get("candidate") or {}
+        cells = []
+        for key, label, _ in _METRICS:
+            pb, pc = (b.get(key) or {}) if isinstance(b, dict) else {}, (c.get(key) or {}) if isinstance(c, dict) else {}
+            b95, c95 = pb.get("p95"), pc.get("p95")
+            cells.append({"b50": pb.get("p50"), "c50": pc.get("p50"), "b95": b95, "c95": c95,
+                          "ratio": c95 / b95 if _is_num(b95) and _is_num(c95) and b95 else None})
+        out.append({"name": cat, "cells": cells})
+    return out
+
+
 def _facts(data: ReportData) -> list[tuple[str, str]]:
     s, m = data.summary, data.manifest
     facts = [("Cases", _num(s.get("cases", len(data.rows)))), ("Repeats", _num(m.get("repeats", 1)))]
@@ -273,6 +293,8 @@ def _context(data: ReportData, nonce: str) -> dict[str, Any]:
         "facts": _facts(data),
         "categories": _categories(data),
         "latency": _latency(data),
+        "latency_by_category": _latency_by_category(data),
+        "metric_labels": [label for _, label, _ in _METRICS],
         "acceptance": _acceptance(acceptance),
         "guardrails": [_guardrail(g) for g in s.get("guardrails") or [] if isinstance(g, dict)],
         "fallback": fallback if fallback.get("action") or fallback.get("routes") else {},
