@@ -166,6 +166,7 @@ class Endpoint:
             self._sdk_http = http_client
         self._sdk: Any = None
         self._headers: dict[str, str] | None = None
+        self._proxy = _env_proxy(target.base_url)
 
     # ------------------------------------------------------------ clients
     @property
@@ -194,7 +195,9 @@ class Endpoint:
                 connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.opts.timeout_s, sock_read=self.opts.timeout_s),
                 auto_decompress=True,
-                trust_env=True,
+                # trust_env would look up proxies and .netrc in a thread on every request (a third
+                # of the client's CPU in profiles); the proxy is resolved once instead, in _proxy.
+                trust_env=False,
             )
             self._owns_session = True
         return self._session
@@ -260,7 +263,7 @@ class Endpoint:
         acc = _Accumulator(t0)
         got_headers = False
         try:
-            async with session.post(url, data=data, headers=self._request_headers()) as resp:
+            async with session.post(url, data=data, headers=self._request_headers(), proxy=self._proxy) as resp:
                 got_headers = True
                 if resp.status != 200:
                     raise await _status_error(resp)
@@ -365,15 +368,17 @@ def _feed_line(line: bytes | str, now: float, acc: _Accumulator, chat: bool) -> 
     """Handle one SSE line; True once `[DONE]` arrived. Malformed JSON is a retryable fault."""
     if isinstance(line, str):
         line = line.encode("utf-8", "surrogateescape")
-    line = line.strip()
     if not line.startswith(b"data:"):
-        return False
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            return False
     payload = line[5:].strip()
     if payload == b"[DONE]":
         acc.done = True
         return True
     try:
-        data = json.loads(payload)
+        # decoding first skips json's encoding sniffing on bytes: a third of the parse time
+        data = json.loads(payload.decode())
     except ValueError as exc:  # JSONDecodeError and invalid UTF-8
         raise _malformed(f"malformed stream chunk: {_first_line(exc)}: {payload[:80]!r}") from None
     if not isinstance(data, dict):
@@ -431,6 +436,18 @@ async def _status_error(resp: aiohttp.ClientResponse) -> Exception:
     if resp.status in RETRYABLE_STATUS:
         return _Retryable(info, _parse_retry_after(resp.headers.get("Retry-After")))
     return _Fatal(info)
+
+
+def _env_proxy(url: str) -> str | None:
+    """The HTTP(S)_PROXY that applies to `url` unless NO_PROXY exempts it, read once per endpoint."""
+    from urllib.parse import urlsplit
+    from urllib.request import getproxies, proxy_bypass
+
+    parts = urlsplit(url)
+    proxy = getproxies().get(parts.scheme)
+    if not proxy or proxy_bypass(parts.hostname or ""):
+        return None
+    return proxy
 
 
 def _parse_retry_after(value: str | None) -> float | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -62,8 +64,8 @@ def work_items(cases: Iterable[Case], config: Config, done: dict[tuple[str, str,
             need = []
             for name, t in targets.items():
                 prev = done.get((case.id, name, rep))
-                fp = build_request(case, t, config.run, rep).fingerprint
-                if prev is None or not prev[1] or prev[0] != fp:
+                # the fingerprint is only needed to compare with a stored answer (resume)
+                if prev is None or not prev[1] or prev[0] != build_request(case, t, config.run, rep).fingerprint:
                     need.append(name)
             if need:
                 yield case, rep, need
@@ -82,9 +84,8 @@ async def generate(
     progress = progress or Progress()
     stats = RunStats()
     done = store.done_keys()
-    items = list(work_items(cases, config, done))
     totals: dict[str, int] = {}
-    for _, _, need in items:
+    for _, _, need in work_items(cases, config, done):  # a counting pass: the work itself is never listed
         for n in need:
             totals[n] = totals.get(n, 0) + 1
     stats.skipped = len(cases) * config.run.repeats * len(config.targets()) - sum(totals.values())
@@ -93,13 +94,14 @@ async def generate(
         for name, t in config.targets().items()
     }
     sems = {name: asyncio.Semaphore(config.run.concurrency) for name in endpoints}
+    writer = _StoreWriter(store)
     progress.start(totals)
     t0 = time.perf_counter()
 
     async def one(name: str, case: Case, rep: int) -> None:
         async with sems[name]:
             r = await endpoints[name].send(case, rep)
-        store.put_response(r)
+        writer.put(r)
         stats.sent[name] = stats.sent.get(name, 0) + 1
         if not r.ok:
             stats.errors[name] = stats.errors.get(name, 0) + 1
@@ -108,13 +110,16 @@ async def generate(
             on_response(r)
 
     async def pair(case: Case, rep: int, need: list[str]) -> None:
-        await asyncio.gather(*(one(n, case, rep) for n in need))
+        if len(need) == 1:  # no extra task for a lone request
+            await one(need[0], case, rep)
+        else:
+            await asyncio.gather(*(one(n, case, rep) for n in need))
 
     # at most `concurrency` pairs in flight: each pair holds one slot per target
     window = asyncio.Semaphore(config.run.concurrency)
     tasks: set[asyncio.Task[None]] = set()
     try:
-        for case, rep, need in items:
+        for case, rep, need in work_items(cases, config, done):
             await window.acquire()
             task = asyncio.create_task(pair(case, rep, need))
             tasks.add(task)
@@ -127,7 +132,54 @@ async def generate(
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     finally:
+        writer.close()
         stats.wall_s = time.perf_counter() - t0
         progress.stop()
         await asyncio.gather(*(e.aclose() for e in endpoints.values()), return_exceptions=True)
+    writer.raise_failure()
     return stats
+
+
+class _StoreWriter:
+    """Commits responses from a thread of its own, in arrival order.
+
+    A commit waits on the disk (~0.2 ms, far more on a busy disk); done on
+    the event loop, that wait delays reading every other stream and shows up
+    as extra TTFT/ITL. The thread commits each response as soon as it is
+    handed over, so durability is unchanged: a killed run loses only what was
+    in flight or queued for a fraction of a millisecond. `close` drains the
+    queue before generation returns.
+    """
+
+    _STOP = object()
+
+    def __init__(self, store: RunStore):
+        self._store = store
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="qc-store-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, r: Response) -> None:
+        self._queue.put(r)
+
+    def _run(self) -> None:
+        while True:
+            r = self._queue.get()
+            if r is self._STOP:
+                return
+            if self._failure is not None:
+                continue
+            try:
+                self._store.put_response(r)
+            except BaseException as exc:  # surfaced by raise_failure once generation ends
+                self._failure = exc
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(self._STOP)
+            self._thread.join()
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure

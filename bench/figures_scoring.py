@@ -1,0 +1,160 @@
+"""Benchmark figures for the stages after generation: sandbox, judge, report, gate.
+
+Each function measures one figure through the stage's public entry point
+(the same one `qualitycheck run` calls), and prints a skip line with the
+reason when that stage is not in this checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MBPP = Path("/work/shared/data/mbpp/sanitized-mbpp.jsonl")
+
+Figure = Callable[..., None]
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _store(folder: Path, cases: list[Any], answers: dict[str, tuple[str, str]]) -> Any:
+    """A finished two-target run folder filled by hand (no endpoint involved)."""
+    from qualitycheck.config import Config
+    from qualitycheck.pipeline import manifest_for, redacted_config
+    from qualitycheck.records import Response, Usage
+    from qualitycheck.store import RunStore
+
+    cfg = Config.model_validate({"baseline": {"url": "http://127.0.0.1:9/v1", "model": "m"},
+                                 "candidate": {"url": "http://127.0.0.1:9/v1", "model": "m"}})
+    store = RunStore.create(folder, manifest_for(cases, cfg, ["bench"]), cases)
+    store.put_artifact("config", redacted_config(cfg))
+    for i, c in enumerate(cases):
+        for side, text in zip(("baseline", "candidate"), answers[c.id]):
+            n = max(1, len(text.split()))
+            times = [0.05 + 0.002 * k for k in range(min(n, 64))]
+            store.put_response(Response(case_id=c.id, target=side, fingerprint="bench", text=text, finish_reason="stop",
+                                        usage=Usage(prompt_tokens=12, completion_tokens=n), ttft_s=times[0],
+                                        chunk_times=times, e2e_s=times[-1] + 0.001, started_at=1.7e9 + i))
+    return store
+
+
+def sandbox_rate(figure: Figure, skipped: Callable[[str, str], None], quick: bool) -> None:
+    """Sandboxed unit-test runs per second: MBPP reference solutions scored like model answers."""
+    name = "sandboxed_unit_tests_per_s"
+    if not _has("qualitycheck.scoring.code"):
+        skipped(name, "qualitycheck/scoring/code.py (the sandboxed unit-test scorer) is not in this checkout yet")
+        return
+    if not MBPP.is_file():
+        skipped(name, f"{MBPP} not found")
+        return
+    import tempfile
+
+    from qualitycheck.cases import Case
+    from qualitycheck.scoring import score_store
+
+    n = 30 if quick else 150
+    rows = [json.loads(line) for line in MBPP.read_text().splitlines()[:n]]
+    cases = [Case(id=f"mbpp-{r['task_id']}", category="code", messages=[{"role": "user", "content": r["prompt"]}],
+                  checks={"unit_tests": {"tests": "\n".join(r["test_imports"] + r["test_list"])}}) for r in rows]
+    answers = {c.id: (f"```python\n{r['code']}\n```",) * 2 for c, r in zip(cases, rows)}
+    with tempfile.TemporaryDirectory() as td:
+        store = _store(Path(td), cases, answers)
+        t0 = time.perf_counter()
+        score_store(store)
+        wall = time.perf_counter() - t0
+        scores = [s for s in store.scores() if s.check == "unit_tests"]
+        store.close()
+    passed = sum(s.status == "pass" for s in scores)
+    figure(name, len(scores) / wall, "tests/s",
+           f"{len(scores)} MBPP reference solutions (baseline+candidate) through score_store; {passed} passed; {os.cpu_count()} cores")
+
+
+def judge_savings(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, quick: bool) -> None:
+    """Judge calls a greedy run saves by not judging byte-identical pairs."""
+    name = "judge_calls_saved_pct"
+    if not _has("qualitycheck.scoring.judge"):
+        skipped(name, "qualitycheck/scoring/judge.py is not in this checkout yet")
+        return
+    from qualitycheck.cases import Case
+    from qualitycheck.config import Config
+    from qualitycheck.scoring.judge import score_judge
+    from qualitycheck.testserver import TestServer
+
+    n, divergent_every = (200, 10) if quick else (1000, 10)
+    cases = [Case(id=f"j{i}", category="summaries", messages=[{"role": "user", "content": f"Summarise item j{i}."}],
+                  checks={"judge": "pairwise"}) for i in range(n)]
+    answers = {c.id: (f"summary {i}", f"summary {i}" if i % divergent_every else f"a different summary {i}")
+               for i, c in enumerate(cases)}
+    store = _store(tmp / "judge-run", cases, answers)
+    try:
+        with TestServer(default="Both are fine. [[TIE]]", model="J") as judge:
+            cfg = Config.model_validate({"baseline": {"url": "http://127.0.0.1:9", "model": "m"},
+                                         "candidate": {"url": "http://127.0.0.1:9", "model": "m"},
+                                         "judge": {"url": judge.url, "model": "J"}, "run": {"concurrency": 32}})
+            stage = score_judge(store, cfg)
+            calls = len(judge.requests("/chat/completions"))
+    finally:
+        store.close()
+    without = 2 * n  # pairwise in both orders
+    figure(name, 100 * (1 - calls / without), "%",
+           f"{calls} judge calls instead of {without} for {n} pairs; {stage.get('skipped_identical')} identical pairs skipped; "
+           f"input: 1 pair in {divergent_every} diverges (the saving equals the identical share of a real greedy run)")
+
+
+def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, n: int) -> None:
+    """`qualitycheck report DIR` on a 10,000-pair run: wall time and report.html size."""
+    if not _has("qualitycheck.report"):
+        skipped("report_build_s", "qualitycheck/report is not in this checkout yet")
+        return
+    from qualitycheck.cases import Case
+
+    cases = [Case(id=f"r{i}", category=f"cat{i % 8}", messages=[{"role": "user", "content": f"Question r{i}?"}],
+                  checks={"exact": f"answer {i}", "contains": ["answer"]}) for i in range(n)]
+    answers = {c.id: (f"answer {i}", f"answer {i}" if i % 20 else f"answer {i} but longer and different")
+               for i, c in enumerate(cases)}
+    folder = tmp / "report-run"
+    _store(folder, cases, answers).close()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    score = subprocess.run([sys.executable, "-m", "qualitycheck", "score", str(folder)], capture_output=True, text=True, env=env)
+    if score.returncode not in (0, 1):
+        skipped("report_build_s", f"qualitycheck score failed: {score.stderr[-300:]}")
+        return
+    t0 = time.perf_counter()
+    rep = subprocess.run([sys.executable, "-m", "qualitycheck", "report", str(folder)], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    html = folder / "report.html"
+    if rep.returncode not in (0, 1) or not html.is_file():
+        skipped("report_build_s", f"qualitycheck report failed (exit {rep.returncode}): {rep.stderr[-300:]}")
+        return
+    figure("report_build_s", wall, "s", f"`qualitycheck report` process for {n} pairs (summary + report.html), incl. start-up")
+    figure("report_html_mb", html.stat().st_size / 1e6, "MB", f"{n} pairs, self-contained")
+
+
+def gate_power(figure: Figure, skipped: Callable[[str, str], None], trials: int) -> None:
+    """The quality gate on simulated paired runs: A/A false alarms and power for a 2-pp regression."""
+    try:
+        from qualitycheck.stats import simulate_gate
+    except ImportError:
+        skipped("gate_false_alarm_rate", "qualitycheck.stats.simulate_gate is not in this checkout yet")
+        return
+    t0 = time.perf_counter()
+    fa = simulate_gate(n=300, drop=0.0, trials=trials, seed=1)
+    power = simulate_gate(n=300, drop=0.02, trials=trials, seed=2)
+    note = f"N=300 cases, 80% pass rate, 1% A/A disagreement, control target, {trials} simulated runs each"
+    figure("gate_false_alarm_rate", fa, "", note)
+    figure("gate_power_2pp_regression", power, "", note)
+    figure("gate_simulation_s", time.perf_counter() - t0, "s")
