@@ -91,3 +91,20 @@ def test_bad_input_is_a_usage_error_not_a_traceback(pytester: pytest.Pytester) -
     res = pytester.runpytest("--qc-run", str(pytester.path / "nowhere"))
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*qualitycheck:*not a qualitycheck run folder*"])
+
+
+def test_repository_conftest_gates_instead_of_running_the_unit_tests(tmp_path: Path, regressing_servers) -> None:
+    import subprocess
+    import sys
+
+    b, c = regressing_servers
+    s = suite(tmp_path / "s.jsonl")
+    out = tmp_path / "run"
+    from qualitycheck.cli import main
+
+    main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(s), "--out", str(out), "--no-preflight"])
+    repo = Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--qc-run", str(out), "-q"],
+                          cwd=repo, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "1 passed" in proc.stdout and "3 failed" in proc.stdout  # the gate items only, no unit test
