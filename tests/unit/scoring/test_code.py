@@ -1,0 +1,105 @@
+"""unit_tests in the sandbox: real MBPP tasks, off-by-one answers, and hostile code.
+
+Every hostile row must be contained (the host stays untouched) and scored as
+a failed test, not as an error and never as a pass.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qualitycheck.cases import Case
+from qualitycheck.records import Response
+from qualitycheck.scoring import build_scorers
+from qualitycheck.scoring._sandbox import isolation
+
+from .conftest import check_row, load_rows
+
+FAKE_SECRET = "sk-qualitycheck-test-secret-do-not-leak"
+
+
+@pytest.fixture(autouse=True)
+def secret_in_parent_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandbox must not inherit what the scoring process has."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_SECRET)
+    monkeypatch.setenv("HF_TOKEN", FAKE_SECRET)
+
+
+def _nobody_processes() -> list[str]:
+    """Processes running as nobody (the sandbox's uid), as 'pid state cmdline'; kernel teardown may lag a moment."""
+    for _ in range(50):
+        out = []
+        for p in Path("/proc").iterdir():
+            if p.name.isdigit():
+                try:
+                    if p.stat().st_uid == 65534:
+                        state = (p / "stat").read_text().split(") ")[1].split()[0]
+                        out.append(f"{p.name} {state} {(p / 'cmdline').read_bytes()[:80]!r}")
+                except OSError:
+                    continue
+        if not out:
+            break
+        time.sleep(0.05)
+    return out
+
+
+@pytest.mark.parametrize("row", load_rows("code.jsonl"))
+def test_unit_tests(row: dict[str, Any]) -> None:
+    scores = check_row(row)
+    s = scores["unit_tests"]
+    assert FAKE_SECRET not in str(s.detail)
+    if isolation()["level"] == "namespaces" and "isolation" in s.detail:
+        assert s.detail["isolation"] == "namespaces" and s.detail["sandbox"]["uid"] == "nobody"
+        assert _nobody_processes() == [], "a sandboxed process outlived its run"
+    assert not Path("/work/main/SANDBOX_ESCAPE.txt").exists()
+
+
+def test_output_is_capped_and_secret_never_printed() -> None:
+    case = Case(id="c", category="code", prompt="p", checks={"unit_tests": {
+        "tests": "import os\nprint(os.environ.get('OPENAI_API_KEY'))\nprint('x' * 200000)\nassert False, 'shown'"}})
+    out = build_scorers(case)[0].score(Response(case_id="c", target="candidate", fingerprint="f", text="x = 1"), None)
+    assert out.status == "fail" and out.detail["failed"]["error"] == "AssertionError: shown"
+    assert FAKE_SECRET not in out.detail["stdout"] and "None" in out.detail["stdout"]
+    assert len(out.detail["stdout"]) <= 2000
+
+
+@pytest.mark.skipif(isolation()["level"] == "none", reason="no network namespace on this host")
+def test_cannot_reach_a_server_on_the_hosts_localhost() -> None:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    code = f"import socket\n\ndef call():\n    socket.create_connection(('127.0.0.1', {port}), timeout=1).close()\n"
+    case = Case(id="c", category="code", prompt="p", checks={"unit_tests": {"tests": "call()", "timeout_s": 3}})
+    out = build_scorers(case)[0].score(Response(case_id="c", target="candidate", fingerprint="f", text=code), None)
+    srv.setblocking(False)
+    with pytest.raises(BlockingIOError):  # nothing is waiting in the backlog: the sandbox never connected
+        srv.accept()
+    srv.close()
+    assert out.status == "fail"
+    assert "Errno" in out.detail["failed"]["error"]
+
+
+def test_runs_in_parallel_up_to_the_cores(tmp_path: Path) -> None:
+    """Two sleeping answers on two workers take about one sleep, not two (checked loosely)."""
+    from qualitycheck.scoring import score_store
+    from qualitycheck.store import RunStore
+
+    code = "import time\n\ndef nap():\n    time.sleep(1.0)\n    return 1\n"
+    cases = [Case(id=f"c{i}", category="code", prompt="p", checks={"unit_tests": {"tests": "assert nap() == 1"}}) for i in range(2)]
+    store = RunStore.create(tmp_path, {"suite_fingerprint": "x", "targets": {}, "repeats": 1}, cases)
+    for c in cases:
+        store.put_response(Response(case_id=c.id, target="baseline", fingerprint="f", text=code))
+
+    t0 = time.monotonic()
+    assert score_store(store, workers=2) == 2
+    assert time.monotonic() - t0 < 1.9
+    assert {s.status for s in store.scores()} == {"pass"}
+    store.close()
+    assert os.environ["OPENAI_API_KEY"] == FAKE_SECRET
