@@ -5,7 +5,7 @@
 (function () {
   "use strict";
   var PAGE = 100;
-  var MAX_EDIT = 4000; // Myers steps before falling back to one changed block
+  var MAX_EDIT = 2000; // Myers steps (edits) before falling back to one changed block; keeps the trace ~16 MB at most
   var CASES = JSON.parse(document.getElementById("qc-cases").textContent);
   var STATUS = { p: "pass", f: "fail", e: "error", s: "skipped", "-": "not scored" };
   var $ = function (id) { return document.getElementById(id); };
@@ -291,7 +291,10 @@
     c.f.forEach(function (f) { head.appendChild(el("span", "badge " + f, f)); });
     var close = el("button", null, "Close");
     close.type = "button";
-    close.addEventListener("click", function () { detail.hidden = true; detail.textContent = ""; selected = null; });
+    close.addEventListener("click", function () {
+      detail.hidden = true; detail.textContent = ""; selected = null;
+      Array.prototype.forEach.call(tbody.querySelectorAll("tr.sel"), function (r) { r.className = ""; });
+    });
     head.appendChild(close);
     detail.appendChild(head);
     var reps = Math.max((c.t.baseline || []).length, (c.t.candidate || []).length, 1), host = el("div", "diff");

@@ -129,5 +129,23 @@ def test_payloads_in_answers_stay_inert_text(page: tuple[Any, list[str]]) -> Non
     pg.screenshot(path=str(out / "report.png"), full_page=True)
     assert (out / "report.png").stat().st_size > 10_000
     if os.environ.get("QC_DOCS_SCREENSHOT") == "1":
-        pg.set_viewport_size({"width": 1100, "height": 1400})
+        pg.set_viewport_size({"width": 1024, "height": 1000})
+        pg.evaluate("window.scrollTo(0, 0)")
         pg.screenshot(path=str(REPO / "docs" / "report-screenshot.png"), full_page=False, type="png")
+
+
+def test_each_pane_still_reads_as_its_own_answer(page: tuple[Any, list[str]], stored_run: tuple[Path, dict[str, Any]]) -> None:
+    """The diff only marks spans: baseline = equal + deleted runs, candidate = equal + inserted runs."""
+    import json
+
+    from qualitycheck.store import RunStore
+
+    pg, problems = page
+    with RunStore.open(stored_run[0]) as store:
+        texts = {(r.case_id, r.target): r.text for r in store.responses()}
+    for case_id in ("qa-3", "fmt-0", "fmt-1", "fmt-2", "qa-6"):
+        pg.locator("#case-table tbody tr", has_text=case_id).click()
+        for side in ("baseline", "candidate"):
+            shown = pg.locator(f".pane-{side} pre").text_content()
+            assert shown == texts[(case_id, side)], json.dumps([case_id, side, shown])
+    assert problems == []
