@@ -17,7 +17,8 @@ Layers, strongest available first (probed once per process, see `isolation()`):
     the same namespaces via `unshare --map-root-user`, without the uid drop
     or cgroups (RLIMIT_NPROC then does apply, to our own uid).
 ``none``
-    only a new session, a fresh temp dir, a scrubbed environment and rlimits.
+    only a new session, a fresh temp dir, a scrubbed environment, rlimits and
+    (when root) the cgroups.
     Network and the host filesystem are reachable: every score records
     `isolation_weak: true` and scoring prints a warning.
 
@@ -147,7 +148,9 @@ def isolation() -> dict[str, Any]:
             info = {"level": "user-namespaces", "unshare": [unshare, "--user", "--map-root-user", *_UNSHARE_NS],
                     "drop_to_nobody": False, "program_python": sys.executable, "cgroups": []}
         else:
-            info = {"level": "none", "unshare": None, "drop_to_nobody": False, "program_python": sys.executable, "cgroups": []}
+            # Without namespaces a root process can still bound processes and memory with cgroups.
+            info = {"level": "none", "unshare": None, "drop_to_nobody": False, "program_python": sys.executable,
+                    "cgroups": _cgroups_usable() if root else []}
         info["weak"] = info["level"] == "none"
         if info["weak"]:
             print("qualitycheck: WARNING: cannot create namespaces (unshare failed): unit tests run WITHOUT network "
@@ -270,7 +273,7 @@ def run_python(files: dict[str, str], argv: list[str], limits: Limits = Limits()
     """
     info = isolation()
     host_dir = Path(tempfile.mkdtemp(prefix="qc-sandbox-"))
-    cg = _Cgroup(info["cgroups"], limits) if info["level"] == "namespaces" else None
+    cg = _Cgroup(info["cgroups"], limits) if info["cgroups"] else None
     namespaced = info["level"] != "none"
     try:
         report_path, out_path, err_path = host_dir / "report", host_dir / "stdout", host_dir / "stderr"
