@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the whole job on local vLLM servers and the demo model (no GPU needed)")
     p.add_argument("--out", help="run folder (default: reports/demo-<timestamp>)")
 
+    p = sub.add_parser("merge", help="combine the run folders of --shard jobs into one run (same targets, disjoint cases)")
+    p.add_argument("dirs", nargs="+", metavar="DIR")
+    p.add_argument("--out", required=True, metavar="DIR", help="new run folder for the merged run")
+
     return parser
 
 
@@ -150,6 +154,15 @@ COMMANDS = {"run": cmd_run, "validate": cmd_validate, "score": cmd_stage, "repor
             "demo": cmd_demo}
 
 COMMANDS.update({"preflight": cmd_preflight, "sweep": cmd_sweep})
+
+
+def cmd_merge(a: argparse.Namespace) -> int:
+    from .merge import merge_runs
+
+    return merge_runs(a.dirs, a.out)
+
+
+COMMANDS["merge"] = cmd_merge
 
 
 def main(argv: list[str] | None = None) -> int:

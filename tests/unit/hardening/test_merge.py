@@ -1,0 +1,105 @@
+"""Scale-out: shards run separately and merged equal one run of the whole suite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qualitycheck.cli import main
+from qualitycheck.runner import select_shard
+from qualitycheck.cases import load_suite
+from qualitycheck.store import RunStore
+from qualitycheck.testserver import TestServer
+from tests.helpers import qa_cases, write_suite
+
+VOLATILE = {"latency", "created_at", "wall_s", "run_dir", "out", "generated_at", "duration_s"}
+
+
+def stable(x: Any) -> Any:
+    """The summary without timings and folder paths, which differ between any two runs."""
+    if isinstance(x, dict):
+        return {k: stable(v) for k, v in x.items() if k not in VOLATILE and not k.endswith(("_ms", "_s", "_at"))}
+    if isinstance(x, list):
+        return [stable(v) for v in x]
+    if isinstance(x, str) and "\n" in x:  # rendered text (sign-off): drop its latency lines
+        return "\n".join(line for line in x.splitlines() if " ms p50 " not in line)
+    return x
+
+
+def suite(tmp: Path) -> Path:
+    cases = (qa_cases(12, "qa", checks={"exact": "The answer is 42."})
+             + qa_cases(9, "support", checks={"contains": ["answer"]}))
+    return write_suite(tmp / "suite.jsonl", cases)
+
+
+def run(b: TestServer, c: TestServer, s: Path, out: Path, *extra: str) -> int:
+    return main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(s),
+                 "--out", str(out), "--no-preflight", "--retries", "0", *extra])
+
+
+def summary(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "summary.json").read_text())
+
+
+@pytest.fixture
+def servers():
+    cand = {"qa 3?": "It is 41.", "qa 7?": "Unsure.", "support 2?": "no idea"}
+    with TestServer(default="The answer is 42.") as b, TestServer(default="The answer is 42.", answers=cand) as c:
+        yield b, c
+
+
+def test_two_shards_merged_equal_one_run(tmp_path: Path, servers: tuple[TestServer, TestServer]) -> None:
+    b, c = servers
+    s = suite(tmp_path)
+    single_code = run(b, c, s, tmp_path / "single")
+    codes = [run(b, c, s, tmp_path / f"shard{i}", "--shard", f"{i}/2") for i in (1, 2)]
+    sizes = [len(select_shard(load_suite([s]), f"{i}/2")) for i in (1, 2)]
+    assert all(sizes) and sum(sizes) == 21  # both shards hold cases, together all of them
+    merged_code = main(["merge", str(tmp_path / "shard1"), str(tmp_path / "shard2"), "--out", str(tmp_path / "merged")])
+    assert merged_code == single_code and set(codes) <= {0, 1}
+    assert stable(summary(tmp_path / "merged")) == stable(summary(tmp_path / "single"))
+    with RunStore.open(tmp_path / "merged") as m, RunStore.open(tmp_path / "single") as one:
+        assert [x.id for x in m.cases()] == [x.id for x in one.cases()]
+        assert m.count_responses() == one.count_responses()
+        assert m.manifest["suite_fingerprint"] == one.manifest["suite_fingerprint"]
+    # the merged folder is a complete run: resuming it with the whole suite requests nothing
+    before = len(b.requests("/chat/completions"))
+    assert run(b, c, s, tmp_path / "merged") == single_code
+    assert len(b.requests("/chat/completions")) == before
+
+
+def test_overlapping_shards_are_refused(tmp_path: Path, servers: tuple[TestServer, TestServer], capsys: pytest.CaptureFixture[str]) -> None:
+    b, c = servers
+    s = suite(tmp_path)
+    run(b, c, s, tmp_path / "a", "--shard", "1/2")
+    run(b, c, s, tmp_path / "b", "--shard", "1/3")
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert "more than one shard" in err and "split the suite differently" in err
+    assert not (tmp_path / "m" / "run.sqlite").exists()
+
+
+def test_different_targets_are_refused(tmp_path: Path, servers: tuple[TestServer, TestServer], capsys: pytest.CaptureFixture[str]) -> None:
+    b, c = servers
+    s = suite(tmp_path)
+    run(b, c, s, tmp_path / "a", "--shard", "1/2")
+    with TestServer(default="The answer is 42.") as other:
+        run(b, other, s, tmp_path / "b", "--shard", "2/2")
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 2
+    assert "targets differ" in capsys.readouterr().err
+
+
+def test_merge_refuses_non_runs_and_existing_outputs(tmp_path: Path, servers: tuple[TestServer, TestServer], capsys: pytest.CaptureFixture[str]) -> None:
+    b, c = servers
+    s = suite(tmp_path)
+    run(b, c, s, tmp_path / "a", "--shard", "1/2")
+    (tmp_path / "empty").mkdir()
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "empty"), "--out", str(tmp_path / "m")]) == 2
+    assert "not a qualitycheck run folder" in capsys.readouterr().err
+    assert main(["merge", str(tmp_path / "a"), "--out", str(tmp_path / "a")]) == 2
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "m2")]) == 2
