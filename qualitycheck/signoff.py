@@ -46,7 +46,7 @@ def render_signoff(s: dict[str, Any]) -> str:
     err = s.get("errors", {})
     for side in ("baseline", "candidate"):
         e = err.get(side, {})
-        w(f"- {side}: TTFT ms p50/p95/p99 {_ms(lat.get(side), 'ttft_ms')}; TPOT ms {_ms(lat.get(side), 'tpot_ms')}; "
+        w(f"- {side}: TTFT ms {_ms(lat.get(side), 'ttft_ms')}; TPOT ms {_ms(lat.get(side), 'tpot_ms')}; "
           f"errors {e.get('count', 0)}/{e.get('requests', 0)} ({_pct(e.get('rate'))})")
     if not lat:
         w("- latency percentiles: not available in this run")
@@ -90,6 +90,20 @@ def render_signoff(s: dict[str, Any]) -> str:
               f"{_pct(k.get('baseline_pass_rate'))} | {_pct(k.get('candidate_pass_rate'))} | {ci_s} | "
               f"{'n/a' if p is None else f'{p:.3g}'} | {len(k.get('regressions', []))} "
               f"({k.get('regressions_beyond_floor', 0)} beyond noise) | {len(k.get('flaky', []))} | {_pct(k.get('mde'))} |")
+    w("")
+    floors = sorted({(k["noise_floor"]["measured_by"], cat, name, k["noise_floor"]["flip_rate"])
+                     for cat, c in s.get("categories", {}).items() for name, k in (c.get("checks") or {}).items()
+                     if (k.get("noise_floor") or {}).get("measured_by")}, key=lambda x: (x[1], x[2]))
+    if floors:
+        w("Noise floor (how often the baseline disagrees with itself; flaky cases are kept apart from regressions):")
+        for by, cat, name, rate in floors:
+            w(f"- {cat} / {name}: {_pct(rate)} of A/A pairs disagree (measured by {by})")
+    else:
+        w("Noise floor: not measured (no control target, one repeat): every pass→fail flip counts as a regression.")
+    flaky = [(cat, name, i) for cat, c in s.get("categories", {}).items() for name, k in (c.get("checks") or {}).items()
+             for i in k.get("flaky_regressions") or []]
+    if flaky:
+        w("Flaky cases that dropped on the candidate (not counted): " + ", ".join(f"{cat}/{i} ({name})" for cat, name, i in flaky[:30]))
     drifted = [(cat, f, d) for cat, c in s.get("categories", {}).items() for f, d in (c.get("format_drift") or {}).items() if d.get("flag")]
     w("")
     if drifted:
