@@ -246,13 +246,16 @@
     var names = Object.keys(c.s).sort();
     if (!names.length) { wrap.appendChild(el("p", "muted small", "No scores stored for this case.")); return wrap; }
     var t = el("table", "checks"), head = el("tr");
-    ["Check", "Baseline", "Candidate", "Outcome"].forEach(function (h) { head.appendChild(el("th", null, h)); });
+    var control = names.some(function (n) { return c.s[n].control !== undefined; });
+    (control ? ["Check", "Baseline", "Candidate", "Control (A/A)", "Outcome"] : ["Check", "Baseline", "Candidate", "Outcome"])
+      .forEach(function (h) { head.appendChild(el("th", null, h)); });
     t.appendChild(head);
     names.forEach(function (name) {
       var tr = el("tr");
       tr.appendChild(el("td", "mono", name));
       var tdb = el("td"); tdb.appendChild(statusChips(c.s[name].baseline || "")); tr.appendChild(tdb);
       var tdc = el("td"); tdc.appendChild(statusChips(c.s[name].candidate || "")); tr.appendChild(tdc);
+      if (control) { var tdk = el("td"); tdk.appendChild(statusChips(c.s[name].control || "")); tr.appendChild(tdk); }
       var out = el("td");
       if ((c.rc || []).indexOf(name) >= 0) out.appendChild(el("span", "badge regression", "regression"));
       if ((c.ic || []).indexOf(name) >= 0) out.appendChild(el("span", "badge improvement", "improvement"));

@@ -1,7 +1,7 @@
 """A stored run built by the real pipeline on test servers, for the report tests.
 
 The candidate regresses one case, improves one, fails on one, and two cases
-answer with HTML/script payloads. The `exact` scores are written through the
+answer with HTML/script payloads; the control answers like the baseline. The `exact` scores are written through the
 store's public API (what the scoring stage does), so these tests do not
 depend on which scorer families are present in the tree.
 """
@@ -60,9 +60,10 @@ def build_run(folder: Path) -> tuple[Path, dict[str, Any]]:
     base_answers = {"qa 6?": "The answer is 41.", "fmt 1?": f"{XSS_IMG}</script><b>bold</b>",
                     "fmt 0?": "Here: plain text done.", "fmt 2?": "A rendering of the idea."}
     with TestServer(default=RIGHT, answers=base_answers) as b, TestServer(
-            default=RIGHT, answers=cand_answers, faults=[Fault("status", match="qa 1?", status=500, times=None)]) as c:
-        rc = main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(suite),
-                   "--out", str(out), "--no-preflight", "--retries", "0"])
+            default=RIGHT, answers=cand_answers, faults=[Fault("status", match="qa 1?", status=500, times=None)]) as c, \
+            TestServer(default=RIGHT, answers=base_answers) as k:
+        rc = main(["run", "--baseline", b.url, "--candidate", c.url, "--control", k.url, "--model", "m",
+                   "--suite", str(suite), "--out", str(out), "--no-preflight", "--retries", "0"])
     assert rc in (0, 1)
     with RunStore.open(out) as store:
         store.replace_scores(_exact_scores(store), checks=["exact"])

@@ -45,7 +45,7 @@ def test_cases_are_flagged_from_the_store_and_regressions_come_first(stored_run:
     assert "improvement" in by_id["qa-6"]["f"] and by_id["qa-6"]["ic"] == ["exact"]
     assert "error" in by_id["qa-1"]["f"] and by_id["qa-1"]["e"]["candidate"][0].startswith("http_status")
     assert by_id["qa-0"]["f"] == ["identical"]
-    assert by_id["qa-3"]["s"]["exact"] == {"baseline": "p", "candidate": "f"}
+    assert by_id["qa-3"]["s"]["exact"] == {"baseline": "p", "candidate": "f", "control": "p"}
     assert by_id["qa-3"]["d"]["exact"]["candidate"][0]["got"].startswith("The answer is 43.")
     assert "divergent" in by_id["fmt-2"]["f"] and by_id["fmt-2"]["k"] == "format"
     assert by_id["qa-3"]["p"] == "[user] question qa 3?"
