@@ -139,3 +139,24 @@ def test_non_inferiority_margin_makes_a_small_category_inconclusive(tmp_path):
         s = build_summary(store, cfg)
     assert s["categories"]["qa"]["checks"]["exact"]["non_inferiority"]["verdict"] in ("inconclusive", "inferior")
     assert s["verdict"] in ("inconclusive", "fail")
+
+
+def test_route_scoped_error_rate_and_endpoint_wide_failures_disable_every_route(tmp_path):
+    rows = _rows()
+    rows[-1]["texts"] = {"baseline": "ok", "candidate": None}  # the billing route's only candidate request fails
+    rows[-1]["checks"] = {}
+    cfg = Config(speculative_decoding_guardrails={"max_error_rate": "50%", "max_quality_regression_cases": 1},
+                 routes={"billing": {"max_error_rate": "1%"}})
+    with make_store(tmp_path, rows) as store:
+        s = build_summary(store, cfg)
+    by = {(g["name"], g["route"]): g for g in s["guardrails"]}
+    assert by[("max_error_rate", "*")]["passed"] is True
+    assert by[("max_error_rate", "billing")]["passed"] is False and by[("max_error_rate", "billing")]["observed"] == 1.0
+    assert s["verdict"] == "fail" and s["fallback"]["routes"] == ["billing"]
+
+    from qualitycheck.gate import GuardrailResult
+
+    tpot = GuardrailResult("max_tpot_p95_regression", "10%", 0.3, False, "slower")
+    v, fb = decide([tpot], {"a": "pass", "b": "pass"}, allow_not_evaluated=False, fallback_action="x",
+                   category_routes={"a": {"r1"}, "b": {"r2"}})
+    assert v == "fail" and fb["routes"] == ["r1", "r2"]
