@@ -278,8 +278,12 @@ def run_python(files: dict[str, str], argv: list[str], limits: Limits = Limits()
     try:
         report_path, out_path, err_path = host_dir / "report", host_dir / "stdout", host_dir / "stderr"
         report_fd = os.open(report_path, os.O_WRONLY | os.O_CREAT, 0o600)
+        # RLIMIT_NPROC counts every process of the uid, so runs in parallel as nobody would share
+        # it: with a per-run pids cgroup it is only a backstop, else it is the limit.
+        per_run_pids = bool(cg and any(p.parent.parent.name == "pids" for p in cg.paths))
+        nproc = limits.processes * 64 if per_run_pids else limits.processes
         rlimits = {"RLIMIT_CPU": limits.cpu_s, "RLIMIT_AS": limits.memory_bytes, "RLIMIT_FSIZE": limits.file_bytes,
-                   "RLIMIT_NOFILE": limits.open_files, "RLIMIT_NPROC": limits.processes, "RLIMIT_CORE": 0}
+                   "RLIMIT_NOFILE": limits.open_files, "RLIMIT_NPROC": nproc, "RLIMIT_CORE": 0}
         uid = NOBODY if info["drop_to_nobody"] else None
         cfg = {
             "cgroups": [str(p) for p in cg.paths] if cg else [],

@@ -103,3 +103,23 @@ def test_runs_in_parallel_up_to_the_cores(tmp_path: Path) -> None:
     assert {s.status for s in store.scores()} == {"pass"}
     store.close()
     assert os.environ["OPENAI_API_KEY"] == FAKE_SECRET
+
+
+def test_a_fork_bomb_does_not_starve_a_run_beside_it(tmp_path: Path) -> None:
+    """Runs in parallel each have their own process budget (pids cgroup), not one per-uid pool."""
+    from qualitycheck.scoring import score_store
+    from qualitycheck.store import RunStore
+
+    bomb = "import os, time\n\ndef go():\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            time.sleep(0.01)\n"
+    good = "import time, subprocess\n\ndef go():\n    time.sleep(0.5)\n    return subprocess.run(['true']).returncode\n"
+    cases = [Case(id="bomb", category="code", prompt="p", checks={"unit_tests": {"tests": "go()", "timeout_s": 2}}),
+             Case(id="good", category="code", prompt="p", checks={"unit_tests": {"tests": "assert go() == 0", "timeout_s": 5}})]
+    store = RunStore.create(tmp_path, {"suite_fingerprint": "x", "targets": {}, "repeats": 1}, cases)
+    store.put_response(Response(case_id="bomb", target="baseline", fingerprint="f", text=bomb))
+    store.put_response(Response(case_id="good", target="baseline", fingerprint="f", text=good))
+    score_store(store, workers=2)
+    got = {s.case_id: s for s in store.scores()}
+    store.close()
+    assert got["bomb"].status == "fail" and got["bomb"].detail["timeout"] is True
+    assert got["good"].status == "pass", got["good"].detail
+    assert _nobody_processes() == []
