@@ -241,6 +241,31 @@
     if (mark && mark.scrollIntoView) mark.scrollIntoView({ block: "nearest" });
   }
 
+  // Score details (schema errors, failing assertion, SQL result diff, judge reasoning) as nested
+  // key/value text: strings keep their line breaks instead of showing JSON escapes.
+  function renderValue(v, depth) {
+    if (v === null || v === undefined) return el("span", "muted", "null");
+    if (typeof v === "string") return el("span", "txt", v);
+    if (typeof v !== "object") return el("span", "mono", String(v));
+    var isArr = Array.isArray(v);
+    if (depth > 6 || (isArr && v.every(function (x) { return x === null || typeof x !== "object"; }) && JSON.stringify(v).length < 200) ||
+        (isArr && v.length && v.every(Array.isArray))) {
+      var pre = el("span", "mono txt", isArr && v.every(Array.isArray) ? v.map(function (r) { return JSON.stringify(r); }).join("\n") : JSON.stringify(v));
+      return pre;
+    }
+    var box = el("div", "kv");
+    (isArr ? v.map(function (x, i) { return [String(i), x]; }) : Object.keys(v).map(function (k) { return [k, v[k]]; }))
+      .forEach(function (pair) {
+        var row = el("div");
+        row.appendChild(el("span", "muted", (isArr ? "#" : "") + pair[0] + ": "));
+        var inner = renderValue(pair[1], depth + 1);
+        if (inner.tagName === "DIV") row.appendChild(el("br"));
+        row.appendChild(inner);
+        box.appendChild(row);
+      });
+    return box;
+  }
+
   function checksTable(c) {
     var wrap = el("div");
     var names = Object.keys(c.s).sort();
@@ -273,7 +298,9 @@
           h.appendChild(el("b", "mono", name));
           h.appendChild(document.createTextNode(" · " + side + (det[name][side].length > 1 ? " · repeat " + rep : "")));
           wrap.appendChild(h);
-          wrap.appendChild(el("pre", "detail-json", JSON.stringify(d, null, 2)));
+          var box = el("div", "detail-json");
+          box.appendChild(renderValue(d, 0));
+          wrap.appendChild(box);
         });
       });
     });

@@ -109,7 +109,8 @@ def test_a_case_opens_a_side_by_side_diff(page: tuple[Any, list[str]]) -> None:
     assert "First divergence at character 15 (marked at the start of its token, 14)" in detail.text_content()
     assert "regression" in detail.locator("table.checks").text_content()
     assert "Control (A/A)" in detail.locator("table.checks").text_content()
-    assert '"got": "The answer is 43.' in detail.text_content()  # the failing score's detail
+    got = detail.locator(".detail-json .kv > div", has_text="got:")
+    assert got.text_content() == "got: The answer is 43.\nI double-checked the arithmetic."  # line break kept, no JSON escapes
     assert problems == []
 
 
