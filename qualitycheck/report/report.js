@@ -344,6 +344,15 @@
     pd.appendChild(el("pre", "detail-json", c.p || ""));
     detail.appendChild(pd);
     detail.scrollIntoView({ block: "start" });
+    if (history.replaceState) history.replaceState(null, "", "#case=" + encodeURIComponent(c.i));
+  }
+
+  // A link to report.html#case=<id> (pasted into a ticket) opens that case.
+  function openFromHash() {
+    var m = /^#case=(.+)$/.exec(location.hash);
+    if (!m) return;
+    var id = decodeURIComponent(m[1]);
+    for (var i = 0; i < CASES.length; i++) if (CASES[i].i === id) { openCase(i); return; }
   }
 
   tbody.addEventListener("click", function (ev) {
@@ -359,4 +368,5 @@
   var timer = null;
   fSearch.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(applyFilters, 120); });
   applyFilters();
+  openFromHash();
 })();

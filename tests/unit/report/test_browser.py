@@ -114,6 +114,14 @@ def test_a_case_opens_a_side_by_side_diff(page: tuple[Any, list[str]]) -> None:
     assert problems == []
 
 
+def test_a_link_with_the_case_id_opens_that_case(browser: Any, stored_run: tuple[Path, dict[str, Any]]) -> None:
+    pg = browser.new_page()
+    pg.goto((stored_run[0] / "report.html").as_uri() + "#case=fmt-2")
+    pg.wait_for_selector("#case-detail .pane-candidate")
+    assert pg.locator("#case-detail h3").text_content() == "fmt-2"
+    pg.close()
+
+
 def test_payloads_in_answers_stay_inert_text(page: tuple[Any, list[str]]) -> None:
     pg, problems = page
     for case_id, side, payload in (("fmt-0", "candidate", XSS_SCRIPT), ("fmt-1", "baseline", XSS_IMG)):

@@ -81,7 +81,7 @@ def test_summary_sections_are_rendered_when_present(stored_run: tuple[Path, dict
         "p_value": 0.0004, "regressions": ["qa-3"], "improvements": ["qa-6"], "flaky": 0}
     s["categories"]["format"]["format_drift"] = {"markdown_emphasis": {"baseline": 0.0, "candidate": 0.33, "kind": "rate", "flag": True},
                                              "chars": {"baseline": 120.0, "candidate": 80.5, "kind": "mean", "flag": False}}
-    s["categories"]["qa"]["judge"] = {"wins": 3, "losses": 1, "ties": 4}
+    s["categories"]["qa"]["checks"]["judge"] = {"wins": 2, "losses": 5, "ties": 1, "judged": 8, "regressions": ["qa-3"]}
     s["guardrails"] = [
         {"name": "max_quality_regression_cases", "threshold": 0, "observed": 1, "passed": False, "message": "1 regression"},
         {"name": "min_acceptance_rate", "threshold": 0.55, "observed": None, "passed": None, "message": "no /metrics"}]
@@ -100,6 +100,7 @@ def test_summary_sections_are_rendered_when_present(stored_run: tuple[Path, dict
     assert "1.50×" in html  # TTFT p95 ratio 60 / 40
     assert "disable_speculative_decoding_for_route" in html
     assert "<svg" in html  # distributions from the stored timings
+    assert "2 / 5 / 1" in html  # judge wins / losses / ties
 
 
 def test_a_minimal_or_odd_summary_never_breaks_the_report(stored_run: tuple[Path, dict[str, Any]]) -> None:
