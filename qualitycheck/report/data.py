@@ -97,6 +97,18 @@ def _ids(value: Any) -> list[str]:
     return []
 
 
+PROMPT_HEAD, PROMPT_TAIL = 1_000, 3_000
+"""Characters of a prompt the report keeps: long-context prompts would otherwise dominate
+the file (10,000 cases × 30 kB), and the question usually sits at the end."""
+
+
+def _clip(text: str) -> str:
+    if len(text) <= PROMPT_HEAD + PROMPT_TAIL + 100:
+        return text
+    omitted = len(text) - PROMPT_HEAD - PROMPT_TAIL
+    return f"{text[:PROMPT_HEAD]}\n… [{omitted:,} characters omitted in this report] …\n{text[-PROMPT_TAIL:]}"
+
+
 def _prompt_text(body: dict[str, Any] | None) -> str:
     if not body:
         return ""
@@ -187,7 +199,7 @@ def collect(store: RunStore, summary: dict[str, Any]) -> ReportData:
     cases = store.cases()
     rows: dict[str, CaseRow] = {}
     for c in cases:
-        rows[c.id] = CaseRow(c.id, c.category, c.route, _prompt_text({"messages": c.messages, "prompt": c.prompt}))
+        rows[c.id] = CaseRow(c.id, c.category, c.route, _clip(_prompt_text({"messages": c.messages, "prompt": c.prompt})))
     repeats = max(1, int(store.manifest.get("repeats") or 1))
 
     latency: dict[str, dict[str, list[Any]]] = {m: {} for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}

@@ -72,3 +72,12 @@ def test_histogram_handles_constant_and_empty_samples() -> None:
     assert str(histogram_svg("TTFT", {})) == ""
     svg = str(histogram_svg("TTFT", {"baseline": np.array([5.0, 5.0]), "candidate": np.array([5.0])}))
     assert svg.startswith("<svg") and svg.count("<polygon") == 2
+
+
+def test_long_prompts_are_clipped_keeping_the_question_at_the_end() -> None:
+    from qualitycheck.report.data import _clip
+
+    text = "D" * 50_000 + " So, what is the capital?"
+    out = _clip(text)
+    assert len(out) < 4_200 and out.endswith("what is the capital?") and "46,025 characters omitted" in out
+    assert _clip("short") == "short"
