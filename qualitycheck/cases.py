@@ -270,8 +270,24 @@ def _loc(loc: tuple[Any, ...]) -> str:
             x = {"json_": "json", "yaml_": "yaml", "schema_": "schema"}.get(str(x), str(x))
             if x in ("function-after", "function-before") or x.startswith(("function-", "constrained-")):
                 continue
-            parts.append(("." if parts else "") + x)
+            parts.append(("." if parts else "") + printable_key(x))
     return "".join(parts)
+
+
+def yaml_problem(path: str, exc: yaml.YAMLError) -> Problem:
+    """One problem line for a YAML error (PyYAML's own text spans several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    line = mark.line + 1 if mark else None
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow (NUL, control codes)
+        what = f"character {exc.character!r} is not allowed" if isinstance(exc.character, str) else str(exc.reason)
+        return Problem(path, None, "", f"bad YAML: {what} (at character {exc.position})")
+    text = str(getattr(exc, "problem", None) or exc).strip()
+    return Problem(path, line, "", f"bad YAML: {' '.join(text.split())}")
+
+
+def printable_key(key: str) -> str:
+    """A user's key as shown in a problem line: quoted when it holds line breaks or control characters."""
+    return key if key.isprintable() else repr(key)
 
 
 def _validation_problems(exc: ValidationError, path: str, line: int | None, lines_of: Any = None) -> list[Problem]:
@@ -355,9 +371,7 @@ def _read_yaml(path: Path, problems: list[Problem]) -> list[tuple[int, Any, Any]
         problems.append(Problem(str(path), None, "", f"cannot read: {exc.strerror}"))
         return []
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        problems.append(Problem(str(path), line, "", f"bad YAML: {getattr(exc, 'problem', None) or exc}"))
+        problems.append(yaml_problem(str(path), exc))
         return []
     if data is None:
         return []

@@ -128,10 +128,12 @@ class Config(BaseModel):
 
 
 def _problems(exc: ValidationError, path: str, finder: Any) -> list[Problem]:
+    from .cases import printable_key
+
     out = []
     for err in exc.errors():
         loc = err["loc"]
-        field = ".".join(str(x) for x in loc)
+        field = ".".join(printable_key(str(x)) for x in loc)
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
         if err["type"] == "missing":
             msg = "required field is missing"
@@ -155,8 +157,9 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         except OSError as exc:
             raise ConfigError([Problem(src, None, "", f"cannot read config: {exc.strerror}")]) from None
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            raise ConfigError([Problem(src, mark.line + 1 if mark else None, "", f"bad YAML: {getattr(exc, 'problem', None) or exc}")]) from None
+            from .cases import yaml_problem
+
+            raise ConfigError([yaml_problem(src, exc)]) from None
         except UnicodeDecodeError as exc:
             raise ConfigError([Problem(src, None, "", f"not UTF-8 text: {exc.reason}")]) from None
         if not isinstance(data, dict):
