@@ -19,7 +19,7 @@ import numpy as np
 
 from ..store import RunStore
 
-__all__ = ["CaseRow", "ReportData", "collect", "FLAG_ORDER"]
+__all__ = ["CaseRow", "FLAG_ORDER", "ReportData", "collect", "percentiles", "run_date"]
 
 FLAG_ORDER = ("regression", "error", "improvement", "flaky", "divergent", "identical")
 """Case flags in the order the case list sorts them: what needs a look first."""
