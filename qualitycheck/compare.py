@@ -33,8 +33,8 @@ __all__ = [
 
 ARTIFACT = "comparisons"
 SIDES = ("baseline", "candidate", "control")
-SIMILARITY_WINDOW = 4000
-"""Characters of differing middle that difflib compares exactly; beyond it the ratio is bounded cheaply."""
+SIMILARITY_BUDGET = 40_000
+"""Largest product of the differing middles' lengths compared character by character (≈200 × 200)."""
 
 Flip = Literal["regression", "improvement"]
 
@@ -106,13 +106,15 @@ def first_divergence(a: str | list[int], b: str | list[int]) -> int | None:
     return None if len(a) == len(b) else n
 
 
-def similarity(a: str, b: str, window: int = SIMILARITY_WINDOW) -> tuple[float, bool]:
-    """difflib ratio, exact for texts whose differing middle fits `window` characters.
+def similarity(a: str, b: str, budget: int = SIMILARITY_BUDGET) -> tuple[float, bool]:
+    """difflib ratio of two texts, exact while the differing middle is small enough.
 
     Common prefix and suffix are matched for free; only the middle goes to
-    SequenceMatcher, which is quadratic. Past `window` the middle's match
-    count is bounded by `quick_ratio` and the result flagged approximate, so a
-    runaway 100 kB answer costs milliseconds, not minutes.
+    SequenceMatcher, whose cost grows with the product of the lengths (and
+    worse on repetitive text, which runaway answers are). Past `budget`
+    (product of the middle lengths) the middle is compared word by word,
+    and past it again bounded by `quick_ratio`; both are flagged approximate,
+    so a 100 kB answer costs milliseconds, not minutes.
     """
     if a == b:
         return 1.0, True
@@ -125,10 +127,15 @@ def similarity(a: str, b: str, window: int = SIMILARITY_WINDOW) -> tuple[float, 
     while suf < n - pre and a[len(a) - 1 - suf] == b[len(b) - 1 - suf]:
         suf += 1
     ma, mb = a[pre : len(a) - suf], b[pre : len(b) - suf]
-    exact = len(ma) <= window and len(mb) <= window
-    sm = difflib.SequenceMatcher(None, ma, mb, autojunk=False)
     mid_total = len(ma) + len(mb)
-    mid_matches = (sm.ratio() if exact else sm.quick_ratio()) * mid_total / 2 if mid_total else 0.0
+    exact = len(ma) * len(mb) <= budget
+    if exact:
+        mid_ratio = difflib.SequenceMatcher(None, ma, mb, autojunk=False).ratio()
+    else:
+        wa, wb = ma.split(), mb.split()
+        sm = difflib.SequenceMatcher(None, wa, wb, autojunk=False)
+        mid_ratio = sm.ratio() if len(wa) * len(wb) <= budget else sm.quick_ratio()
+    mid_matches = mid_ratio * mid_total / 2 if mid_total else 0.0
     return (2 * (pre + suf) + 2 * mid_matches) / total, exact
 
 
