@@ -250,8 +250,20 @@ class Endpoint:
         assert last is not None
         return Response(
             case_id=case.id, target=self.name, repeat=repeat, fingerprint=plan.fingerprint,
-            started_at=started, attempts=attempts, error=last,
+            started_at=started, attempts=attempts, error=self._redacted(last),
         )
+
+    def _redacted(self, info: ErrorInfo) -> ErrorInfo:
+        """Servers and proxies echo keys back ("invalid key sk-..."); an error message must not carry them."""
+        from urllib.parse import urlsplit
+
+        password = urlsplit(self.target.url).password or ""
+        secrets = [v for v in (self.target.api_key(), password, *self.target.headers.values()) if v and len(v) >= 4 and v != "EMPTY"]
+        secrets += [v.split(" ", 1)[1] for v in secrets if " " in v and len(v.split(" ", 1)[1]) >= 4]  # "Bearer <token>"
+        message = info.message
+        for secret in sorted(secrets, key=len, reverse=True):
+            message = message.replace(secret, "<redacted>")
+        return info if message == info.message else info.model_copy(update={"message": message})
 
     async def _attempt_http(self, plan: RequestPlan) -> tuple[_Accumulator, float | None]:
         """One try over our aiohttp session; raises _Retryable/_Fatal on faults."""
