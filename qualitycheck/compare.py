@@ -81,6 +81,8 @@ class CaseComparison(_Frozen):
     """False when the texts were too long for an exact ratio and an upper bound was used."""
     control_identical: bool | None = None
     """Baseline text equals the control's (the A/A noise floor)."""
+    baseline_repeat_identical: bool | None = None
+    """For repeats after the first: the baseline's text equals its own text at repeat 0 (noise without a control)."""
     baseline_len: int = 0
     candidate_len: int = 0
     finish_reasons: dict[str, str | None] = Field(default_factory=dict)
@@ -220,8 +222,13 @@ def compare_run(store: RunStore, *, persist: bool = True) -> list[CaseComparison
         by_repeat: dict[int, dict[str, Response]] = {}
         for r in rs:
             by_repeat.setdefault(r.repeat, {})[r.target] = r
+        first = by_repeat.get(0, {}).get("baseline")
         for rep, sides in sorted(by_repeat.items()):
-            out.append(compare_pair(case_id, case.category, case.route, rep, sides, scores.get((case_id, rep), {}), features))
+            comp = compare_pair(case_id, case.category, case.route, rep, sides, scores.get((case_id, rep), {}), features)
+            b = sides.get("baseline")
+            if rep > 0 and first is not None and first.ok and b is not None and b.ok:
+                comp = comp.model_copy(update={"baseline_repeat_identical": b.text == first.text})
+            out.append(comp)
     if persist:
         store.put_artifact(ARTIFACT, [c.model_dump(mode="json") for c in out])
     return out

@@ -100,6 +100,13 @@ def render_signoff(s: dict[str, Any]) -> str:
             w(f"- {cat} / {name}: {_pct(rate)} of A/A pairs disagree (measured by {by})")
     else:
         w("Noise floor: not measured (no control target, one repeat): every pass→fail flip counts as a regression.")
+    for cat, c in s.get("categories", {}).items():
+        nf = c.get("noise_floor") or {}
+        if nf.get("measured_by") and nf.get("candidate_divergence_rate") is not None:
+            p = nf.get("divergence_p_value")
+            beyond = p is not None and p < 0.05 and nf["candidate_divergence_rate"] > nf["text_divergence_rate"]
+            w(f"- {cat}: answers differ from the baseline's in {_pct(nf['candidate_divergence_rate'])} of pairs vs "
+              f"{_pct(nf['text_divergence_rate'])} for the A/A pairs (p {p:.3g})" + (" — TEXT DIVERGENCE BEYOND NOISE" if beyond else ""))
     flaky = [(cat, name, i) for cat, c in s.get("categories", {}).items() for name, k in (c.get("checks") or {}).items()
              for i in k.get("flaky_regressions") or []]
     if flaky:

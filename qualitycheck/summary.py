@@ -64,7 +64,8 @@ def _text_stats(comps: list[CaseComparison]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for c in comps:
         d = out.setdefault(c.category, {"cases": set(), "pairs": 0, "identical": 0, "sim": [], "div": [],
-                                        "aa_pairs": 0, "aa_identical": 0})
+                                        "aa_pairs": 0, "aa_identical": 0, "rep_pairs": 0, "rep_identical": 0,
+                                        "paired": []})
         d["cases"].add(c.case_id)
         if c.identical is not None:
             d["pairs"] += 1
@@ -76,6 +77,40 @@ def _text_stats(comps: list[CaseComparison]) -> dict[str, dict[str, Any]]:
         if c.control_identical is not None:
             d["aa_pairs"] += 1
             d["aa_identical"] += c.control_identical
+            if c.identical is not None:
+                d["paired"].append((c.identical, c.control_identical))
+        if c.baseline_repeat_identical is not None:
+            d["rep_pairs"] += 1
+            d["rep_identical"] += c.baseline_repeat_identical
+    return out
+
+
+def _category_noise(t: dict[str, Any], cells: dict[str, CheckStats]) -> dict[str, Any]:
+    """The category's A/A self-disagreement: text divergence and per-check flip rates.
+
+    With a control, `divergence_p_value` tests (McNemar exact, paired per
+    case) whether the candidate diverges from the baseline more often than
+    the control does: text divergence beyond the noise floor.
+    """
+    if t.get("aa_pairs"):
+        by, pairs, same = "control", t["aa_pairs"], t["aa_identical"]
+    elif t.get("rep_pairs"):
+        by, pairs, same = "repeats", t["rep_pairs"], t["rep_identical"]
+    else:
+        return {"measured_by": None, "text_divergence_rate": None, "check_flip_rates": {}}
+    out: dict[str, Any] = {
+        "measured_by": by,
+        "text_divergence_rate": 1 - same / pairs,
+        "check_flip_rates": {n: s.noise.flip_rate for n, s in cells.items() if s.noise.measured_by},
+    }
+    if t.get("paired"):
+        from statsmodels.stats.contingency_tables import mcnemar
+
+        cand_only = sum(1 for bc, bk in t["paired"] if not bc and bk)
+        ctrl_only = sum(1 for bc, bk in t["paired"] if bc and not bk)
+        out["candidate_divergence_rate"] = sum(1 for bc, _ in t["paired"] if not bc) / len(t["paired"])
+        out["divergence_p_value"] = (float(mcnemar([[0, cand_only], [ctrl_only, 0]], exact=True).pvalue)
+                                     if cand_only + ctrl_only else 1.0)
     return out
 
 
@@ -165,6 +200,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, comparisons: li
             "similarity_mean": sum(t["sim"]) / len(t["sim"]) if t.get("sim") else None,
             "first_divergence_char_median": sorted(t["div"])[len(t["div"]) // 2] if t.get("div") else None,
             "control_identical_rate": t["aa_identical"] / t["aa_pairs"] if t.get("aa_pairs") else None,
+            "noise_floor": _category_noise(t, cells),
             "checks": checks,
             "format_drift": drift.get(cat, {}),
             "verdict": verdict,

@@ -45,3 +45,22 @@ def test_bootstrap_ci_is_reproducible_across_rebuilds(tmp_path):
         a = build_summary(store, Config())
         b = build_summary(store, Config())
     assert a["categories"]["qa"]["checks"]["exact"]["ci"] == b["categories"]["qa"]["checks"]["exact"]["ci"]
+
+
+def test_category_noise_floor_compares_candidate_divergence_with_the_control(tmp_path):
+    rows = [{"id": f"c{i}", "category": "qa",
+             "texts": {"baseline": "a", "candidate": "b" if i < 12 else "a", "control": "z" if i == 0 else "a"}}
+            for i in range(20)]
+    with make_store(tmp_path, rows, targets=("baseline", "candidate", "control")) as store:
+        s = build_summary(store, Config())
+    nf = s["categories"]["qa"]["noise_floor"]
+    assert nf["measured_by"] == "control" and nf["text_divergence_rate"] == pytest.approx(0.05)
+    assert nf["candidate_divergence_rate"] == pytest.approx(0.6) and nf["divergence_p_value"] < 0.01
+
+
+def test_repeat_texts_measure_text_noise_without_a_control(tmp_path):
+    rows = [{"id": f"c{i}", "category": "qa", "texts": {"baseline": ["a", "a" if i else "b"], "candidate": "a"}} for i in range(4)]
+    with make_store(tmp_path, rows, repeats=2) as store:
+        s = build_summary(store, Config())
+    nf = s["categories"]["qa"]["noise_floor"]
+    assert nf["measured_by"] == "repeats" and nf["text_divergence_rate"] == pytest.approx(0.25)
