@@ -103,7 +103,10 @@ def _run_overrides(a: argparse.Namespace) -> dict[str, Any]:
 def cmd_validate(a: argparse.Namespace) -> int:
     from .cases import load_suite
 
+    from .scoring.judge import judge_dirs, load_judges, validate_judge_checks
+
     cases = load_suite(a.paths)
+    validate_judge_checks(cases, load_judges(judge_dirs()))
     cats: dict[str, int] = {}
     for c in cases:
         cats[c.category] = cats.get(c.category, 0) + 1

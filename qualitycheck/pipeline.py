@@ -54,6 +54,9 @@ def redacted_config(cfg: Config) -> dict[str, Any]:
 
 def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, Any] | None = None) -> int:
     cases = select_shard(load_suite(suites), cfg.run.shard)
+    from .scoring.judge import judge_dirs, load_judges, validate_judge_checks
+
+    validate_judge_checks(cases, load_judges(judge_dirs(cfg)))  # before any GPU time is spent
     store = RunStore.create(out, manifest_for(cases, cfg, suites), cases)
     try:
         store.put_artifact("config", redacted_config(cfg))

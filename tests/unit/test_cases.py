@@ -118,3 +118,17 @@ def test_validate_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert f"{bad}:1: messages:" in err and f"{bad}:2: category: required field is missing" in err
     assert "Traceback" not in err
     assert main(["validate", str(tmp_path / "nope")]) == 2
+
+
+def test_unknown_judge_is_refused_before_any_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write_suite(tmp_path / "s.jsonl", [
+        {"id": "a", "category": "qa", "prompt": "p", "checks": {"judge": {"mode": "astrology"}}},
+        {"id": "b", "category": "qa", "prompt": "p", "checks": {"judge": {"mode": "reference"}}},
+    ])
+    assert main(["validate", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert f"{f}:1: checks.judge.mode: unknown judge 'astrology'" in err
+    assert f"{f}:2: checks.judge.reference: judge 'reference' needs a reference" in err
+    assert main(["run", "--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9", "--model", "m",
+                 "--suite", str(f), "--out", str(tmp_path / "run")]) == 2
+    assert not (tmp_path / "run").exists()
