@@ -47,9 +47,15 @@ def _parse_one(sql: str, dialect: str) -> Any:
     """Exactly one statement, or ValueError/ParseError saying why not."""
     import sqlglot
 
+    from sqlglot import exp
+
     trees = [t for t in sqlglot.parse(sql, read=dialect) if t is not None]
     if len(trees) != 1:
         raise ValueError(f"expected one SQL statement, found {len(trees)}")
+    # sqlglot reads prose ("hello world" → an alias) and JSON ({"a": 1} → a struct)
+    # as bare expressions; an answer to a SQL question must be a statement.
+    if not isinstance(trees[0], (exp.Query, exp.DML, exp.DDL, exp.Command, exp.Pragma, exp.Transaction)):
+        raise ValueError(f"not a SQL statement (parsed as a bare {type(trees[0]).__name__.lower()} expression)")
     return trees[0]
 
 
