@@ -47,3 +47,55 @@ def summary_of(out: Path) -> dict[str, Any]:
 def explain(proc: subprocess.CompletedProcess[str]) -> str:
     """What a failed assertion shows: the CLI's own output, tail first."""
     return f"exit {proc.returncode}\n--- stderr (tail) ---\n{proc.stderr[-6000:]}\n--- stdout (tail) ---\n{proc.stdout[-2000:]}"
+
+
+class NeighbourTraffic:
+    """Other users' requests on a server, in background threads, while a run is going on.
+
+    A production baseline shares its batches with traffic qualitycheck does
+    not send; on bf16 that alone changes greedy answers. Giving the A/A control
+    such neighbours is what makes the measured noise floor real: the control
+    runs the baseline's exact configuration at the same concurrency, only its
+    batch neighbours differ.
+    """
+
+    PROMPTS = tuple(
+        f"Ticket {n}: " + " ".join(f"line {i}: the customer reports that order {n * 100 + i} arrived late and asks for a refund."
+                                   for i in range(12)) + " Classify the ticket in one word."
+        for n in range(7)
+    )
+    """Long prompts with short answers: their prefills keep entering the control's batches."""
+
+    def __init__(self, url: str, model: str, streams: int = 4, max_tokens: int = 4):
+        import threading
+
+        self.url, self.model, self.max_tokens = url, model, max_tokens
+        self.stop_event = threading.Event()
+        self.sent = 0
+        self.threads = [threading.Thread(target=self._loop, args=(i,), daemon=True) for i in range(streams)]
+
+    def _loop(self, i: int) -> None:
+        import urllib.request
+
+        n = i
+        while not self.stop_event.is_set():
+            body = json.dumps({"model": self.model, "max_tokens": self.max_tokens, "temperature": 0,
+                               "messages": [{"role": "user", "content": self.PROMPTS[n % len(self.PROMPTS)]}]}).encode()
+            req = urllib.request.Request(self.url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(req, timeout=120).read()
+                self.sent += 1
+            except OSError:
+                if self.stop_event.wait(0.5):
+                    return
+            n += 1
+
+    def __enter__(self) -> NeighbourTraffic:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(timeout=130)
