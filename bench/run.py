@@ -144,30 +144,53 @@ def _cli_env() -> dict[str, str]:
 
 
 # ------------------------------------------------------------ figures
+def _generation_span(folder: Path) -> tuple[float, float]:
+    """(first request sent, last answer received), epoch seconds, from the run's own records."""
+    from qualitycheck.store import RunStore
+
+    first, last = float("inf"), 0.0
+    with RunStore.open(folder) as store:
+        for r in store.responses():
+            first = min(first, r.started_at)
+            last = max(last, r.started_at + (r.e2e_s or 0.0))
+    return first, last
+
+
 def overhead(tmp: Path, n: int, reps: int) -> None:
     """qualitycheck run vs the bare aiohttp client, N requests at concurrency 64, real-server mode."""
     suite = bench_suite(tmp / "overhead.jsonl", n // 2)
-    qc, bare, gen = [], [], []
+    qc, bare, gen, spans, before, after = [], [], [], [], [], []
     with bench_server(REAL) as url:
         run_process([PY, str(BENCH / "bare_client.py"), url, "64", "64"])  # warm caches, connections, page cache
         for r in range(reps):
             out = tmp / f"overhead-run-{r}"
+            spawned = time.time()
             m = run_process(qc_run_cmd(url, suite, out, 32), env=_cli_env())
+            ended = spawned + m.wall_s
             if m.rc not in (0, 1):
                 raise RuntimeError(f"qualitycheck run failed (exit {m.rc}): {m.err}")
+            first, last = _generation_span(out)
             qc.append(m)
+            spans.append(last - first)
+            before.append(first - spawned)
+            after.append(ended - last)
             shutil.rmtree(out, ignore_errors=True)
             bare.append(run_process([PY, str(BENCH / "bare_client.py"), url, str(n), "64"]))
             gen.append(run_process([PY, str(BENCH / "qc_driver.py"), url, str(n), "64"], env=_cli_env()))
-    med = lambda xs: statistics.median(xs)  # noqa: E731
+    med = statistics.median
+    bare_loop = med([m.out["wall_s"] for m in bare])
+    note = f"N={n} requests, c=64, server 50 ms TTFT + 2 ms x 20 chunks, median of {reps}"
+    figure("harness_overhead_ratio", med(spans) / bare_loop, "x",
+           f"`qualitycheck run` first request to last answer / bare aiohttp client request loop; {note}")
+    figure("qualitycheck_run_generation_s", med(spans), "s", "baseline+candidate, 32 in flight each (64 total)")
+    figure("bare_aiohttp_loop_s", bare_loop, "s")
+    figure("harness_driver_ratio", med([m.out["wall_s"] for m in gen]) / bare_loop, "x",
+           "runner+client+store driven in-process (one target, c=64) / bare client")
     qc_wall, bare_wall = med([m.wall_s for m in qc]), med([m.wall_s for m in bare])
-    note = f"N={n} requests, c=64, server 50 ms TTFT + 2 ms x 20 chunks, median of {reps}; both whole processes"
-    figure("qualitycheck_run_wall_s", qc_wall, "s", "qualitycheck run (baseline+candidate, 32 each), incl. start-up, store, summary, report")
-    figure("bare_aiohttp_wall_s", bare_wall, "s", "bare aiohttp SSE client process")
-    figure("harness_overhead_ratio", qc_wall / bare_wall, "x", note)
-    gen_wall = med([m.out["wall_s"] for m in gen])
-    bare_inproc = med([m.out["wall_s"] for m in bare])
-    figure("harness_generation_ratio", gen_wall / bare_inproc, "x", "qualitycheck runner+client+store vs bare client, request loop only (no interpreter start-up)")
+    figure("harness_process_ratio", qc_wall / bare_wall, "x",
+           f"whole processes: qualitycheck run {qc_wall:.2f} s (start-up {med(before):.2f} s before the first request, "
+           f"{med(after):.2f} s after the last answer: scoring, stats, summary, report) / bare client {bare_wall:.2f} s")
+    figure("qualitycheck_run_cpu_ms_per_request", med([m.cpu_s for m in qc]) / n * 1000, "ms", "whole process CPU / N")
     figure("qualitycheck_run_peak_rss_mb", med([m.rss_mb for m in qc]), "MB")
     figure("bare_aiohttp_peak_rss_mb", med([m.rss_mb for m in bare]), "MB")
 
