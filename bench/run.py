@@ -264,9 +264,12 @@ def peak_rss(tmp: Path, sizes: list[int], quick: bool) -> None:
             note = f"{2 * n} requests, wall {m.wall_s:.0f} s"
             if quick and n == max(sizes):
                 note += "; quick mode: 100,000-case figure needs the full run"
-            figure(f"peak_rss_{n}_cases_mb", m.rss_mb, "MB", note)
+            figure(f"peak_rss_{n}_cases_mb", m.rss_mb, "MB", note + "; whole `qualitycheck run` incl. scoring, stats, report")
             shutil.rmtree(out, ignore_errors=True)
             suite.unlink()
+            d = run_process([PY, str(BENCH / "qc_driver.py"), url, str(2 * n), "64"], env=_cli_env(), timeout=3600)
+            figure(f"peak_rss_generation_{2 * n}_requests_mb", d.rss_mb, "MB",
+                   "runner+client+store only (qc_driver): the request loop streams to the store")
 
 
 def main() -> int:
