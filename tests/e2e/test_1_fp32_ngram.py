@@ -7,6 +7,7 @@ two servers and a server start costs a minute.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -108,9 +109,11 @@ def test_pytest_gate_against_live_servers(ngram_run: dict[str, Any], tmp_path: P
     assert any("min_acceptance_rate" in n for n in names), names
     assert int(suite.find(".//testsuite").get("failures", "0") if suite.tag == "testsuites" else suite.get("failures", "0")) == 0
 
-    # the stored run of the first test, gated again with a stricter acceptance floor, fails naming the rule
+    # a copy of the first test's stored run, re-gated with a stricter acceptance floor, fails naming the rule
+    stored = tmp_path / "stored-run"
+    shutil.copytree(ngram_run["out"], stored)
     strict = write_config(tmp_path / "strict.yaml", {"min_acceptance_rate": 0.99, "max_quality_regression_cases": 0})
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--qc-run", str(ngram_run["out"]),
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--qc-run", str(stored),
                            "--qc-config", str(strict)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, explain(proc)
     assert re.search(r"min_acceptance_rate", proc.stdout), explain(proc)
