@@ -33,7 +33,7 @@ from ..errors import Problem, QualitycheckError, SuiteError
 from .launcher import LaunchError, launch, ngram_config, start_together
 from .model import DEMO_MODEL_NAME, prepare
 
-__all__ = ["DEMO_GUARDRAILS", "demo_cases", "run_demo", "write_suite"]
+__all__ = ["DEMO_GUARDRAILS", "default_suites", "demo_cases", "run_demo", "write_suite"]
 
 DEMO_SUITE_NAME = "demo-suite.jsonl"
 DEMO_MAX_TOKENS = 64
@@ -82,13 +82,25 @@ def write_suite(cases: list[Case], path: Path) -> Path:
     return path
 
 
+def default_suites() -> list[str]:
+    """`./suites` when the current folder has one, else the suites of the checkout qualitycheck runs from."""
+    here = Path("suites")
+    if here.is_dir():
+        return [str(here)]
+    checkout = Path(__file__).resolve().parents[2] / "suites"
+    if checkout.is_dir():
+        return [str(checkout)]
+    raise SuiteError([Problem("suites", None, "", "no suites folder here or in the qualitycheck checkout; "
+                              "run the demo from the repository root")])
+
+
 def _check_engine() -> None:
     if importlib.util.find_spec("vllm") is None:
         raise LaunchError("the vLLM CPU engine is not installed in this Python "
                           f"({sys.executable}); install it with: bash scripts/dev.sh setup (see docs/ENGINE.md)")
 
 
-def run_demo(out: Path | None = None, *, suites: list[str] | tuple[str, ...] = ("suites",),
+def run_demo(out: Path | None = None, *, suites: list[str] | tuple[str, ...] | None = None,
              max_tokens: int = DEMO_MAX_TOKENS, concurrency: int = 4) -> int:
     """Run the demo into `out` (default reports/demo-<timestamp>); returns the CLI exit code."""
     from ..pipeline import run
@@ -98,6 +110,7 @@ def run_demo(out: Path | None = None, *, suites: list[str] | tuple[str, ...] = (
     if out.exists() and any(out.iterdir()):
         raise QualitycheckError(f"{out}: not empty; the demo writes a fresh run folder (its servers get new ports, "
                                 "so an earlier demo run cannot be resumed). Give another --out.")
+    suites = list(suites) if suites else default_suites()
     cases = demo_cases(suites, max_tokens)
     if not cases:
         raise SuiteError([Problem(",".join(map(str, suites)), None, "", "no cases to run")])
