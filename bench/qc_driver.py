@@ -5,7 +5,7 @@ single target at exactly concurrency 1 (the CLI always sends pairs), and
 the generation wall/CPU time without interpreter start-up and reports.
 Responses go to a real run store, exactly as in `qualitycheck run`.
 
-Run: `python bench/qc_driver.py URL N CONCURRENCY [--timings] [--no-stream]`;
+Run: `python bench/qc_driver.py URL N CONCURRENCY [--timings] [--no-stream] [--sdk]`;
 prints a JSON line {wall_s, cpu_s, ok, timings: {id: [t1, t2, ...]}}.
 """
 
@@ -40,6 +40,8 @@ def main() -> None:
     ap.add_argument("concurrency", type=int)
     ap.add_argument("--timings", action="store_true")
     ap.add_argument("--no-stream", action="store_true")
+    ap.add_argument("--sdk", action="store_true",
+                    help="send through openai.AsyncOpenAI + DefaultAioHttpClient (the client's injected-httpx path, as before the rewrite)")
     a = ap.parse_args()
     cases = bench_cases(a.n)
     cfg = Config.model_validate({
@@ -49,7 +51,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore.create(Path(tmp), {"cases": len(cases), "targets": {}, "repeats": 1}, cases)
         t0, c0 = time.perf_counter(), time.process_time()
-        stats = asyncio.run(generate(store, cases, cfg))
+        async def go() -> object:
+            clients = None
+            if a.sdk:
+                import openai
+
+                clients = {"baseline": openai.DefaultAioHttpClient(timeout=cfg.run.timeout_s)}
+            return await generate(store, cases, cfg, http_clients=clients)
+
+        stats = asyncio.run(go())
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         timings = {}
         ok = 0
