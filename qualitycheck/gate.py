@@ -195,7 +195,9 @@ class MaxQualityRegressionCases:
         ok = n <= self.threshold
         noise = f" after {allowance} explained by the measured noise floor" if allowance else ""
         if not n:
-            msg = f"no regression beyond the noise floor ({len(cases)} regression case(s), all within the noise)" if cases else "no regression beyond the noise floor"
+            tolerated = "; ".join(f"{i} ({', '.join(sorted(set(c)))})" for i, c in sorted(cases.items())[:20])
+            msg = (f"no regression beyond the noise floor: {len(cases)} regression case(s) tolerated, as the measured "
+                   f"A/A noise alone explains up to {allowance}: {tolerated}") if cases else "no regression beyond the noise floor"
         else:
             listed = "; ".join(f"{i} ({', '.join(sorted(set(c)))})" for i, c in sorted(cases.items())[:20])
             more = f" and {n - 20} more" if n > 20 else ""

@@ -167,8 +167,8 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, comparisons: li
         for s in cells.values():
             if s.n:
                 ev.scored_routes |= {c for c in category_routes.get(s.category, set())}
-            if not s.regressions_beyond_floor:
-                continue
+            if not s.regressions:
+                continue  # regressions within the allowance are still listed, as tolerated
             for route, ids in s.routes.items():
                 per = ev.regressions.setdefault(route, {})
                 for i in ids:

@@ -191,3 +191,17 @@ def test_ctrl_c_stops_cleanly_with_exit_3_and_keeps_what_arrived(tmp_path: Path)
     assert "Run the same command again to resume" in err and "Traceback" not in err
     with RunStore.open(out) as store:
         assert 0 < len(list(store.responses())) < 60
+
+
+def test_regressions_within_the_noise_allowance_are_named_as_tolerated(tmp_path: Path) -> None:
+    """A small control cannot rule out noise: the guardrail passes but says which case it tolerated and why."""
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(6, checks={"contains": ["42"]}))
+    with TestServer(default="42") as b, TestServer(default="42", answers={"qa 2?": "41"}) as c, TestServer(default="42") as k:
+        rc = main(["run", "--baseline", b.url, "--candidate", c.url, "--control", k.url, "--model", "m",
+                   "--suite", str(suite), "--out", str(tmp_path / "run"), "--no-preflight"])
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    cell = s["categories"]["qa"]["checks"]["contains"]
+    assert cell["regressions"] == ["qa-2"] and cell["regression_allowance"] >= 1
+    (g,) = [g for g in s["guardrails"] if g["name"] == "max_quality_regression_cases"]
+    assert g["passed"] is True and "qa-2 (contains)" in g["message"] and "tolerated" in g["message"]
+    assert rc == 0
