@@ -8,7 +8,6 @@ run folder redo their part without calling an endpoint.
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -87,7 +86,6 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True) ->
     from .report import publish
 
     publish(store, summary)  # report.html + the terminal summary, from the store alone
-    print(json.dumps({"verdict": summary["verdict"], "cases": summary["cases"]}), file=sys.stderr)
     return EXIT_FOR_VERDICT[summary["verdict"]]
 
 
