@@ -214,12 +214,16 @@ def client_cpu(n: int, reps: int) -> None:
         figure(f"{name}_requests_per_s", rps, "req/s", "one process, one core")
 
 
-def _errors(timings: dict[str, list[float]], server: list[tuple[str, float, list[float]]]) -> tuple[list[float], list[float], list[float]]:
-    """(TTFT errors, ITL errors, server TTFTs) in ms: client-measured minus what the server did."""
+def _errors(timings: dict[str, list[float]], server: list[tuple[str, float, list[float]]],
+            skip_first: int = 0) -> tuple[list[float], list[float], list[float]]:
+    """(TTFT errors, ITL errors, server TTFTs) in ms: client-measured minus what the server did.
+
+    `skip_first` leaves out the first requests (ids r0..): they also time opening the connections.
+    """
     srv = {rid: (t_recv, sent) for rid, t_recv, sent in server}
     ttft_err, itl_err, srv_ttft = [], [], []
     for rid, times in timings.items():
-        if rid not in srv or not times:
+        if rid not in srv or not times or int(rid[1:]) < skip_first:
             continue
         t_recv, sent = srv[rid]
         if len(sent) != len(times):
@@ -245,12 +249,16 @@ def measurement_error(n1: int, n64: int) -> None:
             for name, script in (("qualitycheck", "qc_driver.py"), ("bare_aiohttp", "bare_client.py")):
                 server_stats(url)  # clear
                 m = run_process([PY, str(BENCH / script), url, str(n), str(c), "--timings"], env=_cli_env())
-                ttft, itl, srv_ttft = _errors(m.out.get("timings", {}), server_stats(url))
+                stats = server_stats(url)
+                cold, _, _ = _errors({k: v for k, v in m.out.get("timings", {}).items() if int(k[1:]) < c}, stats)
+                ttft, itl, srv_ttft = _errors(m.out.get("timings", {}), stats, skip_first=c)
                 if not ttft:
                     skipped(f"{name}_ttft_error_ms_c{c}", f"no matched requests (exit {m.rc}: {m.err[-200:]})")
                     continue
                 figure(f"{name}_ttft_error_ms_c{c}", statistics.median(ttft), "ms",
-                       f"median client-minus-server, p99 {_pct(ttft, 0.99):.2f} ms; N={len(ttft)}; server TTFT p50 {statistics.median(srv_ttft):.1f} ms (injected 50)")
+                       f"median client-minus-server, p99 {_pct(ttft, 0.99):.2f} ms; N={len(ttft)} after the first {c} "
+                       f"(those open connections: median {statistics.median(cold) if cold else float('nan'):.1f} ms); "
+                       f"server TTFT p50 {statistics.median(srv_ttft):.1f} ms (injected 50)")
                 figure(f"{name}_itl_error_ms_c{c}", statistics.median([abs(x) for x in itl]), "ms",
                        f"median |client gap - server gap|, p99 {_pct([abs(x) for x in itl], 0.99):.2f} ms; injected gap 2 ms")
 
