@@ -18,7 +18,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qualitycheck.cli import main
+from qualitycheck.cli import _run_overrides, build_parser, main
 from qualitycheck.config import load_config
 from qualitycheck.errors import ConfigError
 
@@ -132,14 +132,14 @@ def test_mutated_configs(muts: list[tuple[list[Any], Any, str]]) -> None:
     with tempfile.TemporaryDirectory() as td:
         f = Path(td) / "qualitycheck.yaml"
         f.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
-        try:
-            load_config(f)
+        argv = ["run", "-c", str(f), "--suite", str(Path(td) / "missing.jsonl"), "--out", str(Path(td) / "run"), "--no-preflight"]
+        try:  # the config as the CLI reads it: with the flags' overrides applied
+            load_config(f, _run_overrides(build_parser().parse_args(argv)))
             config_ok = True
         except ConfigError:
             config_ok = False
         # the suite does not exist: a valid config gets as far as the suite and stops there (exit 2)
-        code, err = cli(["run", "-c", str(f), "--suite", str(Path(td) / "missing.jsonl"),
-                         "--out", str(Path(td) / "run"), "--no-preflight"])
+        code, err = cli(argv)
         assert code == 2 and "Traceback" not in err, err
         missing = str(Path(td) / "missing.jsonl")
         assert (str(f) in err or missing in err) if config_ok else str(f) in err, err
