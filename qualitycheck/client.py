@@ -34,6 +34,7 @@ __all__ = ["Endpoint", "RequestPlan", "build_request", "request_fingerprint"]
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 _MAX_ERROR_BODY = 64 * 1024
+_DRAIN_S = 0.25
 
 
 class _Retryable(Exception):
@@ -102,6 +103,8 @@ class _Accumulator:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     done: bool = False
+    done_at: float | None = None
+    """perf_counter when [DONE] arrived: the end of the answer, whatever follows on the wire."""
 
     def feed(self, data: dict[str, Any], now: float, chat: bool) -> None:
         if data.get("error"):
@@ -283,6 +286,7 @@ class Endpoint:
                     await _read_sse_stream(resp.content, acc, chat)
                     if not acc.done:
                         raise _Retryable(ErrorInfo(kind="stream_cut", message="stream ended before [DONE]"))
+                    await _drain(resp.content)
                     return acc, None
                 raw = await resp.read()
                 t_end = time.perf_counter() - t0
@@ -349,7 +353,7 @@ class Endpoint:
 
     def _from_acc(self, case: Case, repeat: int, plan: RequestPlan, acc: _Accumulator, started: float,
                   attempts: int, e2e: float | None = None) -> Response:
-        end = e2e if e2e is not None else time.perf_counter() - acc.t0
+        end = e2e if e2e is not None else (acc.done_at or time.perf_counter()) - acc.t0
         u = acc.usage or {}
         return Response(
             case_id=case.id, target=self.name, repeat=repeat, fingerprint=plan.fingerprint,
@@ -387,6 +391,7 @@ def _feed_line(line: bytes | str, now: float, acc: _Accumulator, chat: bool) -> 
     payload = line[5:].strip()
     if payload == b"[DONE]":
         acc.done = True
+        acc.done_at = now
         return True
     try:
         # decoding first skips json's encoding sniffing on bytes: a third of the parse time
@@ -421,6 +426,23 @@ async def _read_sse_stream(content: aiohttp.StreamReader, acc: _Accumulator, cha
                 return
     if pending:
         _feed_line(b"".join(pending), time.perf_counter(), acc, chat)
+
+
+async def _drain(content: aiohttp.StreamReader) -> None:
+    """Read the end of the body after [DONE] (briefly), so the connection goes back to the pool.
+
+    Servers send [DONE] and the body's end in separate writes (vLLM does); leaving
+    before the end closes the connection, and the next request then pays a new
+    TCP (and TLS) handshake inside its measured TTFT.
+    """
+    if content.at_eof():
+        return
+    try:
+        async with asyncio.timeout(_DRAIN_S):
+            while await content.readany():
+                pass
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        pass  # the connection is closed instead of reused; the answer is complete
 
 
 async def _read_sse_lines(lines: Any, acc: _Accumulator, chat: bool) -> None:

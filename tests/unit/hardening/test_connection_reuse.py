@@ -1,0 +1,56 @@
+"""Keep-alive: a finished stream hands its connection back, so the next TTFT holds no handshake.
+
+Servers such as vLLM write `data: [DONE]` and the end of the chunked body
+separately. A client that stops reading at [DONE] closes the connection,
+and every later request then measures a new TCP (and TLS) handshake as
+part of its time to first token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from qualitycheck.cases import Case
+from qualitycheck.client import Endpoint
+from qualitycheck.config import RunOptions, Target
+
+
+def test_sequential_streams_share_one_connection_when_the_end_follows_done() -> None:
+    peers: list[int] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        peers.append(request.transport.get_extra_info("peername")[1])  # type: ignore[union-attr]
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n')
+        await resp.write(b"data: [DONE]\n\n")
+        await asyncio.sleep(0.15)  # the body's end comes in a later write
+        await resp.write_eof()
+        return resp
+
+    async def go() -> list[float]:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        ep = Endpoint("baseline", Target(url=f"http://127.0.0.1:{port}", model="m"), RunOptions(concurrency=1))
+        e2e = []
+        try:
+            for i in range(6):
+                r = await ep.send(Case(id=f"c{i}", category="x", messages=[{"role": "user", "content": "x"}]))
+                assert r.ok and r.text == "hi", r.error
+                e2e.append(r.e2e_s)
+        finally:
+            await ep.aclose()
+            await runner.cleanup()
+        return e2e
+
+    e2e = asyncio.run(go())
+    assert len(peers) == 6 and len(set(peers)) == 1, f"{len(set(peers))} connections for 6 requests"
+    assert all(t < 0.1 for t in e2e), e2e  # the answer ends at [DONE], not when the body's end arrives
