@@ -103,3 +103,32 @@ def test_merge_refuses_non_runs_and_existing_outputs(tmp_path: Path, servers: tu
     assert "not a qualitycheck run folder" in capsys.readouterr().err
     assert main(["merge", str(tmp_path / "a"), "--out", str(tmp_path / "a")]) == 2
     assert main(["merge", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "m2")]) == 2
+
+
+def test_judged_shards_merge_without_calling_the_judge_again(tmp_path: Path) -> None:
+    cases = qa_cases(10, "summaries", checks={"judge": "pairwise"})
+    s = write_suite(tmp_path / "judged.jsonl", cases)
+    cand = {"summaries 1?": "a better summary", "summaries 6?": "worse"}
+
+    def judge(body: dict[str, Any]) -> str:
+        text = "\n".join(m["content"] for m in body["messages"])
+        a, _, b = text.partition("reply B")
+        if "better" in a and "better" not in b:
+            return "Reply A is better. [[A]]"
+        if "better" in b:
+            return "Reply B is better. [[B]]"
+        return "Equal. [[TIE]]"
+
+    with TestServer(default="same summary") as b, TestServer(default="same summary", answers=cand) as c, \
+            TestServer(default=judge, model="J") as j:
+        flags = ["--judge", j.url, "--judge-model", "J"]
+        single = run(b, c, s, tmp_path / "single", *flags)
+        for i in (1, 2):
+            run(b, c, s, tmp_path / f"shard{i}", "--shard", f"{i}/2", *flags)
+        calls = len(j.requests("/chat/completions"))
+        assert main(["merge", str(tmp_path / "shard1"), str(tmp_path / "shard2"), "--out", str(tmp_path / "merged")]) == single
+        assert main(["score", str(tmp_path / "merged")]) == single
+        assert len(j.requests("/chat/completions")) == calls  # the merged judge cache answered everything
+    merged, one = summary(tmp_path / "merged"), summary(tmp_path / "single")
+    assert stable(merged["categories"]) == stable(one["categories"])
+    assert merged["categories"]["summaries"]["checks"]["judge"]["skipped_identical"] == 8
