@@ -1,14 +1,22 @@
 """bf16 at concurrency 8: the baseline disagrees with itself, and the gate knows it.
 
-On CPU, bf16 greedy decoding depends on how requests are batched (measured:
-7 of 20 answers identical between sequential and 8-concurrent runs), so this
-is a real noise floor, not a scripted one. The A/A control is a second
-server with the baseline's exact flags, asked at the same concurrency at the
-same time, that also serves other users' requests (as a production baseline
-does): same weights and flags, different batch neighbours — exactly the
-variation speculative decoding must not be blamed for. (Measured here: a
-control on the baseline's own server batches each case with its baseline
-twin and never disagrees; a separate idle control disagreed on 1 of 16.)
+On CPU, bf16 greedy decoding depends on how requests are batched, so the
+candidate's answers diverge from the baseline's for reasons that have
+nothing to do with speculation; the control — a second server with the
+baseline's exact flags, asked at the same concurrency at the same time —
+measures how often that happens (the A/A noise floor), and the gate must
+keep such flaky cases out of the regressions.
+
+Measured on this machine (16 cases, up to 128 tokens, concurrency 8):
+the candidate diverged on 1-2 cases in every one of 7 runs (always
+e2e-bf16-delay and/or e2e-bf16-policy: near-ties that flip with batch
+composition); the control disagreed with the baseline on 0-1 cases — at
+equal concurrency bf16 is far more stable than sequential vs concurrent
+(7/20 agreeing in docs/ENGINE.md's source measurement). A control on the
+baseline's own server never disagrees (each control request is batched with
+its baseline twin), which is why the control here is its own server. So
+these tests assert that divergences are found and located, and that the
+noise floor is measured and used, not that the control must disagree.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from typing import Any
 import pytest
 
 from qualitycheck.store import RunStore
-from tests.e2e.e2e_helpers import MODEL, SUITES, NeighbourTraffic, explain, qc, summary_of, write_config
+from tests.e2e.e2e_helpers import MODEL, SUITES, explain, qc, summary_of, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -28,11 +36,9 @@ def bf16_run(engines: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     servers = engines.use("bf16", "bf16-ngram", "bf16-control")
     work = tmp_path_factory.mktemp("bf16")
     out = work / "run"
-    with NeighbourTraffic(servers["bf16-control"].url, MODEL) as neighbours:
-        proc = qc("run", "-c", str(write_config(work / "qc.yaml")), "--baseline", servers["bf16"].url,
-                  "--candidate", servers["bf16-ngram"].url, "--control", servers["bf16-control"].url, "--model", MODEL,
-                  "--suite", str(SUITES / "bf16.jsonl"), "--out", str(out), "--concurrency", "8")
-    assert neighbours.sent > 0, "the control's neighbour traffic never got an answer"
+    proc = qc("run", "-c", str(write_config(work / "qc.yaml")), "--baseline", servers["bf16"].url,
+              "--candidate", servers["bf16-ngram"].url, "--control", servers["bf16-control"].url, "--model", MODEL,
+              "--suite", str(SUITES / "bf16.jsonl"), "--out", str(out), "--concurrency", "8")
     with RunStore.open(out) as store:
         comparisons = store.artifact("comparisons")
         responses = {(r.case_id, r.target): r for _, rs in store.responses_by_case() for r in rs}
@@ -67,13 +73,22 @@ def test_divergences_carry_first_divergence_positions(bf16_run: dict[str, Any]) 
             assert c["divergence_token"] is None and c["divergence_char"] is None
 
 
-def test_the_baseline_disagrees_with_itself(bf16_run: dict[str, Any]) -> None:
+def test_noise_floor_is_measured_from_the_control(bf16_run: dict[str, Any]) -> None:
     comps = bf16_run["comparisons"]
+    responses = bf16_run["responses"]
     s = summary_of(bf16_run["out"])
-    aa = [c for c in comps if c["control_identical"] is False]
-    assert aa, "bf16 baseline vs itself at concurrency 8 should differ on some case (batch-dependent numerics)"
-    rates = [cat["control_identical_rate"] for cat in s["categories"].values()]
-    assert any(r is not None and r < 1 for r in rates)
+    assert all(c["control_identical"] is not None for c in comps), "every case has an A/A pair"
+    for c in comps:  # the A/A verdict is the texts' equality, not a guess
+        same = responses[(c["case_id"], "baseline")].text == responses[(c["case_id"], "control")].text
+        assert c["control_identical"] is same, c["case_id"]
+    cat = s["categories"]["business"]
+    aa_rate = sum(c["control_identical"] for c in comps) / len(comps)
+    assert cat["control_identical_rate"] == pytest.approx(aa_rate)
+    for name, check in cat["checks"].items():
+        if "noise_floor" in check:
+            assert check["noise_floor"]["measured_by"] == "control", name
+            assert check["noise_floor"]["pairs"] == len(comps), name
+    assert not any("no control target" in n for n in s["not_evaluated"]), s["not_evaluated"]
 
 
 def test_flaky_cases_are_kept_apart_from_regressions(bf16_run: dict[str, Any]) -> None:
