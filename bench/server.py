@@ -168,14 +168,16 @@ def main() -> None:
     ap.add_argument("--no-uvloop", action="store_true")
     a = ap.parse_args()
     state = _State(a.ttft, a.itl, a.chunks, a.record)
-    try:
-        if a.no_uvloop:
-            raise ImportError
-        import uvloop
+    run = asyncio.run
+    if not a.no_uvloop:
+        try:
+            import uvloop
 
-        uvloop.run(serve(a.port, state))
-    except ImportError:
-        asyncio.run(serve(a.port, state))
+            run = uvloop.run
+        except ImportError:
+            pass
+    try:
+        run(serve(a.port, state))
     except KeyboardInterrupt:
         sys.exit(0)
 
