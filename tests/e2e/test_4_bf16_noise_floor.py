@@ -1,4 +1,4 @@
-"""bf16 at concurrency 8: the baseline disagrees with itself, and the gate knows it.
+"""bf16 at concurrency 8: batch-dependent divergences, a measured noise floor, and a gate that keeps them apart.
 
 On CPU, bf16 greedy decoding depends on how requests are batched, so the
 candidate's answers diverge from the baseline's for reasons that have
@@ -8,15 +8,17 @@ measures how often that happens (the A/A noise floor), and the gate must
 keep such flaky cases out of the regressions.
 
 Measured on this machine (16 cases, up to 128 tokens, concurrency 8):
-the candidate diverged on 1-2 cases in every one of 7 runs (always
-e2e-bf16-delay and/or e2e-bf16-policy: near-ties that flip with batch
-composition); the control disagreed with the baseline on 0-1 cases — at
+the candidate diverged on 1-2 cases in 7 of 9 runs and on none in 2
+(e2e-bf16-delay and/or e2e-bf16-policy: near-ties that flip with batch
+composition); the control disagreed with the baseline on 0-3 cases — at
 equal concurrency bf16 is far more stable than sequential vs concurrent
 (7/20 agreeing in docs/ENGINE.md's source measurement). A control on the
 baseline's own server never disagrees (each control request is batched with
 its baseline twin), which is why the control here is its own server. So
-these tests assert that divergences are found and located, and that the
-noise floor is measured and used, not that the control must disagree.
+these tests assert that divergences are located correctly whenever they
+occur (a run without any is reported as an expected failure, xfail, never as
+a pass), and that the noise floor is measured and used; they do not require
+the control to disagree.
 """
 
 from __future__ import annotations
@@ -56,21 +58,29 @@ def test_run_completes_with_a_verdict(bf16_run: dict[str, Any]) -> None:
 def test_divergences_carry_first_divergence_positions(bf16_run: dict[str, Any]) -> None:
     comps = bf16_run["comparisons"]
     responses = bf16_run["responses"]
+    for c in comps:
+        b, k = responses[(c["case_id"], "baseline")], responses[(c["case_id"], "candidate")]
+        assert b.token_ids is not None and k.token_ids is not None, c["case_id"]
+        assert c["identical"] is (b.text == k.text), c["case_id"]
+        if c["identical"]:
+            assert c["divergence_token"] is None and c["divergence_char"] is None
     diverged = [c for c in comps if c["identical"] is False]
     print(f"\nbf16: {len(diverged)}/{len(comps)} candidate answers differ from the baseline; "
           f"{sum(c['control_identical'] is False for c in comps)}/{len(comps)} control answers differ from the baseline")
-    assert diverged, "bf16 baseline vs ngram at concurrency 8 should not agree on every case (measured 11/20)"
     for c in diverged:
         b, k = responses[(c["case_id"], "baseline")], responses[(c["case_id"], "candidate")]
+        assert b.token_ids is not None and k.token_ids is not None
         pos = c["divergence_token"]
-        assert pos is not None and b.token_ids is not None and k.token_ids is not None
+        assert pos is not None
         assert b.token_ids[:pos] == k.token_ids[:pos], "ids agree up to the first divergence"
         assert pos == len(b.token_ids) or pos == len(k.token_ids) or b.token_ids[pos] != k.token_ids[pos]
         ch = c["divergence_char"]
         assert ch is not None and b.text[:ch] == k.text[:ch]
-    for c in comps:
-        if c["identical"]:
-            assert c["divergence_token"] is None and c["divergence_char"] is None
+        assert ch == len(b.text) or ch == len(k.text) or b.text[ch] != k.text[ch]
+    if not diverged:
+        # Shown as an expected failure, not a pass: the position checks above did not run this time.
+        pytest.xfail("bf16 gave no baseline/candidate divergence in this run (measured 0-2 of 16 per run at "
+                     "concurrency 8 on this CPU); the first-divergence positions were not exercised")
 
 
 def test_noise_floor_is_measured_from_the_control(bf16_run: dict[str, Any]) -> None:
