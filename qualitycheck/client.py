@@ -184,7 +184,7 @@ class Endpoint:
             self._sdk = openai.AsyncOpenAI(
                 base_url=self.target.base_url,
                 api_key=self.target.api_key() or "EMPTY",
-                default_headers=self.target.headers or None,
+                default_headers=self.target.auth_headers(),
                 max_retries=0,
                 timeout=self.opts.timeout_s,
                 **kwargs,
@@ -210,8 +210,7 @@ class Endpoint:
             self._headers = {
                 "Content-Type": "application/json",
                 "Accept": "application/json, text/event-stream",
-                "Authorization": f"Bearer {self.target.api_key() or 'EMPTY'}",
-                **self.target.headers,
+                **self.target.auth_headers(),
             }
         return self._headers
 

@@ -47,14 +47,54 @@ class Target(BaseModel):
         return v.rstrip("/")
 
     @property
+    def _plain_url(self) -> str:
+        """`url` without user:password@ (credentials travel in a header, never in the URL)."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(self.url)
+        if parts.username is None and parts.password is None:
+            return self.url
+        return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+    @property
     def base_url(self) -> str:
         """The /v1 root the OpenAI client wants."""
-        return self.url if self.url.endswith("/v1") else self.url + "/v1"
+        u = self._plain_url
+        return u if u.endswith("/v1") else u + "/v1"
 
     @property
     def server_url(self) -> str:
         """The server root, where vLLM serves /metrics, /tokenize and /health."""
-        return self.url.removesuffix("/v1")
+        return self._plain_url.removesuffix("/v1")
+
+    @property
+    def public_url(self) -> str:
+        """The URL as it may be written to disk: a password in it is replaced."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        netloc = f"{parts.username}:<redacted>@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    def auth_headers(self) -> dict[str, str]:
+        """The target's headers plus its Authorization: the key from `api_key_env`, else
+        the URL's user:password as Basic auth, else vLLM's conventional placeholder key."""
+        import base64
+        from urllib.parse import unquote, urlsplit
+
+        headers = dict(self.headers)
+        if not any(k.lower() == "authorization" for k in headers):
+            parts = urlsplit(self.url)
+            if self.api_key_env:
+                headers["Authorization"] = f"Bearer {self.api_key()}"
+            elif parts.username is not None:
+                cred = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+                headers["Authorization"] = "Basic " + base64.b64encode(cred.encode()).decode()
+            else:
+                headers["Authorization"] = "Bearer EMPTY"
+        return headers
 
     def api_key(self) -> str:
         if self.api_key_env:
@@ -64,7 +104,7 @@ class Target(BaseModel):
     def identity(self) -> dict[str, Any]:
         """What makes two targets the same for resume; header values are left out (secrets)."""
         return {
-            "url": self.url,
+            "url": self.public_url,
             "model": self.model,
             "extra_body": self.extra_body,
             "header_names": sorted(self.headers),

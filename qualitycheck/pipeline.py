@@ -19,8 +19,6 @@ from .progress import RichProgress
 from .runner import select_shard
 from .serving.measure import measured_generate
 from .store import RunStore
-from .summary import build_summary, write_summary
-from .signoff import write_signoff
 
 __all__ = ["finish", "manifest_for", "redo", "run"]
 
@@ -35,7 +33,8 @@ def manifest_for(cases: list[Case], cfg: Config, suites: list[str]) -> dict[str,
         "suite_fingerprint": h.hexdigest()[:16],
         "suite_files": [str(s) for s in suites],
         "cases": len(cases),
-        "targets": {n: t.model_dump(include={"url", "model", "label", "extra_body"}) for n, t in cfg.targets().items()},
+        "targets": {n: {**t.model_dump(include={"model", "label", "extra_body"}), "url": t.public_url}
+                    for n, t in cfg.targets().items()},
         "repeats": cfg.run.repeats,
         "shard": cfg.run.shard,
     }
@@ -48,6 +47,7 @@ def redacted_config(cfg: Config) -> dict[str, Any]:
         t = d.get(name)
         if isinstance(t, dict):
             t["headers"] = {k: "<redacted>" for k in t.get("headers", {})}
+            t["url"] = getattr(cfg, name).public_url
     return d
 
 
@@ -80,6 +80,9 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True) ->
             from .scoring.judge import score_judge
 
             score_judge(store, cfg)  # after the deterministic scorers; cached calls; `skipped` without a judge
+    from .signoff import write_signoff  # scipy/statsmodels: imported after generation, not before the first request
+    from .summary import build_summary, write_summary
+
     summary = build_summary(store, cfg)
     write_summary(store.folder, summary)
     write_signoff(store.folder, summary)

@@ -517,7 +517,7 @@ async def _judge_run(store: RunStore, cfg: Config, judges: dict[str, JudgeDefini
 
     assert cfg.judge is not None
     target = cfg.judge
-    client = openai.AsyncOpenAI(base_url=target.base_url, api_key=target.api_key(), default_headers=target.headers or None,
+    client = openai.AsyncOpenAI(base_url=target.base_url, api_key=target.api_key() or "EMPTY", default_headers=target.auth_headers(),
                                 max_retries=cfg.run.retries, timeout=cfg.run.timeout_s, http_client=http_client)
     cache = JudgeCache(store.folder / CACHE_NAME)
     caller = _Caller(client, target, cache, cfg.run.judge_retries, asyncio.Semaphore(cfg.run.concurrency))

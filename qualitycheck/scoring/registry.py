@@ -12,7 +12,7 @@ deliberately absent here.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -194,27 +194,46 @@ def score_store(store: Any, *, workers: int | None = None) -> int:
     """Recompute every deterministic score of a run from its stored cases and responses.
 
     Cases are scored in parallel (threads; the unit-test sandboxes are
-    subprocesses, so threads are enough to keep every core busy). The judge's
-    scores are left in place. Returns how many scores were written.
+    subprocesses, so threads are enough to keep every core busy) through a
+    bounded window, and scores stream into the store as they are made, so
+    memory stays flat however large the run. The judge's scores are left in
+    place. Returns how many scores were written.
     """
     import os
-    from concurrent.futures import ThreadPoolExecutor
 
     cases = {c.id: c for c in store.cases()}
-    groups = [(cases[cid], rs) for cid, rs in store.responses_by_case() if cid in cases]
-    workers = workers or os.cpu_count() or 1
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qc-score") as pool:
-        results = list(pool.map(lambda g: score_case(*g), groups))
-    scores = [s for batch in results for s in batch]
-    _warn_weak_isolation(scores)
-    return int(store.replace_scores(scores, exclude=["judge"]))
+    weak: set[str] = set()
+
+    def scored() -> Iterator[Score]:
+        from collections import deque
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        n = workers or os.cpu_count() or 1
+        pending: deque[Future[list[Score]]] = deque()
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="qc-score") as pool:
+            for cid, rs in store.responses_by_case():
+                if cid in cases:
+                    pending.append(pool.submit(score_case, cases[cid], rs))
+                while len(pending) > 4 * n or (pending and pending[0].done()):
+                    yield from _noting_isolation(pending.popleft().result(), weak)
+            while pending:
+                yield from _noting_isolation(pending.popleft().result(), weak)
+
+    written = int(store.replace_scores(scored(), exclude=["judge"]))
+    _warn_weak_isolation(weak)
+    return written
 
 
-def _warn_weak_isolation(scores: list[Score]) -> None:
+def _noting_isolation(batch: list[Score], weak: set[str]) -> list[Score]:
+    for s in batch:
+        if s.check == "unit_tests" and s.detail.get("isolation_weak") and s.detail.get("isolation"):
+            weak.add(str(s.detail["isolation"]))
+    return batch
+
+
+def _warn_weak_isolation(weak: set[str]) -> None:
     import sys
 
-    weak = {s.detail.get("isolation") for s in scores if s.check == "unit_tests" and s.detail.get("isolation_weak")}
-    weak.discard(None)
     if weak:
         print(f"qualitycheck: WARNING: unit tests ran with weaker isolation than a network-less namespace "
-              f"sandbox ({', '.join(sorted(map(str, weak)))}); see the scores' detail", file=sys.stderr)
+              f"sandbox ({', '.join(sorted(weak))}); see the scores' detail", file=sys.stderr)

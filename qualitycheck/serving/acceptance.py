@@ -105,11 +105,7 @@ def scrape_all(targets: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Snapshot every target (`Target` objects keyed by side), with the target's own auth."""
     out = {}
     for name, t in targets.items():
-        headers = dict(t.headers)
-        key = t.api_key()
-        if key and key != "EMPTY":
-            headers["Authorization"] = f"Bearer {key}"
-        out[name] = scrape(t.server_url, t.model, headers=headers)
+        out[name] = scrape(t.server_url, t.model, headers=t.auth_headers())
     return out
 
 

@@ -70,11 +70,7 @@ class _Server:
     def __init__(self, target: Target, client: httpx.AsyncClient):
         self.t = target
         self.c = client
-        headers = dict(target.headers)
-        key = target.api_key()
-        if key and key != "EMPTY":
-            headers["Authorization"] = f"Bearer {key}"
-        self.headers = headers
+        self.headers = target.auth_headers()
 
     async def get(self, path: str, root: bool = True) -> tuple[Any, str | None]:
         base = self.t.server_url if root else self.t.base_url

@@ -146,7 +146,7 @@ def test_secrets_never_reach_the_run_folder(tmp_path: Path, monkeypatch: pytest.
         cfg = tmp_path / "qualitycheck.yaml"
         cfg.write_text(
             f"baseline: {{url: '{b.url}', model: m, api_key_env: QC_SECRET_KEY, headers: {{X-Token: hdr-secret-456}}}}\n"
-            f"candidate: {{url: '{c.url}', model: m, api_key_env: QC_SECRET_KEY}}\n"
+            f"candidate: {{url: '{c.url.replace('//', '//user:pw-secret-789@')}', model: m}}\n"
             f"suites: ['{suite}']\nrun: {{preflight: false}}\n",
             encoding="utf-8",
         )
@@ -157,7 +157,9 @@ def test_secrets_never_reach_the_run_folder(tmp_path: Path, monkeypatch: pytest.
         if f.is_file():
             data = f.read_bytes()
             assert b"sk-very-secret-123" not in data and b"hdr-secret-456" not in data, f
+            assert b"pw-secret-789" not in data, f
     assert "sk-very-secret-123" not in captured.out + captured.err
+    assert "pw-secret-789" not in captured.out + captured.err
 
 
 def test_config_problems_exit_2_with_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -205,3 +207,13 @@ def test_regressions_within_the_noise_allowance_are_named_as_tolerated(tmp_path:
     (g,) = [g for g in s["guardrails"] if g["name"] == "max_quality_regression_cases"]
     assert g["passed"] is True and "qa-2 (contains)" in g["message"] and "tolerated" in g["message"]
     assert rc == 0
+
+
+def test_credentials_in_the_url_become_basic_auth_and_never_stay_in_the_url() -> None:
+    from qualitycheck.config import Target
+
+    t = Target(url="http://alice:s3cret@10.0.0.1:8000/v1", model="m")
+    assert t.base_url == "http://10.0.0.1:8000/v1" and t.server_url == "http://10.0.0.1:8000"
+    assert t.auth_headers()["Authorization"] == "Basic YWxpY2U6czNjcmV0"
+    assert t.public_url == "http://alice:<redacted>@10.0.0.1:8000/v1"
+    assert Target(url="http://h", model="m", headers={"authorization": "Token x"}).auth_headers() == {"authorization": "Token x"}
