@@ -38,6 +38,7 @@ __all__ = [
     "MaxQualityRegressionCases",
     "MaxTpotP95Regression",
     "MinAcceptanceRate",
+    "PreflightConsistent",
     "Rule",
     "build_rules",
     "decide",
@@ -100,6 +101,8 @@ class Evidence:
     """route → regressions among those that the noise floor explains (largest allowance of its cells)."""
     scored_routes: set[str] = field(default_factory=set)
     """Routes with at least one check decided on both sides."""
+    preflight: dict[str, Any] | None = None
+    """The preflight record (serving/preflight.py), when preflight ran."""
 
 
 class Rule(Protocol):
@@ -214,6 +217,33 @@ _RULES = {
 _KNOWN = (*_RULES, "fallback_action")
 
 
+@dataclass(frozen=True)
+class PreflightConsistent:
+    """Baseline and candidate must serve the same model with the same tokenizer, chat template and defaults.
+
+    Not one of the seed's thresholds but a precondition of every other one:
+    when the two sides tokenize the same messages differently, a quality
+    difference may be template drift rather than the drafter, so the run
+    fails and says which check differed. Runs with preflight switched off
+    get no result here (the sign-off lists preflight as not run).
+    """
+
+    route: str = ALL_ROUTES
+    name: str = "preflight_consistent"
+    threshold: str = "all checks match"
+
+    def evaluate(self, ev: Evidence) -> GuardrailResult:
+        checks = (ev.preflight or {}).get("checks") or []
+        failed = [c for c in checks if c.get("passed") is False]
+        if not failed:
+            unchecked = [c["name"] for c in checks if c.get("passed") is None]
+            note = f" ({', '.join(unchecked)} not exposed by the servers)" if unchecked else ""
+            return GuardrailResult(self.name, self.threshold, [], True, f"baseline and candidate match{note}", self.route)
+        msg = "; ".join(f"{c['name']}: {c.get('detail', '')}" for c in failed)
+        return GuardrailResult(self.name, self.threshold, [c["name"] for c in failed], False,
+                               f"the endpoints differ before any answer is compared: {msg}", self.route)
+
+
 def parse_fraction(value: Any) -> float:
     """'10%' → 0.1, 0.55 → 0.55, '0.55' → 0.55; ValueError otherwise."""
     if isinstance(value, bool):
@@ -292,14 +322,14 @@ def parse_guardrails(cfg: Config) -> Guardrails:
     return Guardrails(thresholds, routes, str(action))
 
 
-def build_rules(g: Guardrails, routes_in_run: set[str]) -> list[Rule]:
+def build_rules(g: Guardrails, routes_in_run: set[str], *, preflight_ran: bool = False) -> list[Rule]:
     """One rule per configured guardrail for the endpoint, then one per route override.
 
     Quality is judged per route for every route in the run (a route's
     override, or the global threshold), so the fallback can name the routes
     that regressed; latency and acceptance are endpoint-wide observations.
     """
-    rules: list[Rule] = []
+    rules: list[Rule] = [PreflightConsistent()] if preflight_ran else []
     for name, value in g.thresholds.items():
         if name != "max_quality_regression_cases":
             rules.append(_RULES[name][0](value))  # type: ignore[call-arg]

@@ -158,7 +158,9 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, comparisons: li
         category_routes.setdefault(c.category, set()).add(c.route)
     routes_in_run = set().union(*category_routes.values()) if category_routes else set()
 
-    ev = Evidence(errors=errors, route_errors=_route_errors(comps), latency=latency, acceptance=acceptance)
+    preflight = store.artifact("preflight")
+    ev = Evidence(errors=errors, route_errors=_route_errors(comps), latency=latency, acceptance=acceptance,
+                  preflight=preflight)
     repeats = store.manifest.get("repeats", 1)
     for cat, t in text.items():
         if t["pairs"] and t["pairs"] == len(t["cases"]) * repeats and t["identical"] == t["pairs"]:
@@ -175,7 +177,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, comparisons: li
                     per.setdefault(i, []).append(s.check)
                 share = s.allowance if len(s.routes) == 1 else s.allowance * len(ids) // len(s.regressions)
                 ev.allowances[route] = max(ev.allowances.get(route, 0), share)
-    results = [rule.evaluate(ev) for rule in build_rules(guard, routes_in_run)]
+    results = [rule.evaluate(ev) for rule in build_rules(guard, routes_in_run, preflight_ran=preflight is not None)]
     failed_routes = {r.route for r in results if r.passed is False and r.name == "max_quality_regression_cases"}
     if ALL_ROUTES in failed_routes:
         failed_routes |= routes_in_run
@@ -227,7 +229,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, comparisons: li
         "latency": latency if latency is not None else {},
         "acceptance": acceptance if acceptance is not None else {"rate": None, "mean_accepted_length": None,
                                                                  "draft_tokens": None, "accepted_tokens": None},
-        "preflight": store.artifact("preflight"),
+        "preflight": preflight,
         "slices": slices_fn(store) if slices_fn else {},
         "guardrails": [r.to_json() for r in results],
         "allow_not_evaluated": cfg.allow_not_evaluated,

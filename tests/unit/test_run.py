@@ -217,3 +217,19 @@ def test_credentials_in_the_url_become_basic_auth_and_never_stay_in_the_url() ->
     assert t.auth_headers()["Authorization"] == "Basic YWxpY2U6czNjcmV0"
     assert t.public_url == "http://alice:<redacted>@10.0.0.1:8000/v1"
     assert Target(url="http://h", model="m", headers={"authorization": "Token x"}).auth_headers() == {"authorization": "Token x"}
+
+
+def test_a_preflight_mismatch_fails_the_gate_naming_the_check(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3, checks={"contains": ["42"]}))
+    with TestServer(default="42") as b, TestServer(default="42", chat_template="[{role}] {content}\n") as c:
+        rc = main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "test-model",
+                   "--suite", str(suite), "--out", str(tmp_path / "run")])
+        same = main(["run", "--baseline", b.url, "--candidate", b.url, "--model", "test-model",
+                     "--suite", str(suite), "--out", str(tmp_path / "same")])
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    (g,) = [g for g in s["guardrails"] if g["name"] == "preflight_consistent"]
+    assert g["passed"] is False and g["observed"] == ["tokenize"] and "tokenize" in g["message"]
+    assert s["verdict"] == "fail" and rc == 1
+    ok = json.loads((tmp_path / "same" / "summary.json").read_text())
+    assert [g["passed"] for g in ok["guardrails"] if g["name"] == "preflight_consistent"] == [True]
+    assert same == 0
