@@ -58,8 +58,8 @@ __all__ = [
 ]
 
 CACHE_NAME = "judge_cache.sqlite"
-BUILTIN_DIR = Path(__file__).resolve().parents[2] / "judges"
-"""The judges shipped with qualitycheck (the repository's judges/ folder)."""
+BUILTIN_DIR = Path(__file__).resolve().parents[1] / "builtin_judges"
+"""The judges shipped with qualitycheck: the repository's judges/, linked into the package so wheels carry them."""
 
 KINDS = ("pairwise", "single")
 VARIABLES = {
