@@ -17,7 +17,7 @@ modes rather than around the happy path:
   inputs, so `qualitycheck score` re-judges nothing it has already judged and
   no key can let one endpoint's or one side's output stand in for another's.
 
-Judge definitions are YAML files (see judges/ and docs/parts/judge.md); a case
+Judge definitions are YAML files (see judges/ and docs/stages/judge.md); a case
 names one in `checks.judge.mode`.
 """
 

@@ -4,7 +4,7 @@ Everything here reads either the run store (latency, slices, acceptance from
 recorded /metrics windows) or the servers' own introspection endpoints
 (/metrics, /tokenize, /v1/models, /version), never the answers' quality.
 Definitions of every number are in the submodules' docstrings and in
-docs/parts/serving.md.
+docs/stages/serving.md.
 """
 
 from __future__ import annotations
