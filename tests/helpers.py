@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,3 +29,39 @@ def qa_cases(n: int, category: str = "qa", **extra: Any) -> list[dict[str, Any]]
          "messages": [{"role": "user", "content": f"question {category} {i}?"}], **extra}
         for i in range(n)
     ]
+
+
+@contextmanager
+def raw_chat_server(handler: Callable[[Any], Awaitable[Any]]) -> Iterator[str]:
+    """A bare aiohttp server on loopback whose /v1/chat/completions is `handler`.
+
+    For bytes the scripted TestServer will not send (odd streams, echoed
+    secrets); yields the base URL and stops the server on exit.
+    """
+    from aiohttp import web
+
+    ready = threading.Event()
+    state: dict[str, Any] = {}
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = web.AppRunner(app, access_log=None)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        state["port"] = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        state["loop"] = loop
+        ready.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    ready.wait(10)
+    try:
+        yield f"http://127.0.0.1:{state['port']}"
+    finally:
+        state["loop"].call_soon_threadsafe(state["loop"].stop)
+        t.join(5)

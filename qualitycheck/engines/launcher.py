@@ -361,6 +361,11 @@ def launch(
                            speculative_config=speculative_config, chat_template=chat_template, extra_args=extra_args)
     server = VllmServer(argv, port=port, name=name or served_name, served_name=served_name, core=core,
                         env={"VLLM_SERVER_DEV_MODE": "1"}, log_dir=log_dir, startup_timeout_s=startup_timeout_s)
+    return _started(server, wait)
+
+
+def _started(server: VllmServer, wait: bool) -> VllmServer:
+    """Start it and, when asked, wait for /health; a server that never gets ready is stopped, not leaked."""
     server.start()
     if wait:
         try:
@@ -415,14 +420,7 @@ def launch_template(
     if "{port}" not in template:
         raise LaunchError(f"launch template {template!r} has no {{port}}: the server could not be found after it starts")
     server = VllmServer(argv, port=port, name=name, core=core, env=env, log_dir=log_dir, startup_timeout_s=startup_timeout_s)
-    server.start()
-    if wait:
-        try:
-            server.wait_ready()
-        except BaseException:
-            server.stop()
-            raise
-    return server
+    return _started(server, wait)
 
 
 def start_together(servers: Iterable[VllmServer]) -> list[VllmServer]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +21,7 @@ from qualitycheck.client import Endpoint
 from qualitycheck.config import RunOptions, Target
 from qualitycheck.records import Response
 from qualitycheck.testserver import TestServer
+from tests.helpers import raw_chat_server
 
 
 def sse(*events: Any, done: bool = True) -> bytes:
@@ -73,8 +73,6 @@ ERRORS = {
 @pytest.fixture(scope="module")
 def raw_server() -> Iterator[str]:
     """A server answering each prompt with the raw bytes scripted for it."""
-    ready = threading.Event()
-    state: dict[str, Any] = {}
 
     async def handler(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -87,26 +85,8 @@ def raw_server() -> Iterator[str]:
         await resp.write_eof()
         return resp
 
-    def run() -> None:
-        loop = asyncio.new_event_loop()
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", handler)
-        runner = web.AppRunner(app, access_log=None)
-        loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        loop.run_until_complete(site.start())
-        state["port"] = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        state["loop"] = loop
-        ready.set()
-        loop.run_forever()
-        loop.run_until_complete(runner.cleanup())
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    ready.wait(10)
-    yield f"http://127.0.0.1:{state['port']}"
-    state["loop"].call_soon_threadsafe(state["loop"].stop)
-    t.join(5)
+    with raw_chat_server(handler) as url:
+        yield url
 
 
 def send(url: str, text: str, **opts: Any) -> Response:

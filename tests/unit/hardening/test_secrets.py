@@ -10,9 +10,7 @@ secrets.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from aiohttp import web
 
 from qualitycheck.cli import main
 from qualitycheck.testserver import TestServer
-from tests.helpers import qa_cases, write_suite
+from tests.helpers import qa_cases, raw_chat_server, write_suite
 
 API_KEY = "sk-hardening-secret-7f3a9c"
 HEADER_SECRET = "hdr-hardening-secret-51e0"
@@ -31,7 +29,6 @@ HEADER_SECRET = "hdr-hardening-secret-51e0"
 @pytest.fixture
 def echo_server() -> Iterator[str]:
     """Answers normally, except: 'echo503' → 503 echoing the auth headers once, 'echo400' → 400 echoing them always."""
-    ready = threading.Event()
     state: dict[str, Any] = {"seen": set()}
 
     async def handler(request: web.Request) -> web.StreamResponse:
@@ -51,26 +48,8 @@ def echo_server() -> Iterator[str]:
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
-    def run() -> None:
-        loop = asyncio.new_event_loop()
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", handler)
-        runner = web.AppRunner(app, access_log=None)
-        loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        loop.run_until_complete(site.start())
-        state["port"] = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        state["loop"] = loop
-        ready.set()
-        loop.run_forever()
-        loop.run_until_complete(runner.cleanup())
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    ready.wait(10)
-    yield f"http://127.0.0.1:{state['port']}"
-    state["loop"].call_soon_threadsafe(state["loop"].stop)
-    t.join(5)
+    with raw_chat_server(handler) as url:
+        yield url
 
 
 def test_secrets_stay_out_of_folder_output_logs_and_errors(tmp_path: Path, echo_server: str,
