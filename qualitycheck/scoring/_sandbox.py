@@ -131,6 +131,25 @@ def _cgroups_usable() -> list[str]:
     return ok
 
 
+def _masked(path: str) -> bool:
+    return any(path == d or path.startswith(d + "/") for d in _TMPFS_DIRS)
+
+
+def _unmasked_python(exe: str) -> str:
+    """An interpreter path that still exists once private tmpfs cover /tmp and friends.
+
+    A virtualenv under /tmp (e.g. QC_HOME=/tmp/...) links to its base
+    interpreter; inside the sandbox only the stdlib is needed, so the base
+    interpreter (or the system python3) serves.
+    """
+    if not _masked(exe):
+        return exe
+    real = os.path.realpath(exe)
+    if not _masked(real):
+        return real
+    return shutil.which("python3", path=_SAFE_PATH) or exe
+
+
 def isolation() -> dict[str, Any]:
     """The strongest isolation that works on this machine, probed once per process."""
     global _probed
@@ -142,11 +161,12 @@ def isolation() -> dict[str, Any]:
         info: dict[str, Any]
         if unshare and root and _works([unshare, *_UNSHARE_NS, "--", "true"]):
             user_python = sys.executable if _world_runnable(sys.executable) else shutil.which("python3", path=_SAFE_PATH)
+            user_python = _unmasked_python(user_python) if user_python else None
             info = {"level": "namespaces", "unshare": [unshare, *_UNSHARE_NS], "drop_to_nobody": bool(user_python),
                     "program_python": user_python or sys.executable, "cgroups": _cgroups_usable()}
         elif unshare and _works([unshare, "--user", "--map-root-user", *_UNSHARE_NS, "--", "true"]):
             info = {"level": "user-namespaces", "unshare": [unshare, "--user", "--map-root-user", *_UNSHARE_NS],
-                    "drop_to_nobody": False, "program_python": sys.executable, "cgroups": []}
+                    "drop_to_nobody": False, "program_python": _unmasked_python(sys.executable), "cgroups": []}
         else:
             # Without namespaces a root process can still bound processes and memory with cgroups.
             info = {"level": "none", "unshare": None, "drop_to_nobody": False, "program_python": sys.executable,

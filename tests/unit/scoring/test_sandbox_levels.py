@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ def _force(monkeypatch: pytest.MonkeyPatch, level: str) -> dict[str, Any]:
     real = _sandbox.isolation()
     if level == "user-namespaces":
         forced = {**real, "level": level, "unshare": ["unshare", "--user", "--map-root-user", *_sandbox._UNSHARE_NS],
-                  "drop_to_nobody": False, "program_python": _sandbox.sys.executable, "cgroups": [], "weak": False}
+                  "drop_to_nobody": False, "program_python": _sandbox._unmasked_python(_sandbox.sys.executable), "cgroups": [], "weak": False}
         if not _sandbox._works([*forced["unshare"], "--", "true"]):
             pytest.skip("user namespaces are not available here")
     else:
@@ -63,3 +65,15 @@ def test_score_store_warns_when_isolation_is_weak(monkeypatch: pytest.MonkeyPatc
     score_store(store)
     store.close()
     assert "WARNING: unit tests ran with weaker isolation" in capsys.readouterr().err
+
+
+def test_an_interpreter_under_a_masked_dir_is_replaced_by_one_the_sandbox_can_see(tmp_path: Any) -> None:
+    """A venv under /tmp (QC_HOME=/tmp/...) vanishes under the sandbox's private /tmp."""
+    link = Path("/tmp") / f"qc-python-link-{os.getpid()}"
+    link.symlink_to(sys.executable)
+    try:
+        got = _sandbox._unmasked_python(str(link))
+        assert not _sandbox._masked(got) and Path(got).exists()
+    finally:
+        link.unlink()
+    assert _sandbox._unmasked_python("/usr/bin/python3") == "/usr/bin/python3"
