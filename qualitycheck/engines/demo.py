@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cases import Case, load_suite
-from ..config import Config, RunOptions, Target
+from ..config import Config, JudgeTarget, RunOptions, Target
 from ..errors import Problem, QualitycheckError, SuiteError
 from .launcher import LaunchError, launch, ngram_config, start_together
 from .model import DEMO_MODEL_NAME, prepare
@@ -133,6 +133,8 @@ def run_demo(out: Path | None = None, *, suites: list[str] | tuple[str, ...] | N
             baseline=Target(url=baseline.url, model=DEMO_MODEL_NAME, label="vLLM fp32"),
             candidate=Target(url=candidate.url, model=DEMO_MODEL_NAME, label="vLLM fp32 + ngram k=3"),
             control=Target(url=baseline.url, model=DEMO_MODEL_NAME, label="baseline server again (A/A)"),
+            # The baseline judges the open-ended cases: only pairs that differ reach it.
+            judge=JudgeTarget(url=baseline.url, model=DEMO_MODEL_NAME, label="baseline as judge"),
             run=RunOptions(concurrency=concurrency, max_tokens=max_tokens, retries=1),
             speculative_decoding_guardrails=DEMO_GUARDRAILS,
         )

@@ -36,6 +36,13 @@ def test_demo_runs_the_whole_job_and_cleans_up(engines: Any, tmp_path: Path) -> 
     assert len(mixed) >= 2, json.dumps({k: v["checks"] for k, v in s["categories"].items()})[:3000]
     assert s["acceptance"]["draft_tokens"], "acceptance from the ngram candidate's /metrics"
     assert s["preflight"]["ok"] is True
+    # the baseline judges the open-ended cases: a judge is configured (not 'skipped'), every judged case is decided,
+    # and the identical fp32 pairs are settled without a call
+    judged = {cat: c["checks"]["judge"] for cat, c in s["categories"].items() if "judge" in c["checks"]}
+    assert judged, "the demo suite has judge checks"
+    for cat, j in judged.items():
+        assert j["n"] >= 1 and j["candidate_pass_rate"] is not None, (cat, j)
+        assert j["judge_errors"] == 0 and j["skipped_identical"] + j["judged"] == j["n"], (cat, j)
     # the servers are gone: each log's first line is its command line; nothing answers on its port any more
     logs = list((out / "servers").glob("vllm-*.log"))
     assert len(logs) == 2
