@@ -230,7 +230,7 @@ def compare_run(store: RunStore, *, persist: bool = True) -> list[CaseComparison
                 comp = comp.model_copy(update={"baseline_repeat_identical": b.text == first.text})
             out.append(comp)
     if persist:
-        store.put_artifact(ARTIFACT, [c.model_dump(mode="json") for c in out])
+        store.put_artifact_json(ARTIFACT, (c.model_dump_json() for c in out))
     return out
 
 
