@@ -55,7 +55,8 @@ def render_signoff(s: dict[str, Any]) -> str:
     w("## 2. Draft-mechanism validation")
     acc = s.get("acceptance") or {}
     if acc.get("rate") is not None:
-        w(f"- acceptance rate {acc['rate']:.3f}, mean accepted length {acc.get('mean_accepted_length')}, "
+        mal = acc.get("mean_accepted_length")
+        w(f"- acceptance rate {acc['rate']:.3f}, mean accepted length {'n/a' if mal is None else f'{mal:.2f}'}, "
           f"draft tokens {acc.get('draft_tokens')}, accepted {acc.get('accepted_tokens')}")
     else:
         w("- acceptance: NOT EVALUATED (no speculative-decoding counters scraped from the candidate)")

@@ -160,3 +160,15 @@ def test_route_scoped_error_rate_and_endpoint_wide_failures_disable_every_route(
     v, fb = decide([tpot], {"a": "pass", "b": "pass"}, allow_not_evaluated=False, fallback_action="x",
                    category_routes={"a": {"r1"}, "b": {"r2"}})
     assert v == "fail" and fb["routes"] == ["r1", "r2"]
+
+
+def test_signoff_prints_acceptance_figures_readably():
+    from qualitycheck.signoff import render_signoff
+
+    base = {"verdict": "fail", "cases": 1, "repeats": 1, "targets": {}, "categories": {}, "guardrails": [],
+            "fallback": {"action": "x", "routes": []}, "errors": {}}
+    text = render_signoff({**base, "acceptance": {"rate": 0.2488, "mean_accepted_length": 1.733695652173913,
+                                                  "draft_tokens": 1085, "accepted_tokens": 270}})
+    assert "acceptance rate 0.249, mean accepted length 1.73, draft tokens 1085, accepted 270" in text
+    text = render_signoff({**base, "acceptance": {"rate": 0.5, "mean_accepted_length": None}})
+    assert "mean accepted length n/a" in text
