@@ -19,9 +19,13 @@ from qualitycheck.testserver import Fault, TestServer
 from tests.helpers import qa_cases, write_suite
 
 
+def run_args(b: TestServer, c: TestServer, suite: Path, out: Path, *extra: str) -> list[str]:
+    return ["run", "--baseline", b.url, "--candidate", c.url, "--model", "m",
+            "--suite", str(suite), "--out", str(out), "--no-preflight", *extra]
+
+
 def run_cli(b: TestServer, c: TestServer, suite: Path, out: Path, *extra: str) -> int:
-    return main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m",
-                 "--suite", str(suite), "--out", str(out), "--no-preflight", *extra])
+    return main(run_args(b, c, suite, out, *extra))
 
 
 def test_identical_pairs_pass_and_write_the_run_folder(tmp_path: Path, pair_servers: tuple[TestServer, TestServer]) -> None:
@@ -105,8 +109,7 @@ def test_kill_minus_nine_then_resume(tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(30))
     out = tmp_path / "run"
     with TestServer(default="slow answer", ttft_s=0.15) as b, TestServer(default="slow answer", ttft_s=0.15) as c:
-        cmd = [sys.executable, "-m", "qualitycheck", "run", "--baseline", b.url, "--candidate", c.url,
-               "--model", "m", "--suite", str(suite), "--out", str(out), "--concurrency", "2", "--no-preflight"]
+        cmd = [sys.executable, "-m", "qualitycheck", *run_args(b, c, suite, out, "--concurrency", "2")]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 60
         stored = 0
@@ -181,8 +184,7 @@ def test_ctrl_c_stops_cleanly_with_exit_3_and_keeps_what_arrived(tmp_path: Path)
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(30))
     out = tmp_path / "run"
     with TestServer(default="slow", ttft_s=0.2) as b, TestServer(default="slow", ttft_s=0.2) as c:
-        cmd = [sys.executable, "-m", "qualitycheck", "run", "--baseline", b.url, "--candidate", c.url,
-               "--model", "m", "--suite", str(suite), "--out", str(out), "--concurrency", "2", "--no-preflight"]
+        cmd = [sys.executable, "-m", "qualitycheck", *run_args(b, c, suite, out, "--concurrency", "2")]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 60
         while time.time() < deadline and len(c.requests()) < 6:
