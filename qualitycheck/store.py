@@ -14,6 +14,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from .cases import Case
 from .errors import RunMismatchError, StoreError
 from .records import FORMAT_VERSION, Response, Score
 
-__all__ = ["RunStore", "STORE_NAME", "load_run"]
+__all__ = ["CaseRecords", "RunStore", "STORE_NAME", "load_run"]
 
 STORE_NAME = "run.sqlite"
 
@@ -38,7 +39,21 @@ CREATE TABLE IF NOT EXISTS scores (
   status TEXT NOT NULL, body TEXT NOT NULL,
   PRIMARY KEY (case_id, target, repeat, "check"));
 CREATE TABLE IF NOT EXISTS artifacts (name TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS comparisons (
+  case_id TEXT NOT NULL, repeat INTEGER NOT NULL, body TEXT NOT NULL,
+  PRIMARY KEY (case_id, repeat));
 """
+
+
+@dataclass(frozen=True)
+class CaseRecords:
+    """One case with everything stored for it: the unit every post-run stage streams over."""
+
+    case: Case
+    responses: list[Response]
+    """Ordered by target, then repeat."""
+    scores: list[Score]
+    """Ordered by target, repeat, check; empty when not asked for."""
 
 
 class RunStore:
@@ -124,13 +139,49 @@ class RunStore:
 
     # ------------------------------------------------------------ cases
     def cases(self) -> list[Case]:
-        rows = self._db.execute("SELECT body FROM cases ORDER BY idx").fetchall()
-        out = []
-        for (body,) in rows:
+        """Every case in suite order. Holds them all: stages that stream use `iter_cases` or `by_case`."""
+        return list(self.iter_cases())
+
+    def iter_cases(self, *, by_id: bool = False) -> Iterator[Case]:
+        """Cases one at a time, in suite order or (`by_id`) in the order responses and scores are read."""
+        for (body,) in self._db.execute(f"SELECT body FROM cases ORDER BY {'id' if by_id else 'idx'}"):
             d = json.loads(body)
             file, line = d.pop("_file", None), d.pop("_line", None)
-            out.append(Case.model_validate(d).model_copy(update={"file": file, "line": line}))
-        return out
+            yield Case.model_validate(d).model_copy(update={"file": file, "line": line})
+
+    def case_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM cases").fetchone()[0])
+
+    def case_labels(self) -> dict[str, tuple[str, str]]:
+        """case id → (category, route), without parsing whole cases (a few dozen bytes per case)."""
+        q = "SELECT id, category, COALESCE(json_extract(body, '$.tags.route'), category) FROM cases ORDER BY idx"
+        return {i: (c, r) for i, c, r in self._db.execute(q)}
+
+    def by_case(self, *, scores: bool = True) -> Iterator[CaseRecords]:
+        """Every case with its responses (and scores), one case in memory at a time.
+
+        A merge of three reads ordered by case id, so a 100,000-case run costs
+        what its largest case costs. Cases without any response come too
+        (with empty lists): a stage decides what a missing answer means.
+        """
+        resp = _grouped(self._db.execute("SELECT case_id, body FROM responses ORDER BY case_id, target, repeat"))
+        sc = _grouped(self._db.execute(
+            'SELECT case_id, body FROM scores ORDER BY case_id, target, repeat, "check"')) if scores else iter(())
+        next_r, next_s = next(resp, None), next(sc, None)
+        for case in self.iter_cases(by_id=True):
+            rs: list[Response] = []
+            ss: list[Score] = []
+            while next_r is not None and next_r[0] < case.id:  # answers to a case no longer in the store
+                next_r = next(resp, None)
+            if next_r is not None and next_r[0] == case.id:
+                rs = [Response.model_validate_json(b) for b in next_r[1]]
+                next_r = next(resp, None)
+            while next_s is not None and next_s[0] < case.id:
+                next_s = next(sc, None)
+            if next_s is not None and next_s[0] == case.id:
+                ss = [Score.model_validate_json(b) for b in next_s[1]]
+                next_s = next(sc, None)
+            yield CaseRecords(case, rs, ss)
 
     # ------------------------------------------------------------ responses
     def put_response(self, r: Response) -> None:
@@ -215,6 +266,24 @@ class RunStore:
         for (body,) in self._db.execute('SELECT body FROM scores ORDER BY case_id, target, repeat, "check"'):
             yield Score.model_validate_json(body)
 
+    # ------------------------------------------------------------ comparisons
+    def replace_comparisons(self, rows: Iterable[tuple[str, int, str]]) -> int:
+        """Swap in the compare stage's records: (case id, repeat, JSON body), streamed in one transaction."""
+        n = 0
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM comparisons")
+            for row in rows:
+                self._db.execute("INSERT OR REPLACE INTO comparisons VALUES (?,?,?)", row)
+                n += 1
+            self._db.execute("DELETE FROM artifacts WHERE name='comparisons'")  # the single-blob form of older runs
+        return n
+
+    def comparison_bodies(self) -> Iterator[str]:
+        """The compare stage's JSON records, ordered by case id and repeat: one at a time."""
+        for (body,) in self._db.execute("SELECT body FROM comparisons ORDER BY case_id, repeat"):
+            yield body
+
     # ------------------------------------------------------------ artifacts
     def put_artifact(self, name: str, value: Any) -> None:
         """Stage outputs that are not per response: metrics scrapes, preflight, comparisons."""
@@ -234,6 +303,20 @@ class RunStore:
 
     def artifact_names(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT name FROM artifacts ORDER BY name")]
+
+
+def _grouped(rows: Iterable[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:
+    """(case id, body) rows ordered by case id → (case id, bodies), one group at a time."""
+    cur: str | None = None
+    group: list[str] = []
+    for cid, body in rows:
+        if cid != cur and group:
+            yield cur, group  # type: ignore[misc]
+            group = []
+        cur = cid
+        group.append(body)
+    if group:
+        yield cur, group  # type: ignore[misc]
 
 
 def _case_body(c: Case) -> dict[str, Any]:

@@ -1,0 +1,39 @@
+"""The store's streaming reads: every post-run stage walks a run one case at a time through them."""
+
+from __future__ import annotations
+
+from tests.unit.verdict.verdict_builders import make_store
+
+from qualitycheck.records import Response
+
+
+def test_by_case_joins_cases_responses_and_scores_by_id(tmp_path):
+    rows = [  # suite order deliberately not id order
+        {"id": "m", "category": "qa", "checks": {"exact": {"baseline": "pass", "candidate": "fail"}}},
+        {"id": "b", "category": "sql", "route": "payments"},
+        {"id": "z", "category": "qa", "checks": {"exact": {"baseline": "fail"}}},
+    ]
+    with make_store(tmp_path, rows) as store:
+        store.put_response(Response(case_id="a-stray", target="baseline", fingerprint="f", text="no such case"))
+        store._db.execute("DELETE FROM responses WHERE case_id='b'")  # a case nobody answered
+        got = list(store.by_case())
+        assert [g.case.id for g in got] == ["b", "m", "z"]
+        by = {g.case.id: g for g in got}
+        assert by["b"].responses == [] and by["b"].scores == []
+        assert [(r.target, r.case_id) for r in by["m"].responses] == [("baseline", "m"), ("candidate", "m")]
+        assert [(s.target, s.status) for s in by["m"].scores] == [("baseline", "pass"), ("candidate", "fail")]
+        assert [s.target for s in by["z"].scores] == ["baseline"]
+        assert all(g.scores == [] for g in store.by_case(scores=False))
+        assert [c.id for c in store.iter_cases()] == ["m", "b", "z"]
+        assert store.case_count() == 3
+        assert store.case_labels() == {"m": ("qa", "qa"), "b": ("sql", "payments"), "z": ("qa", "qa")}
+
+
+def test_comparison_rows_replace_as_a_whole(tmp_path):
+    with make_store(tmp_path, [{"id": "a", "category": "qa"}]) as store:
+        store.put_artifact("comparisons", [{"case_id": "old"}])
+        assert store.replace_comparisons([("b", 0, '{"x":2}'), ("a", 1, '{"x":1}')]) == 2
+        assert list(store.comparison_bodies()) == ['{"x":1}', '{"x":2}']
+        store.replace_comparisons([("c", 0, "{}")])
+        assert list(store.comparison_bodies()) == ["{}"]
+        assert store.artifact("comparisons") is None
