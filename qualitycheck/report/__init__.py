@@ -10,17 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from ..store import RunStore
-from .data import ReportData, collect
+from .data import MAX_CASES, ReportData, collect
 from .html import REPORT_NAME, render_html, write_html, write_report
 from .terminal import print_summary, summary_renderables
 
-__all__ = ["REPORT_NAME", "ReportData", "collect", "print_summary", "publish", "render_html", "summary_renderables",
+__all__ = ["MAX_CASES", "REPORT_NAME", "ReportData", "collect", "print_summary", "publish", "render_html", "summary_renderables",
            "write_html", "write_report"]
 
 
-def publish(store: RunStore, summary: dict[str, Any]) -> Path:
-    """Write report.html into the run folder and print the terminal summary (stderr)."""
-    data = collect(store, summary)
+def publish(store: RunStore, summary: dict[str, Any], *, max_cases: int = MAX_CASES) -> Path:
+    """Write report.html into the run folder and print the terminal summary (stderr).
+
+    The page embeds at most `max_cases` cases (the most important first); the
+    terminal summary says when some are left out and where they are.
+    """
+    data = collect(store, summary, max_cases=max_cases)
     path = write_html(data, store.folder / REPORT_NAME)
     print_summary(summary, data, report_path=str(path))
     return path

@@ -4,25 +4,46 @@ The HTML and terminal renderers only format what this module hands them, so
 the two never disagree about which case is a regression. Everything the
 summary does not hold yet (a stage that has not run, an older run) is taken
 as absent, never guessed: a missing optional section is simply not shown.
-Per-case data is kept compact (status letters, short keys) because a report
-of 10,000 pairs embeds all of it as one JSON block.
+Per-case data is kept compact (status letters, short keys), and a run of any
+size is read in one streaming pass: every case is flagged and counted, but
+full rows (answers, score details, comparison records) are kept only for the
+`max_cases` that matter most, so a 100,000-case run costs what 5,000 cases cost.
 """
 
 from __future__ import annotations
 
+import heapq
+import json
 import time
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..store import RunStore
+from ..store import CaseRecords, RunStore
 
-__all__ = ["CaseRow", "FLAG_ORDER", "ReportData", "collect", "percentiles", "run_date"]
+__all__ = ["CaseRow", "FLAG_ORDER", "ITL_SAMPLE", "MAX_CASES", "ReportData", "collect", "percentiles", "run_date"]
 
 FLAG_ORDER = ("regression", "error", "improvement", "flaky", "divergent", "identical")
 """Case flags in the order the case list sorts them: what needs a look first."""
+
+MAX_CASES = 5_000
+"""Cases whose detail (answers, score details, comparison records) report.html embeds.
+
+A case costs the page 1-3 kB of JSON with short answers and far more with long
+ones; 5,000 keeps the file near 10-25 MB, which Chromium parses in about a
+second and searches interactively, and it holds every regression, error,
+improvement and flaky case of any run a person would read case by case (a
+run with more regressions than that needs aggregate numbers, not a list).
+The rest stay in the store: `load_run(DIR)` reads all of them into pandas."""
+
+ITL_SAMPLE = 250_000
+"""Per side, how many per-token gaps the ITL chart keeps: a seeded uniform sample
+(reservoir) past that, since a 100,000-pair run has ~10^7 gaps and a 32-bin
+histogram or a p99 needs a small fraction of them."""
 
 _STATUS_LETTER = {"pass": "p", "fail": "f", "error": "e", "skipped": "s"}
 _SIDES = ("baseline", "candidate")
@@ -72,19 +93,34 @@ class ReportData:
     manifest: dict[str, Any]
     created_at: float | None
     rows: list[CaseRow]
+    """The embedded cases (at most `max_cases`), most important first, suite order within a flag."""
     checks: list[str]
     categories: list[str]
     latency_samples: dict[str, dict[str, np.ndarray]]
     """metric → target → values in ms, per response (per token gap for ITL): for the charts."""
     artifacts: dict[str, Any]
+    total_cases: int = 0
+    """Every case in the store, embedded or not."""
+    flag_counts: dict[str, int] = field(default_factory=dict)
+    """flag → cases carrying it, over all cases (a case may carry several flags)."""
+    category_flags: dict[str, dict[str, int]] = field(default_factory=dict)
+    """category → flag → cases, over all cases."""
+    omitted: dict[str, int] = field(default_factory=dict)
+    """Cases not embedded, by their first flag in FLAG_ORDER ("" for a case without any)."""
+    max_cases: int = MAX_CASES
+    folder: Path | None = None
+    """The run folder, named on the page as where the cases it does not embed are."""
+    latency_sampled: dict[str, dict[str, int]] = field(default_factory=dict)
+    """metric → side → how many values there were, where the chart shows only a sample of them."""
 
     @property
-    def flag_counts(self) -> dict[str, int]:
-        out = {f: 0 for f in FLAG_ORDER}
-        for r in self.rows:
-            for f in r.flags:
-                out[f] += 1
-        return out
+    def omitted_total(self) -> int:
+        return sum(self.omitted.values())
+
+    @property
+    def regressions_omitted(self) -> int:
+        """Regressions that did not fit: only when they alone outnumber `max_cases`."""
+        return self.omitted.get("regression", 0)
 
     def top_regressions(self, n: int = 10) -> list[CaseRow]:
         return [r for r in self.rows if "regression" in r.flags][:n]
@@ -149,63 +185,136 @@ _COMPARISON_SKIP = {"case_id", "category", "route", "repeat", "format_version", 
 """Fields of a comparison record the report shows elsewhere already (statuses come from the scores)."""
 
 
-def _comparisons(store: RunStore, repeats: int) -> dict[str, list[dict[str, Any] | None]]:
-    """case id → the compare stage's record per repeat (artifact `comparisons`), when stored."""
-    found = store.artifact("comparisons")
-    out: dict[str, list[dict[str, Any] | None]] = {}
-    if not isinstance(found, list):
-        return out
-    for rec in found:
-        if not isinstance(rec, dict) or "case_id" not in rec:
-            continue
+def _shown(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in rec.items() if k not in _COMPARISON_SKIP and v not in (None, {}, [])}
+
+
+def _comparison_slots(records: Iterable[dict[str, Any]], repeats: int) -> list[dict[str, Any] | None]:
+    """One case's compare records → the record per repeat as the detail view shows it."""
+    slot: list[dict[str, Any] | None] = []
+    for rec in records:
         rep = rec.get("repeat", 0)
         if not isinstance(rep, int) or not 0 <= rep < repeats:
             continue
-        slot = out.setdefault(str(rec["case_id"]), [None] * repeats)
-        slot[rep] = {k: v for k, v in rec.items() if k not in _COMPARISON_SKIP and v not in (None, {}, [])}
-    return out
+        slot = slot or [None] * repeats
+        slot[rep] = _shown(rec)
+    return slot
 
 
-def _latency_of(r: Any, into: dict[str, dict[str, list[Any]]]) -> None:
-    side = r.target
-    if r.ttft_s is not None:
-        into["ttft_ms"].setdefault(side, []).append(r.ttft_s * 1000)
-    if r.e2e_s is not None:
-        into["e2e_ms"].setdefault(side, []).append(r.e2e_s * 1000)
-        n = r.usage.completion_tokens
-        if r.ttft_s is not None and n and n > 1:
-            into["tpot_ms"].setdefault(side, []).append((r.e2e_s - r.ttft_s) * 1000 / (n - 1))
-    times = r.chunk_times
-    if len(times) > 1:  # per-token gaps: a chunk carrying k tokens (speculation) counts k gaps of gap/k
-        gaps = np.diff(np.asarray(times, dtype=np.float64)) * 1000
-        toks = r.chunk_tokens
-        if toks and len(toks) == len(times):
-            gaps = gaps / np.maximum(1, np.asarray(toks[1:], dtype=np.float64))
-        into["itl_ms"].setdefault(side, []).append(gaps)
+def _comparisons_by_case(store: RunStore) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """The compare stage's records grouped by case id, in the store's case-id order (a case at a time)."""
+    cur: str | None = None
+    group: list[dict[str, Any]] = []
+    for body in store.comparison_bodies():
+        rec = json.loads(body)
+        cid = str(rec.get("case_id"))
+        if cid != cur and group:
+            yield cur, group  # type: ignore[misc]
+            group = []
+        cur = cid
+        group.append(rec)
+    if group:
+        yield cur, group  # type: ignore[misc]
 
 
-def _as_arrays(latency: dict[str, dict[str, list[Any]]]) -> dict[str, dict[str, np.ndarray]]:
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for metric, sides in latency.items():
-        for side, vals in sides.items():
-            arr = np.concatenate(vals) if metric == "itl_ms" else np.asarray(vals, dtype=np.float64)
-            if arr.size:
-                out.setdefault(metric, {})[side] = arr
-    return out
+def _legacy_comparisons(store: RunStore, ids: set[str], repeats: int) -> dict[str, list[dict[str, Any] | None]]:
+    """Records of a run stored before comparisons were rows (one `comparisons` artifact), for `ids` only."""
+    found = store.artifact("comparisons")
+    by_case: dict[str, list[dict[str, Any]]] = {}
+    for rec in found if isinstance(found, list) else []:
+        if isinstance(rec, dict) and str(rec.get("case_id")) in ids:
+            by_case.setdefault(str(rec["case_id"]), []).append(rec)
+    return {cid: _comparison_slots(recs, repeats) for cid, recs in by_case.items()}
 
 
-def collect(store: RunStore, summary: dict[str, Any]) -> ReportData:
-    """Read the store once, in suite order, into the rows and samples the renderers use."""
-    cases = store.cases()
-    rows: dict[str, CaseRow] = {}
-    for c in cases:
-        rows[c.id] = CaseRow(c.id, c.category, c.route, _clip(_prompt_text({"messages": c.messages, "prompt": c.prompt})))
-    repeats = max(1, int(store.manifest.get("repeats") or 1))
+class _Reservoir:
+    """A uniform sample of at most `size` values from a stream of arrays (Algorithm R, seeded).
 
-    latency: dict[str, dict[str, list[Any]]] = {m: {} for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
-    for r in store.responses():
-        row = rows.get(r.case_id)
-        if row is None or r.repeat >= repeats:
+    Everything is kept, in arrival order, until `size` is reached, so a small
+    run's chart is exactly what it was; past that each new value replaces a
+    random slot with probability size/seen, vectorised per array.
+    """
+
+    def __init__(self, size: int, seed: int = 0):
+        self.size, self.seen = size, 0
+        self._parts: list[np.ndarray] = []
+        self._buf: np.ndarray | None = None
+        self._rng = np.random.default_rng(seed)
+
+    def add(self, values: np.ndarray) -> None:
+        if self._buf is None:
+            room = self.size - self.seen
+            if len(values) <= room:
+                self._parts.append(values)
+                self.seen += len(values)
+                return
+            self._parts.append(values[:room])
+            self.seen += room
+            values = values[room:]
+            self._buf = np.concatenate(self._parts)
+            self._parts = []
+        slots = self._rng.integers(0, self.seen + 1 + np.arange(len(values)))  # value at 0-based position p draws from [0, p]
+        keep = slots < self.size
+        self._buf[slots[keep]] = values[keep]  # in order: a later value wins a slot, as in the sequential algorithm
+        self.seen += len(values)
+
+    def values(self) -> np.ndarray:
+        if self._buf is not None:
+            return self._buf
+        return np.concatenate(self._parts) if self._parts else np.empty(0)
+
+
+class _Latency:
+    """The chart samples: per-response metrics as packed doubles, per-token gaps through a reservoir."""
+
+    def __init__(self, itl_sample: int):
+        self.per_response: dict[str, dict[str, array[float]]] = {m: {} for m in ("ttft_ms", "tpot_ms", "e2e_ms")}
+        self.itl: dict[str, _Reservoir] = {}
+        self.itl_sample = itl_sample
+
+    def add(self, r: Any) -> None:
+        side, into = r.target, self.per_response
+        if r.ttft_s is not None:
+            into["ttft_ms"].setdefault(side, array("d")).append(r.ttft_s * 1000)
+        if r.e2e_s is not None:
+            into["e2e_ms"].setdefault(side, array("d")).append(r.e2e_s * 1000)
+            n = r.usage.completion_tokens
+            if r.ttft_s is not None and n and n > 1:
+                into["tpot_ms"].setdefault(side, array("d")).append((r.e2e_s - r.ttft_s) * 1000 / (n - 1))
+        times = r.chunk_times
+        if len(times) > 1:  # per-token gaps: a chunk carrying k tokens (speculation) counts k gaps of gap/k
+            gaps = np.diff(np.asarray(times, dtype=np.float64)) * 1000
+            toks = r.chunk_tokens
+            if toks and len(toks) == len(times):
+                gaps = gaps / np.maximum(1, np.asarray(toks[1:], dtype=np.float64))
+            if side not in self.itl:
+                self.itl[side] = _Reservoir(self.itl_sample)
+            self.itl[side].add(gaps)
+
+    def arrays(self) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, int]]]:
+        out: dict[str, dict[str, np.ndarray]] = {}
+        sampled: dict[str, dict[str, int]] = {}
+        for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            if metric == "itl_ms":
+                sides = {s: res.values() for s, res in self.itl.items()}
+                for s, res in self.itl.items():
+                    if res.seen > res.size:
+                        sampled.setdefault(metric, {})[s] = res.seen
+            else:
+                sides = {s: np.frombuffer(v, dtype=np.float64) for s, v in self.per_response[metric].items()}
+            for side, arr in sides.items():
+                if arr.size:
+                    out.setdefault(metric, {})[side] = arr
+        return out, sampled
+
+
+def _case_row(rec: CaseRecords, repeats: int, sets: tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[str]], set[str]],
+              latency: _Latency) -> CaseRow:
+    """One case's row and flags, without the prompt and comparison (added only if the case is embedded)."""
+    c = rec.case
+    row = CaseRow(c.id, c.category, c.route, "")
+    for r in rec.responses:
+        if r.repeat >= repeats:
             continue
         if r.target in _SIDES:
             row.texts.setdefault(r.target, [None] * repeats)[r.repeat] = r.text if r.ok else None
@@ -215,57 +324,111 @@ def collect(store: RunStore, summary: dict[str, Any]) -> ReportData:
         if r.error is not None:
             row.errors.setdefault(r.target, [None] * repeats)[r.repeat] = f"{r.error.kind}: {r.error.message}"
         elif r.target in _SIDES or r.target == "control":
-            _latency_of(r, latency)
-
-    checks: set[str] = set()
-    for s in store.scores():
-        row = rows.get(s.case_id)
-        if row is None or s.repeat >= repeats:
+            latency.add(r)
+    letters: dict[str, dict[str, list[str]]] = {}
+    for s in rec.scores:
+        if s.repeat >= repeats:
             continue
-        checks.add(s.check)
-        per = row.statuses.setdefault(s.check, {})
-        per.setdefault(s.target, ["-"] * repeats)
-        letters = list(per[s.target])
-        letters[s.repeat] = _STATUS_LETTER.get(s.status, "-")
-        per[s.target] = letters  # type: ignore[assignment]
+        letters.setdefault(s.check, {}).setdefault(s.target, ["-"] * repeats)[s.repeat] = _STATUS_LETTER.get(s.status, "-")
         detail = dict(s.detail)
         if s.value is not None and not isinstance(s.value, bool):
             detail = {"value": s.value, **detail}
         if detail:
             row.details.setdefault(s.check, {}).setdefault(s.target, [None] * repeats)[s.repeat] = detail
-    for row in rows.values():  # status letters are stored as strings: "pf" per target
-        for per in row.statuses.values():
-            for t in list(per):
-                per[t] = "".join(per[t])  # type: ignore[assignment]
+    row.statuses = {check: {t: "".join(v) for t, v in per.items()} for check, per in letters.items()}  # type: ignore[misc]
 
-    reg, imp, flaky, known = _summary_case_sets(summary)
-    comparisons = _comparisons(store, repeats)
-    for row in rows.values():
-        row.regressed = sorted(reg.get(row.id, ()))
-        row.improved = sorted(imp.get(row.id, ()))
-        fl = set(flaky.get(row.id, ()))
-        for check, per in row.statuses.items():
-            b, c = per.get("baseline", ""), per.get("candidate", "")
-            if check not in known:  # no statistics for this check yet: compare pass rates directly
-                rb, rc = _rate(b), _rate(c)
-                if rb is not None and rc is not None and rb != rc:
-                    (row.regressed if rb > rc else row.improved).append(check)
-            for letters in (b, c):
-                if "p" in letters and "f" in letters:
-                    fl.add(check)
-        row.comparison = comparisons.get(row.id, [])
-        row.flaky = sorted(fl)
-        row.flags = _flags(row)
+    reg, imp, flaky, known = sets
+    row.regressed = sorted(reg.get(row.id, ()))
+    row.improved = sorted(imp.get(row.id, ()))
+    fl = set(flaky.get(row.id, ()))
+    for check, per in row.statuses.items():
+        b, cand = per.get("baseline", ""), per.get("candidate", "")
+        if check not in known:  # no statistics for this check yet: compare pass rates directly
+            rb, rc = _rate(b), _rate(cand)
+            if rb is not None and rc is not None and rb != rc:
+                (row.regressed if rb > rc else row.improved).append(check)
+        for lt in (b, cand):
+            if "p" in lt and "f" in lt:
+                fl.add(check)
+    row.flaky = sorted(fl)
+    row.flags = _flags(row)
+    return row
 
-    order = {f: i for i, f in enumerate(FLAG_ORDER)}
-    ordered = sorted(rows.values(), key=lambda r: min((order[f] for f in r.flags), default=len(order)))
+
+_RANK = {**{f: i for i, f in enumerate(FLAG_ORDER)}, "": len(FLAG_ORDER)}
+
+
+def _first_flag(flags: list[str]) -> str:
+    """The flag a case is listed (and kept) under: its first in FLAG_ORDER, "" when it has none."""
+    return min(flags, key=_RANK.__getitem__, default="")
+
+
+def collect(store: RunStore, summary: dict[str, Any], *, max_cases: int = MAX_CASES, itl_sample: int = ITL_SAMPLE) -> ReportData:
+    """Stream the store once: flag and count every case, keep full rows for the `max_cases` that matter most.
+
+    Which cases: by their first flag in FLAG_ORDER (every regression, then
+    errors, improvements, flaky, divergent, identical), suite order within a
+    flag. The selection is a bounded heap, so memory holds at most
+    `max_cases` rows whatever the run's size; regressions are dropped only
+    when they alone outnumber `max_cases` (`ReportData.regressions_omitted`).
+    """
+    if max_cases < 0:
+        raise ValueError(f"max_cases must be >= 0, got {max_cases}")
+    repeats = max(1, int(store.manifest.get("repeats") or 1))
+    suite_index = {cid: i for i, cid in enumerate(store.case_labels())}  # by_case walks by id; the page lists in suite order
+    sets = _summary_case_sets(summary)
+    latency = _Latency(itl_sample)
+    flag_counts = {f: 0 for f in FLAG_ORDER}
+    primary: dict[str, int] = {}
+    category_flags: dict[str, dict[str, int]] = {}
+    checks: set[str] = set()
+    heap: list[tuple[int, int, CaseRow]] = []  # (-rank, -suite index, row): the root is the least important kept case
+    comps = _comparisons_by_case(store)
+    next_c = next(comps, None)
+    any_comparisons = next_c is not None
+
+    for rec in store.by_case():
+        row = _case_row(rec, repeats, sets, latency)
+        checks.update(row.statuses)
+        per_cat = category_flags.setdefault(row.category, {f: 0 for f in FLAG_ORDER})
+        for f in row.flags:
+            flag_counts[f] += 1
+            per_cat[f] += 1
+        first = _first_flag(row.flags)
+        primary[first] = primary.get(first, 0) + 1
+        key = (-_RANK[first], -suite_index.get(row.id, len(suite_index)))
+        while next_c is not None and next_c[0] < row.id:  # records of a case no longer in the store
+            next_c = next(comps, None)
+        records: list[dict[str, Any]] = []
+        if next_c is not None and next_c[0] == row.id:
+            records = next_c[1]
+            next_c = next(comps, None)
+        if max_cases == 0 or (len(heap) >= max_cases and key <= heap[0][:2]):
+            continue  # less important than every kept case
+        row.prompt = _clip(_prompt_text({"messages": rec.case.messages, "prompt": rec.case.prompt}))
+        row.comparison = _comparison_slots(records, repeats)
+        if len(heap) < max_cases:
+            heapq.heappush(heap, (*key, row))
+        else:
+            heapq.heapreplace(heap, (*key, row))
+
+    kept = [row for _, _, row in sorted(heap, key=lambda e: (-e[0], -e[1]))]
+    if not any_comparisons and kept:
+        legacy = _legacy_comparisons(store, {r.id for r in kept}, repeats)
+        for row in kept:
+            row.comparison = legacy.get(row.id, [])
+    omitted = dict(primary)
+    for row in kept:
+        omitted[_first_flag(row.flags)] -= 1
+    samples, sampled = latency.arrays()
     created = store.meta("created_at")
     artifacts = {name: store.artifact(name) for name in ("preflight",)}
     return ReportData(
         summary=summary, manifest=store.manifest, created_at=float(created) if created else None,
-        rows=ordered, checks=sorted(checks), categories=sorted({c.category for c in cases}),
-        latency_samples=_as_arrays(latency),
-        artifacts={k: v for k, v in artifacts.items() if v},
+        rows=kept, checks=sorted(checks), categories=sorted(category_flags),
+        latency_samples=samples, artifacts={k: v for k, v in artifacts.items() if v},
+        total_cases=len(suite_index), flag_counts=flag_counts, category_flags=category_flags,
+        omitted={k: v for k, v in omitted.items() if v}, max_cases=max_cases, latency_sampled=sampled, folder=store.folder,
     )
 
 

@@ -26,7 +26,7 @@ from markupsafe import Markup
 
 from ..store import RunStore
 from .charts import SIDE_COLOURS, histogram_svg
-from .data import FLAG_ORDER, ReportData, collect, percentiles, run_date
+from .data import FLAG_ORDER, MAX_CASES, ReportData, collect, percentiles, run_date
 
 __all__ = ["REPORT_NAME", "render_html", "write_html", "write_report"]
 
@@ -163,9 +163,6 @@ def _preflight(data: ReportData) -> list[dict[str, Any]]:
 
 def _categories(data: ReportData) -> list[dict[str, Any]]:
     out = []
-    by_cat_rows: dict[str, list[Any]] = {}
-    for r in data.rows:
-        by_cat_rows.setdefault(r.category, []).append(r)
     for name, cat in (data.summary.get("categories") or {}).items():
         cat = cat or {}
         checks = []
@@ -188,17 +185,15 @@ def _categories(data: ReportData) -> list[dict[str, Any]]:
                               "p": d.get("p_value")})
         drift.sort(key=lambda d: (not d["flagged"], d["name"]))
         judge = cat.get("judge") if isinstance(cat.get("judge"), dict) else {}
-        rows = by_cat_rows.get(name, [])
+        counts = data.category_flags.get(name, {})
         out.append({"name": name, "cases": cat.get("cases"), "identical": cat.get("identical_rate"),
                     "similarity": cat.get("similarity_mean"), "first_div": cat.get("first_divergence_char_median"),
                     "control_identical": cat.get("control_identical_rate"),
                     "verdict": cat.get("verdict") or "", "checks": checks, "drift": drift,
                     "flagged_drift": sum(d["flagged"] for d in drift),
                     "judge": {k: v for k, v in judge.items() if _is_num(v)},
-                    "regressions": sum("regression" in r.flags for r in rows),
-                    "improvements": sum("improvement" in r.flags for r in rows),
-                    "flaky": sum("flaky" in r.flags for r in rows),
-                    "errors": sum("error" in r.flags for r in rows)})
+                    "regressions": counts.get("regression", 0), "improvements": counts.get("improvement", 0),
+                    "flaky": counts.get("flaky", 0), "errors": counts.get("error", 0)})
     return out
 
 
@@ -221,8 +216,10 @@ def _latency(data: ReportData) -> list[dict[str, Any]]:
         for q in ("p50", "p95", "p99"):
             b, c = sides["baseline"].get(q), sides["candidate"].get(q)
             ratio[q] = c / b if _is_num(b) and _is_num(c) and b else None
+        sampled = {s: n for s, n in data.latency_sampled.get(key, {}).items() if s in ("baseline", "candidate")}
+        note = "; ".join(f"{s}: a uniform sample of {len(samples[s]):,} of {n:,} values" for s, n in sampled.items())
         out.append({"key": key, "label": label, "meaning": meaning, "sides": sides, "ratio": ratio,
-                    "computed": computed,
+                    "computed": computed, "sampled": note,
                     "svg": histogram_svg(label, {s: v for s, v in samples.items() if s in ("baseline", "candidate")})})
     return out
 
@@ -265,7 +262,7 @@ def _latency_by_category(data: ReportData) -> list[dict[str, Any]]:
 
 def _facts(data: ReportData) -> list[tuple[str, str]]:
     s, m = data.summary, data.manifest
-    facts = [("Cases", _num(s.get("cases", len(data.rows)))), ("Repeats", _num(m.get("repeats", 1)))]
+    facts = [("Cases", _num(s.get("cases", data.total_cases))), ("Repeats", _num(m.get("repeats", 1)))]
     for side, e in (s.get("errors") or {}).items():
         if isinstance(e, dict):
             facts.append((f"{side} errors", f"{_num(e.get('count'))} of {_num(e.get('requests'))} ({_pct(e.get('rate'), 2)})"
@@ -276,6 +273,18 @@ def _facts(data: ReportData) -> list[tuple[str, str]]:
         facts.append(("Shard", str(m["shard"])))
     facts.append(("Started", run_date(data.created_at)))
     return facts
+
+
+def _embedded(data: ReportData) -> dict[str, Any]:
+    """What the page says when it holds only some cases: how many, which are missing, where they are."""
+    if not data.omitted_total:
+        return {}
+    folder = str(data.folder) if data.folder is not None else "RUN_DIR"
+    order = [*FLAG_ORDER, ""]
+    missing = ", ".join(f"{n:,} {f or 'without an outcome'}" for f, n in sorted(data.omitted.items(), key=lambda x: order.index(x[0])))
+    return {"shown": len(data.rows), "omitted": data.omitted_total, "missing": missing, "cap": data.max_cases,
+            "regressions_omitted": data.regressions_omitted, "regressions": data.flag_counts.get("regression", 0),
+            "load": f"from qualitycheck.store import load_run; run = load_run({folder!r})"}
 
 
 def _context(data: ReportData, nonce: str) -> dict[str, Any]:
@@ -299,10 +308,11 @@ def _context(data: ReportData, nonce: str) -> dict[str, Any]:
         "guardrails": [_guardrail(g) for g in s.get("guardrails") or [] if isinstance(g, dict)],
         "fallback": fallback if fallback.get("action") or fallback.get("routes") else {},
         "colours": SIDE_COLOURS,
-        "flags": [(f, counts[f]) for f in FLAG_ORDER],
+        "flags": [(f, counts[f], sum(f in r.flags for r in data.rows)) for f in FLAG_ORDER],
         "filter_categories": data.categories,
         "filter_checks": data.checks,
-        "total_cases": len(data.rows),
+        "total_cases": data.total_cases,
+        "embedded": _embedded(data),
         "case_json": json_for_script([r.compact() for r in data.rows]),
         "css": Markup(_asset("report.css")),
         "js": Markup(_asset("report.js")),
@@ -315,9 +325,14 @@ def render_html(data: ReportData, *, nonce: str | None = None) -> str:
     return _env().get_template("report.html.j2").render(**_context(data, nonce))
 
 
-def write_report(store: RunStore, summary: dict[str, Any], path: str | Path | None = None) -> Path:
-    """Build report.html for a stored run (default: in the run folder); atomic replace."""
-    return write_html(collect(store, summary), Path(path) if path is not None else store.folder / REPORT_NAME)
+def write_report(store: RunStore, summary: dict[str, Any], path: str | Path | None = None, *,
+                 max_cases: int = MAX_CASES) -> Path:
+    """Build report.html for a stored run (default: in the run folder); atomic replace.
+
+    `max_cases` bounds the cases embedded with their answers (see `data.MAX_CASES`);
+    counts and statistics always cover the whole run.
+    """
+    return write_html(collect(store, summary, max_cases=max_cases), Path(path) if path is not None else store.folder / REPORT_NAME)
 
 
 def write_html(data: ReportData, path: Path) -> Path:

@@ -11,6 +11,7 @@
   var $ = function (id) { return document.getElementById(id); };
   var fCat = $("f-category"), fCheck = $("f-check"), fFlag = $("f-flag"), fSearch = $("f-search");
   var tbody = document.querySelector("#case-table tbody"), more = $("more"), count = $("case-count"), detail = $("case-detail");
+  var OMITTED = Number(count.dataset.omitted || 0); // cases the report counts but does not embed (large runs)
   var matches = [], shown = 0, selected = null, haystacks = new Array(CASES.length);
 
   function el(tag, cls, text) {
@@ -51,7 +52,7 @@
     tbody.textContent = "";
     shown = 0;
     showMore();
-    count.textContent = matches.length + " of " + CASES.length + " cases";
+    count.textContent = matches.length + " of " + CASES.length + " cases" + (OMITTED ? " embedded (" + OMITTED + " more not embedded)" : "");
   }
 
   function statusChips(letters) {
@@ -353,6 +354,11 @@
     if (!m) return;
     var id = decodeURIComponent(m[1]);
     for (var i = 0; i < CASES.length; i++) if (CASES[i].i === id) { openCase(i); return; }
+    if (OMITTED) {
+      detail.textContent = "";
+      detail.hidden = false;
+      detail.appendChild(el("p", "warn-note", "Case " + id + " is not embedded in this report: see the note above the case list for where it is."));
+    }
   }
 
   tbody.addEventListener("click", function (ev) {

@@ -59,11 +59,7 @@ def _category_table(summary: dict[str, Any], data: ReportData | None, ascii_box:
     for col, kw in (("category", {}), ("cases", {"justify": "right"}), ("identical", {"justify": "right"}),
                     ("checks: baseline→candidate (Δ)", {}), ("regr.", {"justify": "right"}), ("verdict", {})):
         t.add_column(col, **kw)  # type: ignore[arg-type]
-    flagged: dict[str, int] = {}
-    if data is not None:
-        for r in data.rows:
-            if "regression" in r.flags:
-                flagged[r.category] = flagged.get(r.category, 0) + 1
+    flagged = {cat: n.get("regression", 0) for cat, n in data.category_flags.items()} if data is not None else {}
     for name, cat in (summary.get("categories") or {}).items():
         cat = cat or {}
         checks = {k: v for k, v in (cat.get("checks") or {}).items() if isinstance(v, dict)}
@@ -99,7 +95,7 @@ def _top_regressions(summary: dict[str, Any], data: ReportData | None, ascii_box
     rows: list[tuple[str, str, str]] = []
     if data is not None:
         rows = [(r.id, r.category, ", ".join(r.regressed)) for r in data.top_regressions(_TOP)]
-        total = sum("regression" in r.flags for r in data.rows)
+        total = data.flag_counts.get("regression", 0)
     else:
         by_case: dict[tuple[str, str], list[str]] = {}
         for cat_name, cat in (summary.get("categories") or {}).items():
@@ -135,11 +131,23 @@ def summary_renderables(summary: dict[str, Any], data: ReportData | None = None,
     return out
 
 
+def _omitted_line(data: ReportData) -> Text:
+    """A large run's report holds only some cases: say how many, and shout when regressions are among the rest."""
+    where = f"load_run({str(data.folder)!r}) has them all" if data.folder is not None else "load_run(DIR) has them all"
+    line = Text(f"report embeds {len(data.rows):,} of {data.total_cases:,} cases ({data.omitted_total:,} not embedded; {where})")
+    if data.regressions_omitted:
+        line = Text(f"WARNING: {data.flag_counts.get('regression', 0):,} regressions exceed the report's {data.max_cases:,}-case cap: "
+                    f"{data.regressions_omitted:,} regressions are not listed in report.html\n", style="bold red").append_text(line)
+    return line
+
+
 def print_summary(summary: dict[str, Any], data: ReportData | None = None, *, console: Console | None = None,
                   report_path: str | None = None) -> None:
     """Print the summary; `report_path` adds where the HTML report is."""
     console = console or make_console()
     parts = summary_renderables(summary, data, ascii_box=not console.is_terminal)
+    if data is not None and data.omitted_total:
+        parts.append(_omitted_line(data))
     if report_path:
         parts.append(Text(f"report: {report_path}"))
     console.print(Group(*parts))

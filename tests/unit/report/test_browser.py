@@ -159,3 +159,28 @@ def test_each_pane_still_reads_as_its_own_answer(page: tuple[Any, list[str]], st
             shown = pg.locator(f".pane-{side} pre").text_content()
             assert shown == texts[(case_id, side)], json.dumps([case_id, side, shown])
     assert problems == []
+
+
+def test_a_capped_report_says_what_it_does_not_embed(browser: Any, stored_run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    from qualitycheck.report import write_report
+    from qualitycheck.store import RunStore
+
+    run, summary = stored_run
+    with RunStore.open(run) as store:
+        path = write_report(store, summary, tmp_path / "capped.html", max_cases=5)
+    # kept: qa-3 (regression), qa-1 (error), qa-6 (improvement), fmt-0 and fmt-1 (divergent); not: fmt-2, 5 identical
+    left_out = "qa-7"
+    pg = browser.new_page()
+    problems: list[str] = []
+    pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    pg.add_init_script(WATCH)
+    pg.goto(path.as_uri() + "#case=" + left_out)
+    pg.wait_for_selector("#case-table tbody tr")
+    assert _visible_rows(pg) == 5
+    assert pg.locator("#case-count").text_content() == "5 of 5 cases embedded (6 more not embedded)"
+    assert "6 cases are not embedded" in pg.locator("#not-embedded").text_content()
+    assert f"Case {left_out} is not embedded in this report" in pg.locator("#case-detail").text_content()
+    assert pg.locator("#case-table tbody tr").first.locator("td").first.text_content() == "qa-3"
+    assert pg.evaluate("window.__csp") == [] and problems == []
+    pg.close()

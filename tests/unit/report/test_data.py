@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +35,12 @@ def _store(folder: Path) -> RunStore:
             status = {"p": "pass", "f": "fail", "e": "error"}[st]
             scores.append(Score(case_id=cid, target=tgt, repeat=rep, check="contains", status=status, value=0.5 if st == "f" else None))
     store.replace_scores(scores)
-    store.put_artifact("comparisons", [{"case_id": "c0", "repeat": 1, "identical": False, "divergence_char": 0,
-                                        "similarity": 0.0, "checks": {"contains": {}}, "category": "qa"}])
+    store.replace_comparisons([("c0", 1, json.dumps(_C0_REPEAT_1))])
     return store
+
+
+_C0_REPEAT_1 = {"case_id": "c0", "repeat": 1, "identical": False, "divergence_char": 0, "similarity": 0.0,
+                "checks": {"contains": {}}, "category": "qa"}
 
 
 def test_repeats_flaky_errors_and_fallback_flips(tmp_path: Path) -> None:
@@ -55,6 +59,15 @@ def test_repeats_flaky_errors_and_fallback_flips(tmp_path: Path) -> None:
     itl = data.latency_samples["itl_ms"]["candidate"]
     assert np.allclose(sorted(set(np.round(itl, 6))), [10.0])  # 10 ms gap; 20 ms over a 2-token chunk
     assert data.latency_samples["ttft_ms"]["baseline"].tolist() == [10.0, 20.0, 10.0, 20.0, 10.0, 20.0]
+
+
+def test_a_run_stored_before_comparisons_were_rows_still_shows_them(tmp_path: Path) -> None:
+    with _store(tmp_path) as store:
+        store.replace_comparisons([])
+        store.put_artifact("comparisons", [_C0_REPEAT_1])  # the single-artifact form older runs hold
+        rows = {r.id: r for r in collect(store, {}).rows}
+    assert rows["c0"].comparison == [None, {"identical": False, "divergence_char": 0, "similarity": 0.0}]
+    assert rows["c1"].comparison == []
 
 
 def test_summary_lists_win_over_the_fallback_and_labels_show(tmp_path: Path) -> None:
