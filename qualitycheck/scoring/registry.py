@@ -195,13 +195,13 @@ def score_store(store: Any, *, workers: int | None = None) -> int:
 
     Cases are scored in parallel (threads; the unit-test sandboxes are
     subprocesses, so threads are enough to keep every core busy) through a
-    bounded window, and scores stream into the store as they are made, so
-    memory stays flat however large the run. The judge's scores are left in
-    place. Returns how many scores were written.
+    bounded window. Cases are read with their answers one at a time
+    (`by_case`) and scores stream into the store as they are made, so only
+    the window is in memory however large the run. The judge's scores are
+    left in place. Returns how many scores were written.
     """
     import os
 
-    cases = {c.id: c for c in store.cases()}
     weak: set[str] = set()
 
     def scored() -> Iterator[Score]:
@@ -211,9 +211,9 @@ def score_store(store: Any, *, workers: int | None = None) -> int:
         n = workers or os.cpu_count() or 1
         pending: deque[Future[list[Score]]] = deque()
         with ThreadPoolExecutor(max_workers=n, thread_name_prefix="qc-score") as pool:
-            for cid, rs in store.responses_by_case():
-                if cid in cases:
-                    pending.append(pool.submit(score_case, cases[cid], rs))
+            for rec in store.by_case(scores=False):  # one case and its answers at a time, never the whole suite
+                if rec.responses:
+                    pending.append(pool.submit(score_case, rec.case, rec.responses))
                 while len(pending) > 4 * n or (pending and pending[0].done()):
                     yield from _noting_isolation(pending.popleft().result(), weak)
             while pending:

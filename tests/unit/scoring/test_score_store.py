@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from qualitycheck.cases import Case
 from qualitycheck.records import ErrorInfo, Response, Score
 from qualitycheck.scoring import build_scorers, score_store
@@ -54,3 +56,30 @@ def test_scores_every_response_and_check_and_keeps_the_judge(tmp_path: Path) -> 
 def test_judge_is_left_to_its_own_stage() -> None:
     case = Case(id="q", category="qa", prompt="p", checks={"judge": "pairwise", "regex": "x"})
     assert [s.check for s in build_scorers(case)] == ["regex"]
+
+
+def test_streams_case_by_case_without_the_whole_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Holding every Case cost ~2.6 KB each (+53 MB at 20,000 cases): the stage must read them with their answers."""
+    store = _store(tmp_path)
+    n_before = score_store(store, workers=2)
+    before = sorted(s.model_dump_json() for s in store.scores())
+
+    def whole_suite(*a: object, **k: object) -> object:
+        raise AssertionError("score_store must not load every case at once")
+
+    monkeypatch.setattr(RunStore, "cases", whole_suite)
+    monkeypatch.setattr(RunStore, "responses", whole_suite)
+    assert score_store(store, workers=2) == n_before
+    monkeypatch.undo()
+    assert sorted(s.model_dump_json() for s in store.scores()) == before
+    store.close()
+
+
+def test_cases_without_answers_get_no_scores(tmp_path: Path) -> None:
+    cases = [Case(id="a", category="qa", prompt="p", checks={"exact": "x"}),
+             Case(id="b", category="qa", prompt="p", checks={"exact": "x"})]
+    store = RunStore.create(tmp_path, {"suite_fingerprint": "x", "targets": {}, "repeats": 1}, cases)
+    store.put_response(_resp("b", "baseline", "x"))
+    assert score_store(store, workers=1) == 1
+    assert [(s.case_id, s.status) for s in store.scores()] == [("b", "pass")]
+    store.close()
