@@ -4,34 +4,35 @@ One `CaseComparison` per (case, repeat): each check's outcome on every
 target and whether it flipped, whether the texts are identical, where they
 first diverge (characters, and tokens when both sides returned token ids),
 how similar they are, and the format features of each side. The records
-are persisted in the store (artifact `comparisons`) so the statistics, the
-gate and the HTML report all read the same comparison, and none of them
-recomputes text diffs.
+are persisted in the store (table `comparisons`, one row per case and
+repeat) so the statistics, the gate and the HTML report all read the same
+comparison, and none of them recomputes text diffs. The stage walks the run
+one case at a time and hands each record on as it is made: a 100,000-case
+run never holds more than one case's records.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .records import FORMAT_VERSION, Response, Score
-from .store import RunStore
+from .store import CaseRecords, RunStore
 
 __all__ = [
-    "ARTIFACT",
     "CaseComparison",
     "CheckOutcome",
-    "case_comparisons",
+    "compare_case",
     "compare_run",
     "first_divergence",
     "similarity",
+    "stored_comparisons",
 ]
 
-ARTIFACT = "comparisons"
 SIDES = ("baseline", "candidate", "control")
 SIMILARITY_BUDGET = 40_000
 """Largest product of the differing middles' lengths compared character by character (≈200 × 200)."""
@@ -207,39 +208,62 @@ def compare_pair(
     return CaseComparison(**out)
 
 
-def compare_run(store: RunStore, *, persist: bool = True) -> list[CaseComparison]:
-    """Compare every stored (case, repeat) and store the records as the `comparisons` artifact."""
-    cases = {c.id: c for c in store.cases()}
-    scores: dict[tuple[str, int], dict[str, dict[str, Score]]] = {}
-    for s in store.scores():
-        scores.setdefault((s.case_id, s.repeat), {}).setdefault(s.target, {})[s.check] = s
-    features = _format_features()
-    out: list[CaseComparison] = []
-    for case_id, rs in store.responses_by_case():
-        case = cases.get(case_id)
-        if case is None:
-            continue
-        by_repeat: dict[int, dict[str, Response]] = {}
-        for r in rs:
-            by_repeat.setdefault(r.repeat, {})[r.target] = r
-        first = by_repeat.get(0, {}).get("baseline")
-        for rep, sides in sorted(by_repeat.items()):
-            comp = compare_pair(case_id, case.category, case.route, rep, sides, scores.get((case_id, rep), {}), features)
-            b = sides.get("baseline")
-            if rep > 0 and first is not None and first.ok and b is not None and b.ok:
-                comp = comp.model_copy(update={"baseline_repeat_identical": b.text == first.text})
-            out.append(comp)
-    if persist:
-        store.put_artifact_json(ARTIFACT, (c.model_dump_json() for c in out))
+def compare_case(rec: CaseRecords, features: Callable[[str, str | None, int | None], dict[str, Any]] | None = None) -> list[CaseComparison]:
+    """One case's comparisons, one per repeat that has any response; none when nothing was answered."""
+    case = rec.case
+    by_repeat: dict[int, dict[str, Response]] = {}
+    for r in rec.responses:
+        by_repeat.setdefault(r.repeat, {})[r.target] = r
+    scores: dict[int, dict[str, dict[str, Score]]] = {}
+    for s in rec.scores:
+        scores.setdefault(s.repeat, {}).setdefault(s.target, {})[s.check] = s
+    first = by_repeat.get(0, {}).get("baseline")
+    out = []
+    for rep, sides in sorted(by_repeat.items()):
+        comp = compare_pair(case.id, case.category, case.route, rep, sides, scores.get(rep, {}), features)
+        b = sides.get("baseline")
+        if rep > 0 and first is not None and first.ok and b is not None and b.ok:
+            comp = comp.model_copy(update={"baseline_repeat_identical": b.text == first.text})
+        out.append(comp)
     return out
 
 
-def case_comparisons(store: RunStore) -> list[CaseComparison]:
-    """The stored comparison records (computing and storing them if this run has none yet)."""
-    raw = store.artifact(ARTIFACT)
-    if raw is None:
-        return compare_run(store)
-    return [CaseComparison.model_validate(d) for d in raw]
+def compare_run(store: RunStore, consume: Callable[[list[CaseComparison]], None] | None = None) -> int:
+    """Compare every stored (case, repeat), store the records, and hand each case's records to `consume`.
+
+    Streams: one case is in memory at a time, the records go to the store's
+    `comparisons` table as they are made (replacing the previous ones in one
+    transaction) and to `consume` (the summary's digest) in case-id order.
+    Returns how many records were stored.
+    """
+    features = _format_features()
+
+    def rows() -> Iterator[tuple[str, int, str]]:
+        for rec in store.by_case():
+            comps = compare_case(rec, features)
+            if not comps:
+                continue
+            if consume is not None:
+                consume(comps)
+            for c in comps:
+                yield c.case_id, c.repeat, c.model_dump_json()
+
+    return store.replace_comparisons(rows())
+
+
+def stored_comparisons(store: RunStore) -> Iterator[CaseComparison]:
+    """The stored records, one at a time in case-id order (comparing the run first if it never was)."""
+    bodies = store.comparison_bodies()
+    first = next(bodies, None)
+    if first is None:
+        compare_run(store)
+        bodies = store.comparison_bodies()
+        first = next(bodies, None)
+        if first is None:
+            return
+    yield CaseComparison.model_validate_json(first)
+    for body in bodies:
+        yield CaseComparison.model_validate_json(body)
 
 
 def group_by_case(comps: Iterable[CaseComparison]) -> dict[str, list[CaseComparison]]:

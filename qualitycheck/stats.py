@@ -18,7 +18,8 @@ once, with its pass rate), so a sampled case cannot outvote a greedy one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +36,11 @@ __all__ = [
     "CaseClassification",
     "CaseOutcome",
     "CheckStats",
+    "DriftSamples",
     "NoiseFloor",
+    "add_drift",
     "check_stats",
+    "case_outcomes",
     "classify_cases",
     "format_drift",
     "holm",
@@ -54,10 +58,12 @@ __all__ = [
 ALPHA = 0.05
 POWER = 0.8
 BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_BATCH_VALUES = 2_000_000
+"""Resampled values held at once by the bootstrap (16 MB of float64)."""
 DECIDED = ("pass", "fail")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CaseOutcome:
     """One case's decided outcomes (True = pass) for one check, per target over repeats.
 
@@ -82,32 +88,53 @@ class CaseOutcome:
         return sum(self.candidate) / len(self.candidate)
 
 
-def outcomes_by_category(comps: Iterable[CaseComparison]) -> dict[str, dict[str, list[CaseOutcome]]]:
-    """category → check → per-case outcomes, keeping only cases decided on both sides."""
-    out: dict[str, dict[str, list[CaseOutcome]]] = {}
-    for case_id, reps in group_by_case(comps).items():
-        cat, route = reps[0].category, reps[0].route
-        checks = sorted({n for r in reps for n in r.checks})
-        for n in checks:
-            b: list[bool] = []
-            c: list[bool] = []
-            k: list[bool] = []
-            pairs: list[tuple[bool, bool]] = []
-            for r in reps:
-                o = r.checks.get(n)
-                if o is None:
-                    continue
+_SHARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+"""Outcome tuples repeat endlessly ((True,), (False,), ...): one shared copy each keeps 100,000 cases small."""
+
+
+def _shared(t: tuple[Any, ...]) -> tuple[Any, ...]:
+    return _SHARED.setdefault(t, t) if len(t) <= 8 else t
+
+
+def case_outcomes(reps: Sequence[CaseComparison]) -> dict[str, CaseOutcome]:
+    """check → one case's decided outcomes over its repeats; checks not decided on both sides are left out."""
+    if not reps:
+        return {}
+    case_id, route = reps[0].case_id, reps[0].route
+    out: dict[str, CaseOutcome] = {}
+    for n in sorted({n for r in reps for n in r.checks}):
+        b: list[bool] = []
+        c: list[bool] = []
+        k: list[bool] = []
+        pairs: list[tuple[bool, bool]] = []
+        for r in reps:
+            o = r.checks.get(n)
+            if o is None:
+                continue
+            if o.baseline in DECIDED:
+                b.append(o.baseline == "pass")
+            if o.candidate in DECIDED:
+                c.append(o.candidate == "pass")
+            if o.control in DECIDED:
+                k.append(o.control == "pass")
                 if o.baseline in DECIDED:
-                    b.append(o.baseline == "pass")
-                if o.candidate in DECIDED:
-                    c.append(o.candidate == "pass")
-                if o.control in DECIDED:
-                    k.append(o.control == "pass")
-                    if o.baseline in DECIDED:
-                        pairs.append((o.baseline == "pass", o.control == "pass"))
-            bucket = out.setdefault(cat, {}).setdefault(n, [])
-            if b and c:
-                bucket.append(CaseOutcome(case_id, route, tuple(b), tuple(c), tuple(k), tuple(pairs)))
+                    pairs.append((o.baseline == "pass", o.control == "pass"))
+        if b and c:
+            out[n] = CaseOutcome(case_id, route, _shared(tuple(b)), _shared(tuple(c)), _shared(tuple(k)),
+                                 _shared(tuple(pairs)))
+    return out
+
+
+def outcomes_by_category(comps: Iterable[CaseComparison]) -> dict[str, dict[str, list[CaseOutcome]]]:
+    """category → check → per-case outcomes, keeping only cases decided on both sides.
+
+    Holds every comparison at once: for a whole run the summary streams
+    through `digest.RunDigest` instead, which keeps only these outcomes.
+    """
+    out: dict[str, dict[str, list[CaseOutcome]]] = {}
+    for reps in group_by_case(comps).values():
+        for n, o in case_outcomes(reps).items():
+            out.setdefault(reps[0].category, {}).setdefault(n, []).append(o)
     return out
 
 
@@ -185,8 +212,11 @@ def paired_bootstrap_ci(
         return (float("nan"), float("nan"))
     if np.all(d == d[0]):
         return (float(d[0]), float(d[0]))
+    # resampled in batches of at most ~BOOTSTRAP_BATCH_VALUES values: 2000 resamples of 100,000 cases
+    # at once would take 1.6 GB; small runs still draw everything in one batch (same numbers as before)
+    batch = max(1, min(resamples, BOOTSTRAP_BATCH_VALUES // len(d)))
     res = sps.bootstrap((d,), np.mean, n_resamples=resamples, confidence_level=level, method="percentile",
-                        rng=np.random.default_rng(seed), vectorized=True)
+                        rng=np.random.default_rng(seed), vectorized=True, batch=batch)
     return (float(res.confidence_interval.low), float(res.confidence_interval.high))
 
 
@@ -379,12 +409,13 @@ def check_stats(
 
 
 def quality_stats(
-    comps: Iterable[CaseComparison], *, margins: dict[str, float] | None = None, seed: int = 0, alpha: float = ALPHA,
+    outcomes: Mapping[str, Mapping[str, Sequence[CaseOutcome]]], *, margins: dict[str, float] | None = None,
+    seed: int = 0, alpha: float = ALPHA,
 ) -> dict[str, dict[str, CheckStats]]:
-    """category → check → CheckStats, with Holm-adjusted p-values across all cells."""
+    """category → check → CheckStats from per-case outcomes, with Holm-adjusted p-values across all cells."""
     margins = margins or {}
     out: dict[str, dict[str, CheckStats]] = {}
-    for cat, by_check in sorted(outcomes_by_category(comps).items()):
+    for cat, by_check in sorted(outcomes.items()):
         for check, outs in sorted(by_check.items()):
             out.setdefault(cat, {})[check] = check_stats(cat, check, outs, margin=margins.get(check), seed=seed, alpha=alpha)
     cells = [s for per in out.values() for s in per.values()]
@@ -394,7 +425,36 @@ def quality_stats(
 
 
 # ---------------------------------------------------------------- format drift
-def format_drift(comps: Iterable[CaseComparison], alpha: float = ALPHA) -> dict[str, dict[str, dict[str, Any]]]:
+class DriftSamples:
+    """One format feature's paired values in one category, as packed doubles (8 bytes a value).
+
+    `b`/`c` pair the baseline with the candidate on every case both answered;
+    `kb`/`k` pair the baseline with the control where the control answered.
+    """
+
+    __slots__ = ("b", "c", "kb", "k")
+
+    def __init__(self) -> None:
+        self.b, self.c, self.kb, self.k = array("d"), array("d"), array("d"), array("d")
+
+
+def add_drift(into: dict[str, DriftSamples], fb: Mapping[str, Any], fc: Mapping[str, Any], fk: Mapping[str, Any] | None) -> None:
+    """Add one (case, repeat)'s format features of each side; non-numeric features are not compared."""
+    for name, vb in fb.items():
+        vc = fc.get(name)
+        if not _numeric(vb) or not _numeric(vc):
+            continue
+        d = into.get(name)
+        if d is None:
+            d = into[name] = DriftSamples()
+        d.b.append(float(vb))
+        d.c.append(float(vc))
+        if fk is not None and _numeric(fk.get(name)):
+            d.kb.append(float(vb))
+            d.k.append(float(fk[name]))
+
+
+def format_drift(samples: Mapping[str, Mapping[str, DriftSamples]], alpha: float = ALPHA) -> dict[str, dict[str, dict[str, Any]]]:
     """category → feature → rates on each side, the paired p-value and a drift flag.
 
     Booleans become rates, numbers means. A feature is flagged when the paired
@@ -402,36 +462,20 @@ def format_drift(comps: Iterable[CaseComparison], alpha: float = ALPHA) -> dict[
     significant at `alpha` and the change exceeds the control's own change
     (the A/A noise floor; zero without a control).
     """
-    per_cat: dict[str, dict[str, dict[str, list[Any]]]] = {}
-    for comp in comps:
-        if "baseline" not in comp.format or "candidate" not in comp.format:
-            continue
-        bucket = per_cat.setdefault(comp.category, {})
-        fb, fc, fk = comp.format["baseline"], comp.format["candidate"], comp.format.get("control")
-        for name, vb in fb.items():
-            vc = fc.get(name)
-            if not _numeric(vb) or not _numeric(vc):
-                continue
-            d = bucket.setdefault(name, {"b": [], "c": [], "kb": [], "k": []})
-            d["b"].append(float(vb))
-            d["c"].append(float(vc))
-            if fk is not None and _numeric(fk.get(name)):
-                d["kb"].append(float(vb))
-                d["k"].append(float(fk[name]))
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for cat, feats in sorted(per_cat.items()):
+    for cat, feats in sorted(samples.items()):
         for name, d in sorted(feats.items()):
-            b, c = np.array(d["b"]), np.array(d["c"])
+            b, c = np.frombuffer(d.b, dtype=np.float64), np.frombuffer(d.c, dtype=np.float64)
             boolean = set(np.unique(np.concatenate([b, c]))) <= {0.0, 1.0}
-            noise = abs(float(np.mean(d["k"]) - np.mean(d["kb"]))) if d["k"] else 0.0
+            noise = abs(float(np.mean(d.k) - np.mean(d.kb))) if d.k else 0.0
             delta = float(c.mean() - b.mean())
             p = _paired_feature_p(b, c, boolean)
             entry: dict[str, Any] = {"baseline": float(b.mean()), "candidate": float(c.mean()), "delta": delta,
                                      "kind": "rate" if boolean else "mean", "p_value": p,
-                                     "noise": noise if d["k"] else None,
+                                     "noise": noise if d.k else None,
                                      "flag": bool(p is not None and p < alpha and abs(delta) > noise)}
-            if d["k"]:
-                entry["control"] = float(np.mean(d["k"]))
+            if d.k:
+                entry["control"] = float(np.mean(d.k))
             out.setdefault(cat, {})[name] = entry
     return out
 

@@ -157,6 +157,15 @@ class RunStore:
         q = "SELECT id, category, COALESCE(json_extract(body, '$.tags.route'), category) FROM cases ORDER BY idx"
         return {i: (c, r) for i, c, r in self._db.execute(q)}
 
+    def category_routes(self) -> dict[str, dict[str, int]]:
+        """category → route → number of cases, counted by SQLite."""
+        q = ("SELECT category, COALESCE(json_extract(body, '$.tags.route'), category), COUNT(*) FROM cases "
+             "GROUP BY 1, 2 ORDER BY 1, 2")
+        out: dict[str, dict[str, int]] = {}
+        for cat, route, n in self._db.execute(q):
+            out.setdefault(cat, {})[route] = n
+        return out
+
     def by_case(self, *, scores: bool = True) -> Iterator[CaseRecords]:
         """Every case with its responses (and scores), one case in memory at a time.
 

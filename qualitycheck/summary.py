@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .compare import CaseComparison, compare_run
+from .compare import compare_run
 from .config import Config
+from .digest import RunDigest, TextTally
 from .gate import ALL_ROUTES, Evidence, build_rules, decide, parse_guardrails
 from .records import FORMAT_VERSION
 from .stats import CheckStats, format_drift, quality_stats
@@ -47,55 +48,17 @@ def _errors(store: RunStore) -> dict[str, Any]:
                 "rate": v["errors"] / v["requests"] if v["requests"] else 0.0} for t, v in counts.items()}
 
 
-def _route_errors(comps: list[CaseComparison]) -> dict[str, dict[str, dict[str, int]]]:
-    out: dict[str, dict[str, dict[str, int]]] = {}
-    for c in comps:
-        per = out.setdefault(c.route, {})
-        for side, ok in (("baseline", c.baseline_ok), ("candidate", c.candidate_ok), ("control", c.control_ok)):
-            if ok is None:
-                continue
-            d = per.setdefault(side, {"count": 0, "requests": 0})
-            d["requests"] += 1
-            d["count"] += not ok
-    return out
-
-
-def _text_stats(comps: list[CaseComparison]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for c in comps:
-        d = out.setdefault(c.category, {"cases": set(), "pairs": 0, "identical": 0, "sim": [], "div": [],
-                                        "aa_pairs": 0, "aa_identical": 0, "rep_pairs": 0, "rep_identical": 0,
-                                        "paired": []})
-        d["cases"].add(c.case_id)
-        if c.identical is not None:
-            d["pairs"] += 1
-            d["identical"] += c.identical
-            if c.similarity is not None:
-                d["sim"].append(c.similarity)
-            if c.divergence_char is not None:
-                d["div"].append(c.divergence_char)
-        if c.control_identical is not None:
-            d["aa_pairs"] += 1
-            d["aa_identical"] += c.control_identical
-            if c.identical is not None:
-                d["paired"].append((c.identical, c.control_identical))
-        if c.baseline_repeat_identical is not None:
-            d["rep_pairs"] += 1
-            d["rep_identical"] += c.baseline_repeat_identical
-    return out
-
-
-def _category_noise(t: dict[str, Any], cells: dict[str, CheckStats]) -> dict[str, Any]:
+def _category_noise(t: TextTally, cells: dict[str, CheckStats]) -> dict[str, Any]:
     """The category's A/A self-disagreement: text divergence and per-check flip rates.
 
     With a control, `divergence_p_value` tests (McNemar exact, paired per
     case) whether the candidate diverges from the baseline more often than
     the control does: text divergence beyond the noise floor.
     """
-    if t.get("aa_pairs"):
-        by, pairs, same = "control", t["aa_pairs"], t["aa_identical"]
-    elif t.get("rep_pairs"):
-        by, pairs, same = "repeats", t["rep_pairs"], t["rep_identical"]
+    if t.aa_pairs:
+        by, pairs, same = "control", t.aa_pairs, t.aa_identical
+    elif t.rep_pairs:
+        by, pairs, same = "repeats", t.rep_pairs, t.rep_identical
     else:
         return {"measured_by": None, "text_divergence_rate": None, "check_flip_rates": {}}
     out: dict[str, Any] = {
@@ -103,12 +66,11 @@ def _category_noise(t: dict[str, Any], cells: dict[str, CheckStats]) -> dict[str
         "text_divergence_rate": 1 - same / pairs,
         "check_flip_rates": {n: s.noise.flip_rate for n, s in cells.items() if s.noise.measured_by},
     }
-    if t.get("paired"):
+    if t.paired:
         from statsmodels.stats.contingency_tables import mcnemar
 
-        cand_only = sum(1 for bc, bk in t["paired"] if not bc and bk)
-        ctrl_only = sum(1 for bc, bk in t["paired"] if bc and not bk)
-        out["candidate_divergence_rate"] = sum(1 for bc, _ in t["paired"] if not bc) / len(t["paired"])
+        cand_only, ctrl_only = t.candidate_only, t.control_only
+        out["candidate_divergence_rate"] = t.paired_candidate_diverged / t.paired
         out["divergence_p_value"] = (float(mcnemar([[0, cand_only], [ctrl_only, 0]], exact=True).pvalue)
                                      if cand_only + ctrl_only else 1.0)
     return out
@@ -134,15 +96,20 @@ def _category_verdict(cells: dict[str, CheckStats], failed_routes: set[str], ide
     return "pass", "no regression beyond the noise floor"
 
 
-def build_summary(store: RunStore, cfg: Config | None = None, *, comparisons: list[CaseComparison] | None = None) -> dict[str, Any]:
-    """The whole verdict from the store: comparisons, statistics, guardrails, fallback, sign-off."""
+def build_summary(store: RunStore, cfg: Config | None = None) -> dict[str, Any]:
+    """The whole verdict from the store: comparisons, statistics, guardrails, fallback, sign-off.
+
+    The comparisons are recomputed (and stored) on every call, streaming into
+    a digest, so the verdict always follows the current scores and memory
+    stays flat in the number of cases.
+    """
     cfg = cfg or Config()
     guard = parse_guardrails(cfg)
-    cases = store.cases()
-    comps = comparisons if comparisons is not None else compare_run(store)
-    stats = quality_stats(comps, margins=cfg.non_inferiority_margin, seed=cfg.run.seed)
-    drift = format_drift(comps)
-    text = _text_stats(comps)
+    digest = RunDigest()
+    compare_run(store, consume=digest.add)
+    stats = quality_stats(digest.outcomes, margins=cfg.non_inferiority_margin, seed=cfg.run.seed)
+    drift = format_drift(digest.drift)
+    text = digest.text
     errors = _errors(store)
 
     latency_fn = _optional("qualitycheck.serving", "latency_summary")
@@ -153,17 +120,16 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, comparisons: li
     acceptance = acceptance_fn(store) if acceptance_fn else None
     judge = judge_fn(store) if judge_fn else {}
 
-    category_routes: dict[str, set[str]] = {}
-    for c in cases:
-        category_routes.setdefault(c.category, set()).add(c.route)
+    case_counts = store.category_routes()
+    category_routes = {cat: set(routes) for cat, routes in case_counts.items()}
     routes_in_run = set().union(*category_routes.values()) if category_routes else set()
 
     preflight = store.artifact("preflight")
-    ev = Evidence(errors=errors, route_errors=_route_errors(comps), latency=latency, acceptance=acceptance,
+    ev = Evidence(errors=errors, route_errors=digest.route_errors, latency=latency, acceptance=acceptance,
                   preflight=preflight)
     repeats = store.manifest.get("repeats", 1)
     for cat, t in text.items():
-        if t["pairs"] and t["pairs"] == len(t["cases"]) * repeats and t["identical"] == t["pairs"]:
+        if t.pairs and t.pairs == t.cases * repeats and t.identical == t.pairs:
             ev.scored_routes |= category_routes.get(cat, set())  # identical answers: no check can differ
     for cells in stats.values():
         for s in cells.values():
@@ -185,24 +151,18 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, comparisons: li
     categories: dict[str, Any] = {}
     verdicts: dict[str, str] = {}
     for cat in sorted(category_routes):
-        t = text.get(cat, {})
-        pairs = t.get("pairs", 0)
-        identical_rate = t["identical"] / pairs if pairs else None
+        t = digest.text_json(cat)
         cells = stats.get(cat, {})
-        verdict, why = _category_verdict(cells, failed_routes, identical_rate)
+        verdict, why = _category_verdict(cells, failed_routes, t["identical_rate"])
         verdicts[cat] = verdict
         checks = {name: s.to_json() for name, s in cells.items()}
         if cat in judge:
             checks.setdefault("judge", {}).update(judge[cat])
         categories[cat] = {
-            "cases": sum(1 for c in cases if c.category == cat),
+            "cases": sum(case_counts[cat].values()),
             "routes": sorted(category_routes[cat]),
-            "identical_rate": identical_rate,
-            "pairs": pairs,
-            "similarity_mean": sum(t["sim"]) / len(t["sim"]) if t.get("sim") else None,
-            "first_divergence_char_median": sorted(t["div"])[len(t["div"]) // 2] if t.get("div") else None,
-            "control_identical_rate": t["aa_identical"] / t["aa_pairs"] if t.get("aa_pairs") else None,
-            "noise_floor": _category_noise(t, cells),
+            **t,
+            "noise_floor": _category_noise(text.get(cat) or TextTally(), cells),
             "checks": checks,
             "format_drift": drift.get(cat, {}),
             "verdict": verdict,
@@ -221,7 +181,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, comparisons: li
     summary: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "verdict": verdict,
-        "cases": len(cases),
+        "cases": store.case_count(),
         "targets": _targets(store),
         "repeats": store.manifest.get("repeats", 1),
         "categories": categories,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from tests.unit.verdict.verdict_builders import make_store
 
-from qualitycheck.compare import case_comparisons, compare_run, first_divergence, similarity
+from qualitycheck.compare import compare_run, first_divergence, similarity, stored_comparisons
 
 
 def test_first_divergence_on_chars_tokens_and_prefixes():
@@ -33,12 +33,14 @@ def test_flips_divergence_and_persisted_records(tmp_path):
         {"id": "c", "category": "sql", "texts": {"baseline": "x", "candidate": None}},
     ]
     with make_store(tmp_path, rows) as store:
-        comps = {c.case_id: c for c in compare_run(store)}
+        got: list = []
+        assert compare_run(store, consume=got.extend) == 3
+        comps = {c.case_id: c for c in got}
         a, b, c = comps["a"], comps["b"], comps["c"]
         assert a.regressions == ["exact"] and not a.identical
         assert a.divergence_char == 6 and a.divergence_token == 1 and 0 < a.similarity < 1
         assert b.improvements == ["exact"] and b.identical and b.route == "r2"
         assert b.checks["json_parse"].flip is None  # an error is not a fail
         assert c.candidate_ok is False and c.identical is None and c.divergence_char is None
-        again = {x.case_id: x for x in case_comparisons(store)}
+        again = {x.case_id: x for x in stored_comparisons(store)}
         assert again == comps

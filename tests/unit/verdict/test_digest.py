@@ -1,0 +1,51 @@
+"""The summary's one-pass digest must say what the whole list of comparisons says."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tests.unit.verdict.verdict_builders import make_store
+
+from qualitycheck.compare import compare_run, stored_comparisons
+from qualitycheck.config import Config
+from qualitycheck.digest import RunDigest
+from qualitycheck.stats import outcomes_by_category, paired_bootstrap_ci
+from qualitycheck.summary import build_summary
+
+
+def _rows():
+    rows = []
+    for i in range(12):
+        st = ["pass", "fail", "pass"][i % 3]
+        rows.append({"id": f"c{i:02d}", "category": "qa" if i % 2 else "json", "route": "r1" if i < 6 else "r2",
+                     "texts": {"baseline": ["same", "same"], "candidate": ["same", "other"] if i % 4 else ["same", "same"],
+                               "control": ["same", None if i == 5 else "same"]},
+                     "checks": {"exact": {"baseline": [st, st], "candidate": ["fail", st], "control": [st, "pass"]},
+                                "contains": {"baseline": "pass", "candidate": "pass"}}})
+    return rows
+
+
+def test_digest_outcomes_equal_the_whole_list_grouping(tmp_path):
+    with make_store(tmp_path, _rows(), targets=("baseline", "candidate", "control"), repeats=2) as store:
+        compare_run(store)
+        comps = list(stored_comparisons(store))
+    digest = RunDigest.of(comps)
+    assert digest.outcomes == outcomes_by_category(comps)
+    assert digest.text["qa"].cases == 6 and digest.text["qa"].pairs == 12
+    assert digest.route_errors["r1"]["control"] == {"count": 1, "requests": 12}
+
+
+def test_bootstrap_in_batches_still_covers_the_true_difference(monkeypatch):
+    import qualitycheck.stats as stats
+
+    rng = np.random.default_rng(3)
+    b = (rng.random(4000) < 0.8).astype(float)
+    c = np.where(rng.random(4000) < 0.05, 0.0, b)
+    whole = paired_bootstrap_ci(b, c, seed=1)
+    monkeypatch.setattr(stats, "BOOTSTRAP_BATCH_VALUES", 4000 * 50)  # 40 batches of 50 resamples
+    batched = paired_bootstrap_ci(b, c, seed=1)
+    d = c - b
+    se = d.std(ddof=1) / np.sqrt(len(d))
+    for lo, hi in (whole, batched):
+        assert lo < d.mean() < hi
+        assert abs((hi - lo) - 2 * 1.96 * se) < 0.25 * (2 * 1.96 * se)
