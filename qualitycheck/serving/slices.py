@@ -48,55 +48,54 @@ def _slice_keys(case: Case, prompt_tokens: int | None, output_tokens: int | None
 
 
 def slices_summary(store: RunStore) -> dict[str, dict[str, dict[str, Any]]]:
-    """summary.json `slices`: {dimension: {bucket: {cases, identical_rate, checks: {check: {...}}}}}."""
-    cases = {c.id: c for c in store.cases()}
-    lengths: dict[str, tuple[int | None, int | None]] = {}
-    identical: dict[str, list[bool]] = {}
-    for case_id, rs in store.responses_by_case():
+    """summary.json `slices`: {dimension: {bucket: {cases, identical_rate, checks: {check: {...}}}}}.
+
+    Read one case at a time (`by_case`) and folded straight into the
+    per-bucket totals, so memory is the number of buckets, not of cases.
+    """
+    acc: dict[tuple[str, str], dict[str, Any]] = {}
+    for rec in store.by_case():
+        prompt_tokens = output_tokens = None
+        for r in rec.responses:  # the first usable baseline repeat gives the lengths
+            if r.target == "baseline" and r.ok:
+                prompt_tokens, output_tokens = r.usage.prompt_tokens, r.usage.completion_tokens
+                break
+        pairs = identical = 0
         by_rep: dict[int, dict[str, Any]] = {}
-        for r in rs:
+        for r in rec.responses:
             by_rep.setdefault(r.repeat, {})[r.target] = r
-            if r.target == "baseline" and r.ok and case_id not in lengths:
-                lengths[case_id] = (r.usage.prompt_tokens, r.usage.completion_tokens)
         for pair in by_rep.values():
             b, c = pair.get("baseline"), pair.get("candidate")
             if b is not None and c is not None and b.ok and c.ok:
-                identical.setdefault(case_id, []).append(b.text == c.text)
-    passes: dict[tuple[str, str, str], list[int]] = {}  # (case, check, side) -> [pass, decided]
-    for s in store.scores():
-        if s.status not in ("pass", "fail"):
-            continue
-        cell = passes.setdefault((s.case_id, s.check, s.target), [0, 0])
-        cell[0] += s.status == "pass"
-        cell[1] += 1
-    per_case_checks: dict[str, dict[str, dict[str, list[int]]]] = {}
-    for (case_id, check, side), cell in passes.items():
-        per_case_checks.setdefault(case_id, {}).setdefault(check, {})[side] = cell
-
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    acc: dict[tuple[str, str], dict[str, Any]] = {}
-    for case_id, case in cases.items():
-        prompt_tokens, output_tokens = lengths.get(case_id, (None, None))
-        for dim, label in _slice_keys(case, prompt_tokens, output_tokens).items():
+                pairs += 1
+                identical += b.text == c.text
+        checks: dict[str, dict[str, list[int]]] = {}  # check -> side -> [pass, decided]
+        for sc in rec.scores:
+            if sc.status in ("pass", "fail"):
+                cell = checks.setdefault(sc.check, {}).setdefault(sc.target, [0, 0])
+                cell[0] += sc.status == "pass"
+                cell[1] += 1
+        for dim, label in _slice_keys(rec.case, prompt_tokens, output_tokens).items():
             a = acc.setdefault((dim, label), {"cases": 0, "pairs": 0, "identical": 0, "checks": {}})
             a["cases"] += 1
-            same = identical.get(case_id, [])
-            a["pairs"] += len(same)
-            a["identical"] += sum(same)
-            for check, sides in per_case_checks.get(case_id, {}).items():
+            a["pairs"] += pairs
+            a["identical"] += identical
+            for check, sides in checks.items():
                 ch = a["checks"].setdefault(check, {})
                 for side, (p, n) in sides.items():
                     tot = ch.setdefault(side, [0, 0])
                     tot[0] += p
                     tot[1] += n
+
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     for (dim, label), a in sorted(acc.items()):
-        checks = {}
+        checks_out = {}
         for check, sides in sorted(a["checks"].items()):
-            checks[check] = {f"{side}_pass_rate": (p / n if n else None) for side, (p, n) in sorted(sides.items())}
-            checks[check]["n"] = max(n for _, n in sides.values())
+            checks_out[check] = {f"{side}_pass_rate": (p / n if n else None) for side, (p, n) in sorted(sides.items())}
+            checks_out[check]["n"] = max(n for _, n in sides.values())
         out.setdefault(dim, {})[label] = {
             "cases": a["cases"],
             "identical_rate": a["identical"] / a["pairs"] if a["pairs"] else None,
-            "checks": checks,
+            "checks": checks_out,
         }
     return out
