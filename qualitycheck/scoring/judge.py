@@ -588,7 +588,7 @@ def score_judge(store: RunStore, cfg: Config, *, http_client: Any = None) -> dic
     nothing is called or replaced; without a judge target their judge scores
     are `skipped` (with a warning), so the check reads "not evaluated".
     """
-    cases = {c.id: c for c in store.cases() if c.checks.judge is not None}
+    cases = {c.id: c for c in store.iter_cases() if c.checks.judge is not None}  # only these are held
     if not cases:
         return {"calls": 0, "cache_hits": 0, "pairs": 0}
     if cfg.judge is None:
@@ -632,12 +632,14 @@ def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict
     """
     if seed is None:
         seed = int(((store.artifact("config") or {}).get("run") or {}).get("seed") or 0)
-    cat_of = {c.id: c.category for c in store.cases()}
+    labels: dict[str, tuple[str, str]] | None = None  # read only once a judge score turns up
     acc: dict[str, dict[str, Any]] = {}
     for s in store.scores():
         if s.check != "judge" or s.target != "candidate" or s.detail.get("not_configured"):
             continue
-        cat = cat_of.get(s.case_id, "?")
+        if labels is None:
+            labels = store.case_labels()
+        cat = labels[s.case_id][0] if s.case_id in labels else "?"
         a = acc.setdefault(cat, {"wins": 0, "losses": 0, "ties": 0, "judge_errors": 0, "judged": 0,
                                  "skipped_identical": 0, "no_answer": 0, "flagged_injection": 0,
                                  "_consistent": 0, "_pairwise": 0, "_deltas": [], "lost_cases": [], "won_cases": []})
