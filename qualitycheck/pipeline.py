@@ -7,16 +7,15 @@ run folder redo their part without calling an endpoint.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 from typing import Any
 
-from .cases import Case, load_suite
+from .cases import Case, SuiteCases, scan_suite, suite_fingerprint
 from .config import Config
 from .errors import RunIncompleteError
 from .progress import RichProgress
-from .runner import select_shard
+from .runner import in_shard
 from .serving.measure import measured_generate
 from .store import RunStore
 
@@ -26,13 +25,15 @@ EXIT_FOR_VERDICT = {"pass": 0, "fail": 1, "inconclusive": 1}
 
 
 def manifest_for(cases: list[Case], cfg: Config, suites: list[str]) -> dict[str, Any]:
-    h = hashlib.sha256()
-    for c in sorted(cases, key=lambda c: c.id):
-        h.update(f"{c.id}\0{c.content_hash()}\n".encode())
+    return _manifest(suite_fingerprint((c.id, c.content_hash()) for c in cases), len(cases), cfg, suites)
+
+
+def _manifest(fingerprint: str, count: int, cfg: Config, suites: list[str]) -> dict[str, Any]:
+    """What decides whether `--out` may be resumed (see store._manifest_diff)."""
     return {
-        "suite_fingerprint": h.hexdigest()[:16],
+        "suite_fingerprint": fingerprint,
         "suite_files": [str(s) for s in suites],
-        "cases": len(cases),
+        "cases": count,
         "targets": {n: {**t.model_dump(include={"model", "label", "extra_body"}), "url": t.public_url}
                     for n, t in cfg.targets().items()},
         "repeats": cfg.run.repeats,
@@ -52,14 +53,25 @@ def redacted_config(cfg: Config) -> dict[str, Any]:
 
 
 def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, Any] | None = None) -> int:
-    cases = select_shard(load_suite(suites), cfg.run.shard)
+    """Generate into `out` and finish the run there.
+
+    The suite is never held: `scan_suite` validates it in one streaming pass
+    (keeping ids and content hashes), and every later walk over the cases
+    (judge checks, the store, preflight, generation) reads it again lazily,
+    so memory does not grow with the number of cases.
+    """
+    shard = cfg.run.shard
+    scan = scan_suite(suites, keep=lambda c: in_shard(c.id, shard))
+    cases = SuiteCases(suites, keep=lambda c: in_shard(c.id, shard))
     from .scoring.judge import judge_dirs, load_judges, validate_judge_checks
 
-    validate_judge_checks(cases, load_judges(judge_dirs(cfg)))  # before any GPU time is spent
-    store = RunStore.create(out, manifest_for(cases, cfg, suites), cases)
+    judges = load_judges(judge_dirs(cfg))
+    if scan.judged:  # before any GPU time is spent; a suite without judge checks needs no second read
+        validate_judge_checks(cases, judges)
+    store = RunStore.create(out, _manifest(scan.fingerprint, scan.count, cfg, suites), cases)  # type: ignore[arg-type]
     try:
         store.put_artifact("config", redacted_config(cfg))
-        print(f"qualitycheck: {len(cases)} cases × {len(cfg.targets())} targets × {cfg.run.repeats} repeats → {out}", file=sys.stderr)
+        print(f"qualitycheck: {scan.count} cases × {len(cfg.targets())} targets × {cfg.run.repeats} repeats → {out}", file=sys.stderr)
         stats = measured_generate(store, cases, cfg, progress=RichProgress(), http_clients=http_clients)
         if stats.interrupted:
             raise RunIncompleteError(f"interrupted; everything received is stored in {out}. Run the same command again to resume.")

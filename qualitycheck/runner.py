@@ -24,7 +24,7 @@ from .config import Config
 from .records import Response
 from .store import RunStore
 
-__all__ = ["Progress", "RunStats", "generate", "select_shard", "work_items"]
+__all__ = ["Progress", "RunStats", "generate", "in_shard", "select_shard", "work_items"]
 
 
 @dataclass
@@ -52,8 +52,15 @@ def select_shard(cases: list[Case], shard: str | None) -> list[Case]:
     """Stable split by a hash of the case id, independent of suite order."""
     if not shard:
         return cases
+    return [c for c in cases if in_shard(c.id, shard)]
+
+
+def in_shard(case_id: str, shard: str | None) -> bool:
+    """Whether a case belongs to shard "i/n" (every case does without one): for streamed suites."""
+    if not shard:
+        return True
     i, n = (int(x) for x in shard.split("/"))
-    return [c for c in cases if int(hashlib.sha256(c.id.encode()).hexdigest()[:8], 16) % n == i - 1]
+    return int(hashlib.sha256(case_id.encode()).hexdigest()[:8], 16) % n == i - 1
 
 
 def work_items(cases: Iterable[Case], config: Config, done: dict[tuple[str, str, int], tuple[str, bool]]) -> Iterable[tuple[Case, int, list[str]]]:
@@ -73,22 +80,29 @@ def work_items(cases: Iterable[Case], config: Config, done: dict[tuple[str, str,
 
 async def generate(
     store: RunStore,
-    cases: list[Case],
+    cases: Iterable[Case],
     config: Config,
     *,
     progress: Progress | None = None,
     http_clients: dict[str, Any] | None = None,
     on_response: Callable[[Response], None] | None = None,
 ) -> RunStats:
-    """Send every missing (case, target, repeat) and store each outcome as it arrives."""
+    """Send every missing (case, target, repeat) and store each outcome as it arrives.
+
+    `cases` is iterated twice (counting, then sending), so it must be a
+    collection or a re-iterable such as `cases.SuiteCases`, not a generator.
+    """
     progress = progress or Progress()
     stats = RunStats()
     done = store.done_keys()
     totals: dict[str, int] = {}
-    for _, _, need in work_items(cases, config, done):  # a counting pass: the work itself is never listed
-        for n in need:
-            totals[n] = totals.get(n, 0) + 1
-    stats.skipped = len(cases) * config.run.repeats * len(config.targets()) - sum(totals.values())
+    n_cases = 0
+    for case in cases:  # a counting pass: neither the cases nor the work are ever listed
+        n_cases += 1
+        for _, _, need in work_items((case,), config, done):
+            for n in need:
+                totals[n] = totals.get(n, 0) + 1
+    stats.skipped = n_cases * config.run.repeats * len(config.targets()) - sum(totals.values())
     endpoints = {
         name: Endpoint(name, t, config.run, (http_clients or {}).get(name))
         for name, t in config.targets().items()

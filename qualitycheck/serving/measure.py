@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..cases import Case
@@ -27,7 +28,7 @@ __all__ = ["PREFLIGHT_ARTIFACT", "measured_generate", "preflight_into_store"]
 PREFLIGHT_ARTIFACT = "preflight"
 
 
-def preflight_into_store(store: RunStore, cases: list[Case], cfg: Config) -> dict[str, Any] | None:
+def preflight_into_store(store: RunStore, cases: Iterable[Case], cfg: Config) -> dict[str, Any] | None:
     """Run the preflight when asked and both sides exist; a mismatch is recorded, not fatal."""
     if not cfg.run.preflight or cfg.baseline is None or cfg.candidate is None:
         return None
@@ -41,18 +42,36 @@ def preflight_into_store(store: RunStore, cases: list[Case], cfg: Config) -> dic
     return record
 
 
-def _groups(cases: list[Case], by_category: bool) -> list[tuple[str | None, list[Case]]]:
+class _OneCategory:
+    """The cases of one category, filtered on every iteration from a re-iterable (never listed)."""
+
+    def __init__(self, cases: Iterable[Case], category: str):
+        self._cases = cases
+        self._category = category
+
+    def __iter__(self) -> Iterator[Case]:
+        return (c for c in self._cases if c.category == self._category)
+
+
+def _groups(cases: Iterable[Case], by_category: bool) -> list[tuple[str | None, Iterable[Case]]]:
+    """One window for the run, or one per category in order of first appearance.
+
+    Per category, each window walks the whole suite again and keeps its own
+    cases: passes over the suite cost CPU, holding the suite would cost
+    memory proportional to it.
+    """
     if not by_category:
         return [(None, cases)]
-    groups: dict[str, list[Case]] = {}
-    for c in cases:
-        groups.setdefault(c.category, []).append(c)
-    return list(groups.items())
+    return [(cat, _OneCategory(cases, cat)) for cat in dict.fromkeys(c.category for c in cases)]
 
 
-def measured_generate(store: RunStore, cases: list[Case], cfg: Config, *, progress: Progress | None = None,
+def measured_generate(store: RunStore, cases: Iterable[Case], cfg: Config, *, progress: Progress | None = None,
                       http_clients: dict[str, Any] | None = None) -> RunStats:
-    """Preflight, then generation in windows bracketed by /metrics scrapes of every target."""
+    """Preflight, then generation in windows bracketed by /metrics scrapes of every target.
+
+    `cases` is walked several times (preflight, then counting and sending per
+    window): a list, or a re-iterable such as `cases.SuiteCases`.
+    """
     preflight_into_store(store, cases, cfg)
     targets = cfg.targets()
     total = RunStats()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -163,48 +164,78 @@ def _tokenize_body(case: Case, target: Target) -> dict[str, Any]:
     return body
 
 
-async def _tokenize_check(b: _Server, c: _Server, cases: list[Case], concurrency: int) -> Check:
-    """Same token ids for every distinct input; lists the first few cases that differ."""
-    distinct: dict[str, Case] = {}
-    users: dict[str, list[str]] = {}
-    for case in cases:
-        key = hashlib.sha256(json.dumps(_tokenize_body(case, b.t) | {"model": ""}, sort_keys=True, default=str).encode()).hexdigest()
-        distinct.setdefault(key, case)
-        users.setdefault(key, []).append(case.id)
-    sem = asyncio.Semaphore(concurrency)
+async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurrency: int) -> Check:
+    """Same token ids for every distinct input; lists the first few cases that differ.
 
-    async def one(case: Case) -> tuple[Case, Any, Any, str | None]:
-        async with sem:
+    Streams the cases: each new input is tokenized as it is met, at most
+    `concurrency` at a time. What stays is a 16-byte digest per distinct
+    input, and the case ids of inputs still being tokenized or found to
+    differ (the ones the check names), so a 100,000-case suite is never held.
+    """
+    seen: set[bytes] = set()
+    pending: dict[bytes, tuple[int, list[str]]] = {}  # digest → (order of first appearance, cases sharing it)
+    differing: dict[bytes, tuple[int, dict[str, Any]]] = {}
+    first_error: tuple[int, str] | None = None
+    n_errors = 0
+    window = asyncio.Semaphore(concurrency)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(key: bytes, case: Case) -> None:
+        nonlocal first_error, n_errors
+        try:
             (rb, eb), (rc, ec) = await asyncio.gather(b.post("/tokenize", _tokenize_body(case, b.t)),
                                                       c.post("/tokenize", _tokenize_body(case, c.t)))
-        return case, (rb or {}).get("tokens"), (rc or {}).get("tokens"), eb or ec
-
-    results = await asyncio.gather(*(one(x) for x in distinct.values()))
-    differing: list[dict[str, Any]] = []
-    errors: list[str] = []
-    for (key, _), (case, tb, tc, err) in zip(distinct.items(), results):
+        finally:
+            window.release()
+        order, users = pending.pop(key)
+        tb, tc, err = (rb or {}).get("tokens"), (rc or {}).get("tokens"), eb or ec
         if err or tb is None or tc is None:
-            errors.append(f"{case.id}: {err or 'no tokens in answer'}")
-            continue
-        if tb != tc:
+            n_errors += 1
+            if first_error is None or order < first_error[0]:
+                first_error = (order, f"{case.id}: {err or 'no tokens in answer'}")
+        elif tb != tc:
             first = next((i for i, (x, y) in enumerate(zip(tb, tc)) if x != y), min(len(tb), len(tc)))
-            differing.append({"cases": users[key], "baseline_count": len(tb), "candidate_count": len(tc),
-                              "first_difference": first})
-    n = len(cases)
-    if errors and not differing and len(errors) == len(distinct):
-        return Check("tokenize", None, f"/tokenize not usable: {errors[0]}")
-    if differing:
-        ids = [i for d in differing for i in d["cases"]]
-        shown = ", ".join(f"{d['cases'][0]} (token {d['first_difference']}: {d['baseline_count']} vs {d['candidate_count']} tokens)" for d in differing[:5])
-        more = f" and {len(differing) - 5} more inputs" if len(differing) > 5 else ""
-        return Check("tokenize", False, f"{len(ids)}/{n} cases tokenize differently (chat template, system prompt or tokenizer drift): {shown}{more}",
-                     candidate={"differing": differing})
-    if errors:
-        return Check("tokenize", None, f"{len(errors)}/{len(distinct)} inputs could not be tokenized: {errors[0]}")
-    return Check("tokenize", True, f"identical token ids for all {n} cases ({len(distinct)} distinct inputs)")
+            differing[key] = (order, {"cases": users, "baseline_count": len(tb), "candidate_count": len(tc),
+                                      "first_difference": first})
+
+    n = 0
+    try:
+        for case in cases:
+            n += 1
+            key = hashlib.sha256(json.dumps(_tokenize_body(case, b.t) | {"model": ""}, sort_keys=True, default=str).encode()).digest()[:16]
+            if key in pending:
+                pending[key][1].append(case.id)
+            elif key in differing:
+                differing[key][1]["cases"].append(case.id)
+            elif key not in seen:
+                seen.add(key)
+                pending[key] = (len(seen), [case.id])
+                await window.acquire()
+                task = asyncio.create_task(one(key, case))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+    distinct = len(seen)
+    found = [d for _, d in sorted(differing.values(), key=lambda x: x[0])]
+    error = first_error[1] if first_error else ""
+    if n_errors and not found and n_errors == distinct:
+        return Check("tokenize", None, f"/tokenize not usable: {error}")
+    if found:
+        n_ids = sum(len(d["cases"]) for d in found)
+        shown = ", ".join(f"{d['cases'][0]} (token {d['first_difference']}: {d['baseline_count']} vs {d['candidate_count']} tokens)" for d in found[:5])
+        more = f" and {len(found) - 5} more inputs" if len(found) > 5 else ""
+        return Check("tokenize", False, f"{n_ids}/{n} cases tokenize differently (chat template, system prompt or tokenizer drift): {shown}{more}",
+                     candidate={"differing": found})
+    if n_errors:
+        return Check("tokenize", None, f"{n_errors}/{distinct} inputs could not be tokenized: {error}")
+    return Check("tokenize", True, f"identical token ids for all {n} cases ({distinct} distinct inputs)")
 
 
-async def preflight(baseline: Target, candidate: Target, cases: list[Case], *, concurrency: int = 8,
+async def preflight(baseline: Target, candidate: Target, cases: Iterable[Case], *, concurrency: int = 8,
                     timeout_s: float = 30.0, transport: httpx.AsyncBaseTransport | None = None) -> PreflightResult:
     """Every check, both servers asked the same questions at the same time."""
     result = PreflightResult(baseline.url, candidate.url, baseline.model if baseline.model == candidate.model
@@ -223,7 +254,7 @@ async def preflight(baseline: Target, candidate: Target, cases: list[Case], *, c
     return result
 
 
-def run_preflight(baseline: Target, candidate: Target, cases: list[Case], **kw: Any) -> PreflightResult:
+def run_preflight(baseline: Target, candidate: Target, cases: Iterable[Case], **kw: Any) -> PreflightResult:
     return asyncio.run(preflight(baseline, candidate, cases, **kw))
 
 

@@ -132,3 +132,66 @@ def test_unknown_judge_is_refused_before_any_request(tmp_path: Path, capsys: pyt
     assert main(["run", "--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9", "--model", "m",
                  "--suite", str(f), "--out", str(tmp_path / "run")]) == 2
     assert not (tmp_path / "run").exists()
+
+
+def test_lines_are_numbered_across_every_line_break_and_bad_utf8_by_file_offset(tmp_path: Path) -> None:
+    f = tmp_path / "s.jsonl"
+    f.write_bytes('{"id": "a", "category": "qa", "prompt": "p"}\r\n'
+                  '{"id": "b", "category": "qa", "prompt": "x\u2028y"}\n'  # a raw U+2028 ends the line for str.splitlines
+                  '{"id": "c", "category": "qa"}\n'.encode())
+    assert problems([f]) == [
+        f"{f}:2: bad JSON: Unterminated string starting at (column 41)",
+        f"{f}:3: bad JSON: Expecting value (column 1)",
+        f"{f}:4: messages: give exactly one of messages (chat) or prompt (completions)",
+    ]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"id": "a", "category": "qa", "prompt": "p"}\n{"id": "b\xff"}\n')
+    assert problems([bad]) == [f"{bad}: not UTF-8 text (invalid start byte at byte 54)"]
+
+
+def test_scan_suite_streams_with_load_suites_problems_and_the_manifests_fingerprint(tmp_path: Path) -> None:
+    from qualitycheck.cases import SuiteCases, scan_suite
+    from qualitycheck.config import Config
+    from qualitycheck.pipeline import manifest_for
+
+    good = write_suite(tmp_path / "good" / "s.jsonl", [{"id": f"c{i}", "category": "qa", "prompt": f"p{i}"} for i in range(20)]
+                       + [{"id": "j", "category": "qa", "prompt": "p", "checks": {"judge": "pairwise"}}])
+    cases = load_suite([good])
+    cfg = Config.model_validate({"baseline": {"url": "http://127.0.0.1:9", "model": "m"}})
+    scan = scan_suite([good])
+    assert (scan.count, scan.fingerprint, scan.judged) == (21, manifest_for(cases, cfg, [str(good)])["suite_fingerprint"], True)
+    odd = [c for c in cases if int(c.id[1:] or 1) % 2]  # "j" counts as odd
+    part = scan_suite([good], keep=lambda c: c in odd)
+    assert (part.count, part.fingerprint) == (len(odd), manifest_for(odd, cfg, [str(good)])["suite_fingerprint"])
+    assert not scan_suite([good], keep=lambda c: c.checks.judge is None).judged
+    again = SuiteCases([good], keep=lambda c: c in odd)
+    assert list(again) == list(again) == odd  # re-iterable: every pass reads the files again
+
+    bad = write_suite(tmp_path / "bad.jsonl", [{"id": "a", "category": "qa", "prompt": "p"}, {"id": "a", "category": "qa"}])
+    with pytest.raises(SuiteError) as exc:
+        scan_suite([bad])
+    assert [str(p) for p in exc.value.problems] == problems([bad])
+
+
+def test_scan_suite_holds_far_less_than_the_cases(tmp_path: Path) -> None:
+    """What validation keeps per case (id, first line, content hash) must stay well under a Case."""
+    import tracemalloc
+
+    from qualitycheck.cases import scan_suite
+
+    n = 4000
+    suite = write_suite(tmp_path / "s.jsonl", [{"id": f"case-{i}", "category": "qa", "params": {"max_tokens": 64},
+                                                "messages": [{"role": "user", "content": f"Say something {i}"}]} for i in range(n)])
+    scan_suite([suite])  # imports and caches out of the measurement
+    tracemalloc.start()
+    try:
+        scan_suite([suite])
+        scanned = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        held = load_suite([suite])
+        loaded = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(held) == n
+    assert scanned / n < 400, f"{scanned / n:.0f} bytes per case"
+    assert scanned < loaded / 3

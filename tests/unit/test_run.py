@@ -235,3 +235,33 @@ def test_a_preflight_mismatch_fails_the_gate_naming_the_check(tmp_path: Path) ->
     ok = json.loads((tmp_path / "same" / "summary.json").read_text())
     assert [g["passed"] for g in ok["guardrails"] if g["name"] == "preflight_consistent"] == [True]
     assert same == 0
+
+
+def test_generate_walks_a_reiterable_suite_and_counts_what_it_skips(tmp_path: Path) -> None:
+    """`run` hands the runner a suite read again on each pass, never a list: counting, sending, resuming."""
+    import asyncio
+
+    from qualitycheck.cases import SuiteCases
+    from qualitycheck.config import Config
+    from qualitycheck.runner import Progress, generate
+
+    class Totals(Progress):
+        def start(self, totals: dict[str, int]) -> None:
+            self.totals = totals
+
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(5))
+    cases = SuiteCases([suite])
+    with TestServer() as b, TestServer() as c:
+        cfg = Config.model_validate({"baseline": {"url": b.url, "model": "m"}, "candidate": {"url": c.url, "model": "m"},
+                                     "run": {"retries": 0, "preflight": False}})
+        with RunStore.create(tmp_path / "run", {"cases": 5, "targets": {}, "repeats": 1}, iter(cases)) as store:
+            assert [x.id for x in store.iter_cases()] == [f"qa-{i}" for i in range(5)]
+            first = asyncio.run(generate(store, SuiteCases([suite], keep=lambda x: x.id != "qa-3"), cfg))
+            progress = Totals()
+            rest = asyncio.run(generate(store, cases, cfg, progress=progress))
+            again = asyncio.run(generate(store, cases, cfg))
+    assert first.sent == {"baseline": 4, "candidate": 4} and first.skipped == 0
+    assert rest.sent == {"baseline": 1, "candidate": 1} and rest.skipped == 8
+    assert progress.totals == {"baseline": 1, "candidate": 1}
+    assert again.sent == {} and again.skipped == 10
+    assert len(c.requests("/chat/completions")) == 5

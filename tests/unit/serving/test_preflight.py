@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -105,3 +106,30 @@ def test_stop_tokens_and_generation_defaults_compared_where_exposed():
     gen = checks["generation_defaults"]
     assert gen.passed is False and gen.candidate == {"generation_config": "vllm"}
     assert sorted(res.to_dict()["mismatches"]) == ["generation_defaults", "tokenizer_and_stop_tokens"]
+
+
+def test_tokenize_streams_a_one_pass_iterable_with_bounded_requests_in_flight():
+    """The cases may come one at a time (a generator); distinct inputs are asked once, a few at a time."""
+    calls = {"b": 0, "c": 0}
+    in_flight = {"now": 0, "max": 0}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/tokenize":
+            return httpx.Response(404)
+        calls[request.url.host] += 1
+        in_flight["now"] += 1
+        in_flight["max"] = max(in_flight["max"], in_flight["now"])
+        await asyncio.sleep(0.001)
+        in_flight["now"] -= 1
+        content = json.loads(request.content)["messages"][0]["content"]
+        drift = request.url.host == "c" and content in ("q3", "q7")
+        return httpx.Response(200, json={"tokens": [1, 2, 3] if drift else [1, 2]})
+
+    cases = (Case(id=f"k{i}", category="qa", messages=[{"role": "user", "content": f"q{i % 20}"}]) for i in range(60))
+    res = asyncio.run(preflight(Target(url="http://b", model="m"), Target(url="http://c", model="m"), cases,
+                                concurrency=4, transport=httpx.MockTransport(handler)))
+    tok = _by_name(res)["tokenize"]
+    assert calls == {"b": 20, "c": 20} and in_flight["max"] <= 2 * 4
+    assert tok.passed is False and tok.detail.startswith("6/60 cases tokenize differently")
+    assert [d["cases"] for d in tok.candidate["differing"]] == [["k3", "k23", "k43"], ["k7", "k27", "k47"]]
+    assert tok.candidate["differing"][0]["first_difference"] == 2
