@@ -232,45 +232,72 @@ class _Reservoir:
 
     Everything is kept, in arrival order, until `size` is reached, so a small
     run's chart is exactly what it was; past that each new value replaces a
-    random slot with probability size/seen, vectorised per array.
+    random slot with probability size/seen. Values are buffered and drawn for
+    in batches: one RNG call per response (100 gaps) would cost more than
+    reading the response.
     """
+
+    BATCH = 1 << 16
 
     def __init__(self, size: int, seed: int = 0):
         self.size, self.seen = size, 0
-        self._parts: list[np.ndarray] = []
+        self._kept: list[np.ndarray] = []
+        self._pending: list[np.ndarray] = []
+        self._pending_n = 0
         self._buf: np.ndarray | None = None
         self._rng = np.random.default_rng(seed)
 
     def add(self, values: np.ndarray) -> None:
+        self._pending.append(values)
+        self._pending_n += len(values)
+        if self._pending_n >= self.BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        values = np.concatenate(self._pending)
+        self._pending, self._pending_n = [], 0
         if self._buf is None:
             room = self.size - self.seen
             if len(values) <= room:
-                self._parts.append(values)
+                self._kept.append(values)
                 self.seen += len(values)
                 return
-            self._parts.append(values[:room])
+            self._kept.append(values[:room])
             self.seen += room
             values = values[room:]
-            self._buf = np.concatenate(self._parts)
-            self._parts = []
+            self._buf = np.concatenate(self._kept)
+            self._kept = []
         slots = self._rng.integers(0, self.seen + 1 + np.arange(len(values)))  # value at 0-based position p draws from [0, p]
         keep = slots < self.size
         self._buf[slots[keep]] = values[keep]  # in order: a later value wins a slot, as in the sequential algorithm
         self.seen += len(values)
 
     def values(self) -> np.ndarray:
+        self._flush()
         if self._buf is not None:
             return self._buf
-        return np.concatenate(self._parts) if self._parts else np.empty(0)
+        return np.concatenate(self._kept) if self._kept else np.empty(0)
 
 
 class _Latency:
-    """The chart samples: per-response metrics as packed doubles, per-token gaps through a reservoir."""
+    """The chart samples: per-response metrics as packed doubles, per-token gaps through a reservoir.
+
+    Chunk times are appended to a flat buffer per side and turned into gaps
+    a batch at a time (numpy per response cost more than parsing it).
+    """
+
+    BATCH = 1 << 16
 
     def __init__(self, itl_sample: int):
         self.per_response: dict[str, dict[str, array[float]]] = {m: {} for m in ("ttft_ms", "tpot_ms", "e2e_ms")}
         self.itl: dict[str, _Reservoir] = {}
         self.itl_sample = itl_sample
+        self._times: dict[str, array[float]] = {}
+        self._tokens: dict[str, list[tuple[int, list[int]]]] = {}
+        """side → (offset in the buffer, tokens per chunk) of the responses that report them; 1 elsewhere."""
+        self._starts: dict[str, list[int]] = {}
 
     def add(self, r: Any) -> None:
         side, into = r.target, self.per_response
@@ -282,16 +309,39 @@ class _Latency:
             if r.ttft_s is not None and n and n > 1:
                 into["tpot_ms"].setdefault(side, array("d")).append((r.e2e_s - r.ttft_s) * 1000 / (n - 1))
         times = r.chunk_times
-        if len(times) > 1:  # per-token gaps: a chunk carrying k tokens (speculation) counts k gaps of gap/k
-            gaps = np.diff(np.asarray(times, dtype=np.float64)) * 1000
+        if len(times) > 1:
+            buf = self._times.setdefault(side, array("d"))
+            self._starts.setdefault(side, []).append(len(buf))
+            buf.extend(times)
             toks = r.chunk_tokens
             if toks and len(toks) == len(times):
-                gaps = gaps / np.maximum(1, np.asarray(toks[1:], dtype=np.float64))
-            if side not in self.itl:
-                self.itl[side] = _Reservoir(self.itl_sample)
-            self.itl[side].add(gaps)
+                self._tokens.setdefault(side, []).append((len(buf) - len(times), toks))
+            if len(buf) >= self.BATCH:
+                self._flush(side)
+
+    def _flush(self, side: str) -> None:
+        """Per-token gaps of the buffered responses: a chunk carrying k tokens (speculation) counts k gaps of gap/k."""
+        times = np.frombuffer(self._times[side], dtype=np.float64)
+        if len(times) < 2:
+            return
+        gaps = np.diff(times) * 1000
+        spans = self._tokens.get(side)
+        if spans:
+            tokens = np.ones(len(times))
+            for at, toks in spans:
+                tokens[at:at + len(toks)] = toks
+            gaps = gaps / np.maximum(1, tokens[1:])
+        within = np.ones(len(gaps), dtype=bool)
+        starts = np.asarray(self._starts[side][1:], dtype=np.int64)
+        within[starts - 1] = False  # the step from one response's last chunk to the next one's first is no gap
+        if side not in self.itl:
+            self.itl[side] = _Reservoir(self.itl_sample)
+        self.itl[side].add(gaps[within])
+        self._times[side], self._tokens[side], self._starts[side] = array("d"), [], []
 
     def arrays(self) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, int]]]:
+        for side in list(self._times):
+            self._flush(side)
         out: dict[str, dict[str, np.ndarray]] = {}
         sampled: dict[str, dict[str, int]] = {}
         for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
