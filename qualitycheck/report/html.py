@@ -336,8 +336,13 @@ def write_report(store: RunStore, summary: dict[str, Any], path: str | Path | No
 
 
 def write_html(data: ReportData, path: Path) -> Path:
-    """Render and replace `path` atomically, so a viewer never opens half a report."""
+    """Render and replace `path` atomically, so a viewer never opens half a report.
+
+    The page is streamed to the file rather than built as one string: with
+    thousands of cases embedded it is tens of MB, and a second copy of it
+    (plus its encoding) would be the largest thing the report ever holds.
+    """
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_html(data), encoding="utf-8")
+    _env().get_template("report.html.j2").stream(**_context(data, secrets.token_urlsafe(18))).dump(str(tmp), encoding="utf-8")
     tmp.replace(path)
     return path
