@@ -35,6 +35,17 @@ def test_digest_outcomes_equal_the_whole_list_grouping(tmp_path):
     assert digest.route_errors["r1"]["control"] == {"count": 1, "requests": 12}
 
 
+def test_summary_never_lists_every_case(tmp_path, monkeypatch):
+    """The summary streams: it must not build the list of every Case (a 100,000-case run held 2 GB)."""
+    with make_store(tmp_path, _rows(), targets=("baseline", "candidate", "control"), repeats=2) as store:
+        expected = build_summary(store, Config())
+        monkeypatch.setattr(type(store), "cases", lambda self: pytest.fail("build_summary listed every case"))
+        again = build_summary(store, Config())
+    assert again["categories"] == expected["categories"]
+    assert again["cases"] == 12 and again["categories"]["qa"]["cases"] == 6
+    assert again["categories"]["qa"]["routes"] == ["r1", "r2"]
+
+
 def test_bootstrap_in_batches_still_covers_the_true_difference(monkeypatch):
     import qualitycheck.stats as stats
 
