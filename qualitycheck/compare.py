@@ -202,9 +202,15 @@ def compare_pair(
         )
     out["checks"] = checks
     if features is not None:
-        out["format"] = {
-            s: features(r.text, r.finish_reason, r.usage.completion_tokens) for s, r in responses.items() if r.ok
-        }
+        seen: dict[tuple[str, str | None, int | None], dict[str, Any]] = {}  # greedy sides mostly answer alike
+        fmt = {}
+        for s, r in responses.items():
+            if r.ok:
+                key = (r.text, r.finish_reason, r.usage.completion_tokens)
+                if key not in seen:
+                    seen[key] = features(*key)
+                fmt[s] = seen[key]
+        out["format"] = fmt
     return CaseComparison(**out)
 
 

@@ -58,8 +58,8 @@ __all__ = [
 ALPHA = 0.05
 POWER = 0.8
 BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_BATCH_VALUES = 2_000_000
-"""Resampled values held at once by the bootstrap (16 MB of float64)."""
+BOOTSTRAP_BATCH_VALUES = 250_000
+"""Resampled values held at once by the bootstrap (2 MB of float64; scipy keeps a few such arrays)."""
 DECIDED = ("pass", "fail")
 
 
@@ -213,7 +213,7 @@ def paired_bootstrap_ci(
     if np.all(d == d[0]):
         return (float(d[0]), float(d[0]))
     # resampled in batches of at most ~BOOTSTRAP_BATCH_VALUES values: 2000 resamples of 100,000 cases
-    # at once would take 1.6 GB; small runs still draw everything in one batch (same numbers as before)
+    # at once would take 1.6 GB. The generator draws the same indices however they are batched.
     batch = max(1, min(resamples, BOOTSTRAP_BATCH_VALUES // len(d)))
     res = sps.bootstrap((d,), np.mean, n_resamples=resamples, confidence_level=level, method="percentile",
                         rng=np.random.default_rng(seed), vectorized=True, batch=batch)
