@@ -63,11 +63,12 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
     shard = cfg.run.shard
     scan = scan_suite(suites, keep=lambda c: in_shard(c.id, shard))
     cases = SuiteCases(suites, keep=lambda c: in_shard(c.id, shard))
-    from .scoring.judge import judge_dirs, load_judges, validate_judge_checks
+    if scan.judged or cfg.judges_dir:  # before any GPU time is spent
+        from .scoring.judge import judge_dirs, load_judges, validate_judge_checks
 
-    judges = load_judges(judge_dirs(cfg))
-    if scan.judged:  # before any GPU time is spent; a suite without judge checks needs no second read
-        validate_judge_checks(cases, judges)
+        dirs = judge_dirs(cfg)  # a configured judges_dir must exist
+        if scan.judged:  # definitions are parsed only for cases that name one, as score_judge does
+            validate_judge_checks(cases, load_judges(dirs))
     store = RunStore.create(out, _manifest(scan.fingerprint, scan.count, cfg, suites), cases)  # type: ignore[arg-type]
     try:
         store.put_artifact("config", redacted_config(cfg))
