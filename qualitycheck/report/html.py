@@ -217,7 +217,8 @@ def _latency(data: ReportData) -> list[dict[str, Any]]:
             b, c = sides["baseline"].get(q), sides["candidate"].get(q)
             ratio[q] = c / b if _is_num(b) and _is_num(c) and b else None
         sampled = {s: n for s, n in data.latency_sampled.get(key, {}).items() if s in ("baseline", "candidate")}
-        note = "; ".join(f"{s}: a uniform sample of {len(samples[s]):,} of {n:,} values" for s, n in sampled.items())
+        note = ("histogram of a uniform random sample: " + ", ".join(f"{s} {len(samples[s]):,} of {n:,}" for s, n in sampled.items())
+                if sampled else "")
         out.append({"key": key, "label": label, "meaning": meaning, "sides": sides, "ratio": ratio,
                     "computed": computed, "sampled": note,
                     "svg": histogram_svg(label, {s: v for s, v in samples.items() if s in ("baseline", "candidate")})})

@@ -117,6 +117,15 @@ def test_regressions_beyond_the_cap_are_announced_loudly(tmp_path: Path) -> None
     assert "report embeds 4 of 40 cases (36 not embedded; load_run(" in out and "Top regressions (4 of 6)" in out
 
 
+def test_a_sampled_chart_says_so(tmp_path: Path) -> None:
+    with _store(tmp_path) as store:
+        data = collect(store, {}, itl_sample=50)  # 40 responses × 2 gaps per side
+        html = render_html(data)
+    assert data.latency_sampled == {"itl_ms": {"baseline": 80, "candidate": 76}}  # two candidate answers are errors (2 gaps each)
+    assert len(data.latency_samples["itl_ms"]["baseline"]) == 50
+    assert "histogram of a uniform random sample: baseline 50 of 80, candidate 50 of 76" in html
+
+
 def test_the_itl_chart_samples_uniformly_past_its_bound() -> None:
     res = _Reservoir(1_000, seed=3)
     for chunk in np.array_split(np.arange(100_000, dtype=np.float64), 700):
