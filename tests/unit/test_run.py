@@ -265,3 +265,34 @@ def test_generate_walks_a_reiterable_suite_and_counts_what_it_skips(tmp_path: Pa
     assert progress.totals == {"baseline": 1, "candidate": 1}
     assert again.sent == {} and again.skipped == 10
     assert len(c.requests("/chat/completions")) == 5
+
+
+def test_a_store_slower_than_the_server_holds_back_new_pairs_instead_of_queueing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Received-but-uncommitted responses stay bounded: memory must not grow with the run when the disk lags."""
+    import asyncio
+
+    from qualitycheck import runner
+    from qualitycheck.config import Config
+
+    monkeypatch.setattr(runner, "MAX_UNWRITTEN", 4)
+    slow_put = RunStore.put_response
+
+    def put_response(self: RunStore, r: object) -> None:
+        time.sleep(0.005)
+        slow_put(self, r)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RunStore, "put_response", put_response)
+    seen: list[int] = []
+    put = runner._StoreWriter.put
+    monkeypatch.setattr(runner._StoreWriter, "put", lambda self, r: (put(self, r), seen.append(self.backlog())))
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(40))
+    from qualitycheck.cases import SuiteCases
+
+    with TestServer() as b, TestServer() as c:
+        cfg = Config.model_validate({"baseline": {"url": b.url, "model": "m"}, "candidate": {"url": c.url, "model": "m"},
+                                     "run": {"retries": 0, "preflight": False, "concurrency": 2}})
+        with RunStore.create(tmp_path / "run", {"cases": 40, "targets": {}, "repeats": 1}, iter(SuiteCases([suite]))) as store:
+            stats = asyncio.run(runner.generate(store, SuiteCases([suite]), cfg))
+            assert len(list(store.responses())) == 80
+    assert stats.sent == {"baseline": 40, "candidate": 40}
+    assert max(seen) <= 4 + 2 * 2 + 1, max(seen)  # the limit, plus what was in flight when it was reached
