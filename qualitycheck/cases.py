@@ -480,12 +480,20 @@ class SuiteCases:
 
     What `run` hands to the stages that walk the cases (judge validation,
     the store, the preflight, each generation pass) once `scan_suite` has
-    accepted the suite. `keep` selects a shard.
+    accepted the suite. `keep` selects a shard. `count`, when the scan gave
+    it, spares a pass to answer `len` (the runner sizes a fresh run with it).
     """
 
-    def __init__(self, paths: Iterable[str | Path], keep: Callable[[Case], bool] | None = None):
+    def __init__(self, paths: Iterable[str | Path], keep: Callable[[Case], bool] | None = None, *,
+                 count: int | None = None):
         self.paths = list(paths)
         self.keep = keep
+        self._count = count
+
+    def __len__(self) -> int:
+        if self._count is None:
+            self._count = sum(1 for _ in self)
+        return self._count
 
     def __iter__(self) -> Iterator[Case]:
         for case in iter_suite(self.paths, check_ids=False):

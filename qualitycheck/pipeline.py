@@ -62,7 +62,7 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
     """
     shard = cfg.run.shard
     scan = scan_suite(suites, keep=lambda c: in_shard(c.id, shard))
-    cases = SuiteCases(suites, keep=lambda c: in_shard(c.id, shard))
+    cases = SuiteCases(suites, keep=lambda c: in_shard(c.id, shard), count=scan.count)
     if scan.judged or cfg.judges_dir:  # before any GPU time is spent
         from .scoring.judge import judge_dirs, load_judges, validate_judge_checks
 

@@ -14,7 +14,7 @@ import hashlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,12 +96,17 @@ async def generate(
     stats = RunStats()
     done = store.done_keys()
     totals: dict[str, int] = {}
-    n_cases = 0
-    for case in cases:  # a counting pass: neither the cases nor the work are ever listed
-        n_cases += 1
-        for _, _, need in work_items((case,), config, done):
-            for n in need:
-                totals[n] = totals.get(n, 0) + 1
+    if not done and isinstance(cases, Sized):  # nothing stored yet: all of it is to send, no pass needed to count it
+        n_cases = len(cases)
+        if n_cases and config.run.repeats:
+            totals = {name: n_cases * config.run.repeats for name in config.targets()}
+    else:
+        n_cases = 0
+        for case in cases:  # a counting pass: neither the cases nor the work are ever listed
+            n_cases += 1
+            for _, _, need in work_items((case,), config, done):
+                for n in need:
+                    totals[n] = totals.get(n, 0) + 1
     stats.skipped = n_cases * config.run.repeats * len(config.targets()) - sum(totals.values())
     endpoints = {
         name: Endpoint(name, t, config.run, (http_clients or {}).get(name))

@@ -166,6 +166,7 @@ def test_scan_suite_streams_with_load_suites_problems_and_the_manifests_fingerpr
     assert not scan_suite([good], keep=lambda c: c.checks.judge is None).judged
     again = SuiteCases([good], keep=lambda c: c in odd)
     assert list(again) == list(again) == odd  # re-iterable: every pass reads the files again
+    assert len(again) == len(odd) and len(SuiteCases([tmp_path / "gone.jsonl"], count=7)) == 7  # the scan's count spares a pass
 
     bad = write_suite(tmp_path / "bad.jsonl", [{"id": "a", "category": "qa", "prompt": "p"}, {"id": "a", "category": "qa"}])
     with pytest.raises(SuiteError) as exc:
