@@ -86,15 +86,19 @@ async def generate(
     progress: Progress | None = None,
     http_clients: dict[str, Any] | None = None,
     on_response: Callable[[Response], None] | None = None,
+    done: dict[tuple[str, str, int], tuple[str, bool]] | None = None,
 ) -> RunStats:
     """Send every missing (case, target, repeat) and store each outcome as it arrives.
 
     `cases` is iterated twice (counting, then sending), so it must be a
     collection or a re-iterable such as `cases.SuiteCases`, not a generator.
+    `done` is `store.done_keys()` as of before these cases were sent (read
+    here when not given): windows over disjoint cases share one read, which
+    grows with what the store holds.
     """
     progress = progress or Progress()
     stats = RunStats()
-    done = store.done_keys()
+    done = store.done_keys() if done is None else done
     totals: dict[str, int] = {}
     if not done and isinstance(cases, Sized):  # nothing stored yet: all of it is to send, no pass needed to count it
         n_cases = len(cases)

@@ -81,3 +81,22 @@ def test_resume_with_nothing_to_send_keeps_acceptance(tmp_path: Path) -> None:
     with RunStore.open(tmp_path / "run") as store:
         assert len(store.artifact("metrics_windows")) == 2
         assert acceptance_summary(store)["rate"] == pytest.approx(1.0)
+
+
+def test_resume_by_category_asks_only_for_what_failed_in_each_window(tmp_path: Path) -> None:
+    """Windows share one read of what is stored (their cases are disjoint); each still skips what is done."""
+    from qualitycheck.testserver import Fault
+
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3) + qa_cases(2, "json"))
+    with TestServer() as b, TestServer(faults=[Fault("status", match="json 1?", status=500, times=None)]) as c:
+        _run(b, c, suite, tmp_path / "run", "--no-preflight", "--acceptance-by-category", "--retries", "0")
+        c.faults.clear()
+        _run(b, c, suite, tmp_path / "run", "--no-preflight", "--acceptance-by-category", "--retries", "0")
+        assert len(b.requests("/chat/completions")) == 5
+        assert len(c.requests("/chat/completions")) == 6
+    with RunStore.open(tmp_path / "run") as store:
+        windows = store.artifact("metrics_windows")
+        assert all(r.ok for r in store.responses()) and len(list(store.responses())) == 10
+    assert [w["category"] for w in windows] == ["qa", "json", "qa", "json"]
+    assert [w["sent"]["candidate"]["requests"] for w in windows] == [3, 2, 0, 1]
+    assert [w["sent"]["baseline"]["requests"] for w in windows] == [3, 2, 0, 0]
