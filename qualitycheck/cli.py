@@ -36,6 +36,11 @@ def _target_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", action="append", metavar="PATH", help="suite file or folder (repeatable)")
 
 
+def _report_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--report-max-cases", type=int, metavar="N",
+                   help="cases report.html embeds in full, regressions and errors first (default 5000; all stay in the store)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="qualitycheck", description="Paired quality, latency and acceptance checks of a speculative-decoding candidate against its baseline.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -55,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-preflight", action="store_true", help="skip the model/template/stop-token preflight")
     p.add_argument("--acceptance-by-category", action="store_true", help="run categories one after another and scrape /metrics between them")
     p.add_argument("--no-stream", action="store_true", help="non-streaming requests (no TTFT/ITL)")
+    _report_flags(p)
 
     p = sub.add_parser("validate", help="check suite files; lists every problem as path:line: field: message")
     p.add_argument("paths", nargs="+", metavar="PATH")
@@ -65,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("dir", metavar="DIR")
         p.add_argument("-c", "--config", help="config with guardrails (default: the run's own)")
+        _report_flags(p)
 
     add_preflight_parser(sub)
     add_sweep_parser(sub)
@@ -86,7 +93,7 @@ def _run_overrides(a: argparse.Namespace) -> dict[str, Any]:
     }
     for flag, key in (("concurrency", "run.concurrency"), ("repeats", "run.repeats"), ("timeout", "run.timeout_s"),
                       ("retries", "run.retries"), ("max_tokens", "run.max_tokens"), ("seed", "run.seed"),
-                      ("shard", "run.shard")):
+                      ("shard", "run.shard"), ("report_max_cases", "run.report_max_cases")):
         o[key] = getattr(a, flag, None)
     if getattr(a, "judge", None):
         o["judge.url"] = a.judge
@@ -144,7 +151,10 @@ def _check_shard(s: str) -> None:
 def cmd_stage(a: argparse.Namespace) -> int:
     from .pipeline import redo
 
-    return redo(Path(a.dir), a.command, a.config)
+    if a.report_max_cases is not None and a.report_max_cases < 1:
+        raise ConfigError([Problem("command line", None, "--report-max-cases",
+                                   f"expected a whole number of at least 1, got {a.report_max_cases}")])
+    return redo(Path(a.dir), a.command, a.config, report_max_cases=a.report_max_cases)
 
 
 def cmd_demo(a: argparse.Namespace) -> int:

@@ -137,6 +137,8 @@ class RunOptions(BaseModel):
     """'i/n': run only the cases whose stable hash falls in shard i of n."""
     gpu_hour_usd: float | None = Field(default=None, ge=0)
     judge_retries: int = Field(default=2, ge=0, le=10)
+    report_max_cases: int = Field(default=5000, ge=1)
+    """Cases report.html embeds in full, the most important first; all of them stay in the store."""
 
 
 class Config(BaseModel):

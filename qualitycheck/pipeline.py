@@ -101,13 +101,16 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True) ->
     write_signoff(store.folder, summary)
     from .report import publish
 
-    publish(store, summary)  # report.html + the terminal summary, from the store alone
+    publish(store, summary, max_cases=(cfg or Config()).run.report_max_cases)  # report.html + the terminal summary
     return EXIT_FOR_VERDICT[summary["verdict"]]
 
 
-def redo(folder: Path, stage: str, config_path: str | None) -> int:
-    from .config import Config, load_config
+def redo(folder: Path, stage: str, config_path: str | None, *, report_max_cases: int | None = None) -> int:
+    """Redo `stage` and everything after it, with the run's own config unless another is given."""
+    from .config import load_config
 
     with RunStore.open(folder) as store:
         cfg = load_config(config_path) if config_path else Config.model_validate(store.artifact("config") or {})
+        if report_max_cases is not None:
+            cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"report_max_cases": report_max_cases})})
         return finish(store, cfg, score=stage == "score")
