@@ -17,7 +17,7 @@ from .errors import RunIncompleteError
 from .progress import RichProgress
 from .runner import in_shard
 from .serving.measure import measured_generate
-from .store import RunStore
+from .store import RunStore, StoredCases
 
 __all__ = ["finish", "manifest_for", "redo", "run"]
 
@@ -57,8 +57,9 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
 
     The suite is never held: `scan_suite` validates it in one streaming pass
     (keeping ids and content hashes), and every later walk over the cases
-    (judge checks, the store, preflight, generation) reads it again lazily,
-    so memory does not grow with the number of cases.
+    (judge checks, then into the store) reads it again lazily; generation
+    reads the cases back from the store. Memory does not grow with the
+    number of cases.
     """
     shard = cfg.run.shard
     scan = scan_suite(suites, keep=lambda c: in_shard(c.id, shard))
@@ -73,7 +74,7 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
     try:
         store.put_artifact("config", redacted_config(cfg))
         print(f"qualitycheck: {scan.count} cases × {len(cfg.targets())} targets × {cfg.run.repeats} repeats → {out}", file=sys.stderr)
-        stats = measured_generate(store, cases, cfg, progress=RichProgress(), http_clients=http_clients)
+        stats = measured_generate(store, StoredCases(store), cfg, progress=RichProgress(), http_clients=http_clients)
         if stats.interrupted:
             raise RunIncompleteError(f"interrupted; everything received is stored in {out}. Run the same command again to resume.")
         return finish(store, cfg)

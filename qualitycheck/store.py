@@ -22,7 +22,7 @@ from .cases import Case
 from .errors import RunMismatchError, StoreError
 from .records import FORMAT_VERSION, Response, Score
 
-__all__ = ["CaseRecords", "RunStore", "STORE_NAME", "load_run"]
+__all__ = ["CaseRecords", "RunStore", "STORE_NAME", "StoredCases", "load_run"]
 
 STORE_NAME = "run.sqlite"
 
@@ -312,6 +312,27 @@ class RunStore:
 
     def artifact_names(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT name FROM artifacts ORDER BY name")]
+
+
+class StoredCases:
+    """The run's cases as the store holds them, re-read on every iteration: what generation walks.
+
+    Generation reads the cases back from the store rather than from the suite
+    files: they are exactly what the manifest fingerprinted (also on resume),
+    and a suite edited while a run is going cannot change what is sent.
+    """
+
+    def __init__(self, store: RunStore):
+        self._store = store
+        self._count: int | None = None
+
+    def __len__(self) -> int:
+        if self._count is None:
+            self._count = self._store.case_count()
+        return self._count
+
+    def __iter__(self) -> Iterator[Case]:
+        return self._store.iter_cases()
 
 
 def _grouped(rows: Iterable[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:

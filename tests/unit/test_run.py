@@ -296,3 +296,20 @@ def test_a_store_slower_than_the_server_holds_back_new_pairs_instead_of_queueing
             assert len(list(store.responses())) == 80
     assert stats.sent == {"baseline": 40, "candidate": 40}
     assert max(seen) <= 4 + 2 * 2 + 1, max(seen)  # the limit, plus what was in flight when it was reached
+
+
+def test_generation_sends_the_stored_cases_even_if_the_suite_changes_meanwhile(tmp_path: Path, pair_servers: tuple[TestServer, TestServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What is sent is what the manifest fingerprinted: the cases in the store, not the file as it is now."""
+    b, c = pair_servers
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
+    create = RunStore.create
+
+    def create_then_edit(*args, **kwargs):  # type: ignore[no-untyped-def]
+        store = create(*args, **kwargs)
+        write_suite(suite, [{**x, "messages": [{"role": "user", "content": "EDITED"}]} for x in qa_cases(3)])
+        return store
+
+    monkeypatch.setattr(RunStore, "create", create_then_edit)
+    assert run_cli(b, c, suite, tmp_path / "run") == 0
+    sent = [m["content"] for r in b.requests("/chat/completions") for m in r["body"]["messages"]]
+    assert len(sent) == 3 and "EDITED" not in sent

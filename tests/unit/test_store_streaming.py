@@ -37,3 +37,26 @@ def test_comparison_rows_replace_as_a_whole(tmp_path):
         store.replace_comparisons([("c", 0, "{}")])
         assert list(store.comparison_bodies()) == ["{}"]
         assert store.artifact("comparisons") is None
+
+
+def test_walking_the_cases_never_holds_back_a_commit(tmp_path):
+    """Generation walks the stored cases while its writer commits responses on the same
+    connection: each response must be durable (visible to another connection) at once."""
+    import sqlite3
+
+    from qualitycheck.store import StoredCases
+
+    rows = [{"id": f"c{i}", "category": "qa"} for i in range(7)]
+    with make_store(tmp_path, rows) as store:
+        store._db.execute("DELETE FROM responses")
+        other = sqlite3.connect(tmp_path / "run.sqlite")
+        seen = []
+        for case in store.iter_cases():
+            store.put_response(Response(case_id=case.id, target="baseline", fingerprint="f", text="x"))
+            seen.append(case.id)
+            (n,) = other.execute("SELECT COUNT(*) FROM responses").fetchone()
+            assert n == len(seen), "a response was not committed while the cases were being read"
+        other.close()
+        assert seen == [f"c{i}" for i in range(7)]
+        cases = StoredCases(store)
+        assert len(cases) == 7 and [c.id for c in cases] == seen and [c.id for c in cases] == seen  # re-iterable
