@@ -38,8 +38,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ..records import Response
 from ..store import RunStore
 
@@ -194,6 +192,8 @@ class Samples:
         if not self.n:
             return {f"p{p}": None for p in PERCENTILES}
         if self._exact is not None:
+            import numpy as np  # here, not at import: `qualitycheck run` reaches this module before its first request
+
             ms = np.frombuffer(self._exact, dtype=float) * 1000.0  # a copy, so numpy may partition it in place
             arr = np.percentile(ms, PERCENTILES, overwrite_input=True)
         else:
