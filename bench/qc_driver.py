@@ -17,6 +17,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -24,13 +25,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from qualitycheck.cases import Case  # noqa: E402
 from qualitycheck.config import Config  # noqa: E402
 from qualitycheck.runner import generate  # noqa: E402
-from qualitycheck.store import RunStore  # noqa: E402
+from qualitycheck.store import RunStore, StoredCases  # noqa: E402
 
 
-def bench_cases(n: int) -> list[Case]:
+def bench_cases(n: int) -> Iterator[Case]:
     """The same prompts the bare client sends; the request id is the prompt's last word."""
-    return [Case(id=f"c{i}", category="bench", messages=[{"role": "user", "content": f"Say something r{i}"}],
-                 params={"max_tokens": 64}) for i in range(n)]
+    for i in range(n):
+        yield Case(id=f"c{i}", category="bench", messages=[{"role": "user", "content": f"Say something r{i}"}],
+                   params={"max_tokens": 64})
 
 
 def main() -> None:
@@ -43,13 +45,13 @@ def main() -> None:
     ap.add_argument("--sdk", action="store_true",
                     help="send through openai.AsyncOpenAI + DefaultAioHttpClient (the client's injected-httpx path, as before the rewrite)")
     a = ap.parse_args()
-    cases = bench_cases(a.n)
     cfg = Config.model_validate({
         "baseline": {"url": a.url, "model": "bench"},
         "run": {"concurrency": a.concurrency, "stream": not a.no_stream, "retries": 0, "preflight": False},
     })
     with tempfile.TemporaryDirectory() as tmp:
-        store = RunStore.create(Path(tmp), {"cases": len(cases), "targets": {}, "repeats": 1}, cases)
+        store = RunStore.create(Path(tmp), {"cases": a.n, "targets": {}, "repeats": 1}, bench_cases(a.n))
+        cases = StoredCases(store)  # as `qualitycheck run` does: read back from the store, never listed
         t0, c0 = time.perf_counter(), time.process_time()
         async def go() -> object:
             clients = None

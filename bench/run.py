@@ -264,7 +264,12 @@ def measurement_error(n1: int, n64: int) -> None:
 
 
 def peak_rss(tmp: Path, sizes: list[int], quick: bool) -> None:
-    """Peak RSS of whole `qualitycheck run` processes at two suite sizes: flat means streaming to the store."""
+    """Peak RSS of whole `qualitycheck run` processes at two suite sizes: flat means streaming to the store.
+
+    The slope between the two sizes (KB per case) is what grows with a run;
+    the rest is the fixed cost of the process (Python, numpy, scipy, sqlite).
+    """
+    whole: dict[int, float] = {}
     with bench_server(INSTANT) as url:
         for n in sizes:
             suite = bench_suite(tmp / f"rss-{n}.jsonl", n)
@@ -277,11 +282,16 @@ def peak_rss(tmp: Path, sizes: list[int], quick: bool) -> None:
             if quick and n == max(sizes):
                 note += "; quick mode: 100,000-case figure needs the full run"
             figure(f"peak_rss_{n}_cases_mb", m.rss_mb, "MB", note + "; whole `qualitycheck run` incl. scoring, stats, report")
+            whole[n] = m.rss_mb
             shutil.rmtree(out, ignore_errors=True)
             suite.unlink()
             d = run_process([PY, str(BENCH / "qc_driver.py"), url, str(2 * n), "64"], env=_cli_env(), timeout=3600)
             figure(f"peak_rss_generation_{2 * n}_requests_mb", d.rss_mb, "MB",
                    "runner+client+store only (qc_driver): the request loop streams to the store")
+    if len(whole) >= 2:
+        lo, hi = min(whole), max(whole)
+        figure("peak_rss_growth_kb_per_case", (whole[hi] - whole[lo]) * 1024 / (hi - lo), "KB",
+               f"whole-run peak RSS slope between {lo:,} and {hi:,} cases (2 responses each); the rest is fixed cost")
 
 
 def main() -> int:
