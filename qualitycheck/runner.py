@@ -103,7 +103,7 @@ async def generate(
     """Send every missing (case, target, repeat) and store each outcome as it arrives.
 
     `cases` is iterated twice (counting, then sending), so it must be a
-    collection or a re-iterable such as `cases.SuiteCases`, not a generator.
+    collection or a re-iterable such as `store.StoredCases`, not a generator.
     `done` is `store.done_keys()` as of before these cases were sent (read
     here when not given): windows over disjoint cases share one read, which
     grows with what the store holds.
