@@ -288,6 +288,10 @@ class RunStore:
             self._db.execute("DELETE FROM artifacts WHERE name='comparisons'")  # the single-blob form of older runs
         return n
 
+    def comparisons_by_case(self) -> Iterator[tuple[str, list[str]]]:
+        """The compare stage's JSON records grouped by case (repeats in order), one case at a time."""
+        return _grouped(self._db.execute("SELECT case_id, body FROM comparisons ORDER BY case_id, repeat"))
+
     def comparison_bodies(self) -> Iterator[str]:
         """The compare stage's JSON records, ordered by case id and repeat: one at a time."""
         for (body,) in self._db.execute("SELECT body FROM comparisons ORDER BY case_id, repeat"):

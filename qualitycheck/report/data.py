@@ -203,18 +203,8 @@ def _comparison_slots(records: Iterable[dict[str, Any]], repeats: int) -> list[d
 
 def _comparisons_by_case(store: RunStore) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """The compare stage's records grouped by case id, in the store's case-id order (a case at a time)."""
-    cur: str | None = None
-    group: list[dict[str, Any]] = []
-    for body in store.comparison_bodies():
-        rec = json.loads(body)
-        cid = str(rec.get("case_id"))
-        if cid != cur and group:
-            yield cur, group  # type: ignore[misc]
-            group = []
-        cur = cid
-        group.append(rec)
-    if group:
-        yield cur, group  # type: ignore[misc]
+    for cid, bodies in store.comparisons_by_case():
+        yield cid, [json.loads(b) for b in bodies]
 
 
 def _legacy_comparisons(store: RunStore, ids: set[str], repeats: int) -> dict[str, list[dict[str, Any] | None]]:

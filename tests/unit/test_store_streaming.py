@@ -34,6 +34,8 @@ def test_comparison_rows_replace_as_a_whole(tmp_path):
         store.put_artifact("comparisons", [{"case_id": "old"}])
         assert store.replace_comparisons([("b", 0, '{"x":2}'), ("a", 1, '{"x":1}')]) == 2
         assert list(store.comparison_bodies()) == ['{"x":1}', '{"x":2}']
+        store.replace_comparisons([("b", 1, '{"r":1}'), ("a", 0, '{"r":0}'), ("b", 0, '{"r":0}')])
+        assert list(store.comparisons_by_case()) == [("a", ['{"r":0}']), ("b", ['{"r":0}', '{"r":1}'])]
         store.replace_comparisons([("c", 0, "{}")])
         assert list(store.comparison_bodies()) == ["{}"]
         assert store.artifact("comparisons") is None
