@@ -23,6 +23,7 @@ the control to disagree.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -42,7 +43,7 @@ def bf16_run(engines: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str
               "--candidate", servers["bf16-ngram"].url, "--control", servers["bf16-control"].url, "--model", MODEL,
               "--suite", str(SUITES / "bf16.jsonl"), "--out", str(out), "--concurrency", "8")
     with RunStore.open(out) as store:
-        comparisons = store.artifact("comparisons")
+        comparisons = [json.loads(body) for body in store.comparison_bodies()]
         responses = {(r.case_id, r.target): r for _, rs in store.responses_by_case() for r in rs}
     return {"proc": proc, "out": out, "comparisons": comparisons, "responses": responses}
 
