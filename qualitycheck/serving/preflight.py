@@ -183,12 +183,19 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
     async def one(key: bytes, case: Case) -> None:
         nonlocal first_error, n_errors
         try:
-            (rb, eb), (rc, ec) = await asyncio.gather(b.post("/tokenize", _tokenize_body(case, b.t)),
-                                                      c.post("/tokenize", _tokenize_body(case, c.t)))
-        finally:
-            window.release()
+            try:
+                (rb, eb), (rc, ec) = await asyncio.gather(b.post("/tokenize", _tokenize_body(case, b.t)),
+                                                          c.post("/tokenize", _tokenize_body(case, c.t)))
+            finally:
+                window.release()
+            shaped = all(isinstance(r, dict) or r is None for r in (rb, rc))
+            tb = rb.get("tokens") if isinstance(rb, dict) else None
+            tc = rc.get("tokens") if isinstance(rc, dict) else None
+            err = eb or ec or (None if shaped else "/tokenize answered something other than a JSON object")
+        except Exception as exc:  # this input's error: a finished task's exception would otherwise go unseen
+            tb = tc = None
+            err = f"{type(exc).__name__}: {exc}"
         order, users = pending.pop(key)
-        tb, tc, err = (rb or {}).get("tokens"), (rc or {}).get("tokens"), eb or ec
         if err or tb is None or tc is None:
             n_errors += 1
             if first_error is None or order < first_error[0]:

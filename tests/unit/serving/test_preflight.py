@@ -133,3 +133,21 @@ def test_tokenize_streams_a_one_pass_iterable_with_bounded_requests_in_flight():
     assert tok.passed is False and tok.detail.startswith("6/60 cases tokenize differently")
     assert [d["cases"] for d in tok.candidate["differing"]] == [["k3", "k23", "k43"], ["k7", "k27", "k47"]]
     assert tok.candidate["differing"][0]["first_difference"] == 2
+
+
+def test_a_tokenize_answer_of_the_wrong_shape_is_an_error_never_a_silent_pass():
+    """One input's odd answer must not vanish with its task: the check names it instead of passing."""
+    cases = [Case(id=f"c{i}", category="qa", prompt=f"p{i}") for i in range(6)]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if not request.url.path.endswith("/tokenize"):
+            return httpx.Response(404)
+        if json.loads(request.content).get("prompt") == "p0":
+            return httpx.Response(200, json=[1, 2, 3])
+        return httpx.Response(200, json={"tokens": [1, 2]})
+
+    res = asyncio.run(preflight(Target(url="http://b", model="m"), Target(url="http://c", model="m"), cases,
+                                concurrency=2, transport=httpx.MockTransport(handler)))
+    tok = _by_name(res)["tokenize"]
+    assert tok.passed is not True
+    assert "c0" in tok.detail and "JSON object" in tok.detail
