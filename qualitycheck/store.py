@@ -142,12 +142,25 @@ class RunStore:
         """Every case in suite order. Holds them all: stages that stream use `iter_cases` or `by_case`."""
         return list(self.iter_cases())
 
-    def iter_cases(self, *, by_id: bool = False) -> Iterator[Case]:
-        """Cases one at a time, in suite order or (`by_id`) in the order responses and scores are read."""
-        for (body,) in self._db.execute(f"SELECT body FROM cases ORDER BY {'id' if by_id else 'idx'}"):
-            d = json.loads(body)
-            file, line = d.pop("_file", None), d.pop("_line", None)
-            yield Case.model_validate(d).model_copy(update={"file": file, "line": line})
+    def iter_cases(self, *, by_id: bool = False, page: int = 500) -> Iterator[Case]:
+        """Cases one at a time, in suite order or (`by_id`) in the order responses and scores are read.
+
+        Read a page per query, never through one statement left open: the
+        runner walks the cases while its writer commits responses, and SQLite
+        cannot restart its write-ahead log past an open read, so the log grew
+        by every response of the run (178 MB for 5,000 cases of 3 kB answers).
+        """
+        key = "id" if by_id else "idx"
+        last: Any = "" if by_id else -1
+        while True:
+            rows = self._db.execute(f"SELECT {key}, body FROM cases WHERE {key} > ? ORDER BY {key} LIMIT ?",
+                                    (last, page)).fetchall()
+            for last, body in rows:
+                d = json.loads(body)
+                file, line = d.pop("_file", None), d.pop("_line", None)
+                yield Case.model_validate(d).model_copy(update={"file": file, "line": line})
+            if len(rows) < page:
+                return
 
     def case_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM cases").fetchone()[0])

@@ -62,3 +62,20 @@ def test_walking_the_cases_never_holds_back_a_commit(tmp_path):
         assert seen == [f"c{i}" for i in range(7)]
         cases = StoredCases(store)
         assert len(cases) == 7 and [c.id for c in cases] == seen and [c.id for c in cases] == seen  # re-iterable
+
+
+def test_walking_the_cases_during_generation_lets_the_write_ahead_log_restart(tmp_path):
+    """An open read would pin the WAL: every response of the run would stay in run.sqlite-wal."""
+    from qualitycheck.cases import Case
+    from qualitycheck.store import RunStore, StoredCases
+
+    cases = [Case(id=f"c{i}", category="qa", prompt="p") for i in range(1500)]
+    store = RunStore.create(tmp_path, {"repeats": 1}, cases)
+    try:
+        for case in StoredCases(store):
+            for target in ("baseline", "candidate"):
+                store.put_response(Response(case_id=case.id, target=target, fingerprint="f", text="y" * 3000))
+        written = 1500 * 2 * 3000
+        assert (tmp_path / "run.sqlite-wal").stat().st_size < written / 2
+    finally:
+        store.close()
