@@ -81,8 +81,12 @@ class RunDigest:
         if not reps:
             return
         cat = reps[0].category
-        for check, o in case_outcomes(reps).items():
-            self.outcomes.setdefault(cat, {}).setdefault(check, []).append(o)
+        decided = case_outcomes(reps)
+        per_check = self.outcomes.setdefault(cat, {})
+        for check in {n for r in reps for n in r.checks}:  # a check no case decided still gets its (n = 0) row
+            outs = per_check.setdefault(check, [])
+            if check in decided:
+                outs.append(decided[check])
         tally = self.text.get(cat)
         if tally is None:
             tally = self.text[cat] = TextTally()

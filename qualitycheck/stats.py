@@ -133,8 +133,12 @@ def outcomes_by_category(comps: Iterable[CaseComparison]) -> dict[str, dict[str,
     """
     out: dict[str, dict[str, list[CaseOutcome]]] = {}
     for reps in group_by_case(comps).values():
-        for n, o in case_outcomes(reps).items():
-            out.setdefault(reps[0].category, {}).setdefault(n, []).append(o)
+        decided = case_outcomes(reps)
+        per_check = out.setdefault(reps[0].category, {})
+        for n in {n for r in reps for n in r.checks}:
+            outs = per_check.setdefault(n, [])
+            if n in decided:
+                outs.append(decided[n])
     return out
 
 

@@ -62,3 +62,16 @@ def test_bootstrap_in_batches_still_covers_the_true_difference(monkeypatch):
     lo, hi = whole
     assert lo < d.mean() < hi
     assert abs((hi - lo) - 2 * 1.96 * se) < 0.25 * (2 * 1.96 * se)
+
+
+def test_a_check_no_case_decided_keeps_its_row(tmp_path):
+    """A scorer that errors on every case (a broken sandbox) must show as n = 0, not vanish."""
+    rows = [{"id": f"c{i}", "category": "code", "checks": {"unit_tests": {"baseline": "error", "candidate": "error"},
+                                                            "contains": {"baseline": "pass", "candidate": "pass"}}}
+            for i in range(3)]
+    with make_store(tmp_path, rows) as store:
+        s = build_summary(store, Config())
+    checks = s["categories"]["code"]["checks"]
+    assert checks["unit_tests"]["n"] == 0 and checks["unit_tests"]["baseline_pass_rate"] is None
+    assert checks["contains"]["n"] == 3
+    assert "unit_tests" in s["signoff"]
