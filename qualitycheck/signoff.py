@@ -46,8 +46,10 @@ def render_signoff(s: dict[str, Any]) -> str:
     err = s.get("errors", {})
     for side in ("baseline", "candidate"):
         e = err.get(side, {})
+        approx = (lat.get(side) or {}).get("percentiles") if isinstance(lat.get(side), dict) else None
         w(f"- {side}: TTFT ms {_ms(lat.get(side), 'ttft_ms')}; TPOT ms {_ms(lat.get(side), 'tpot_ms')}; "
-          f"errors {e.get('count', 0)}/{e.get('requests', 0)} ({_pct(e.get('rate'))})")
+          f"errors {e.get('count', 0)}/{e.get('requests', 0)} ({_pct(e.get('rate'))})"
+          + (f"; percentiles {approx}" if approx else ""))
     if not lat:
         w("- latency percentiles: not available in this run")
     w("")

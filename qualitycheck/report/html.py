@@ -225,6 +225,13 @@ def _latency(data: ReportData) -> list[dict[str, Any]]:
     return out
 
 
+def _latency_approx(s: dict[str, Any]) -> list[str]:
+    """The sides whose percentiles the serving stage bucketed (very large runs), with its own words."""
+    lat = s.get("latency") if isinstance(s.get("latency"), dict) else {}
+    return [f"{side}: {lat[side]['percentiles']}" for side in ("baseline", "candidate", "control")
+            if isinstance(lat.get(side), dict) and lat[side].get("percentiles")]
+
+
 def _acceptance(a: dict[str, Any]) -> dict[str, Any]:
     """The figures worth a glance, the per-position rates, and the stage's own warnings."""
     figures = [(label, fmt(a[k])) for k, label, fmt in (
@@ -304,6 +311,7 @@ def _context(data: ReportData, nonce: str) -> dict[str, Any]:
         "categories": _categories(data),
         "latency": _latency(data),
         "latency_by_category": _latency_by_category(data),
+        "latency_approx": _latency_approx(s),
         "metric_labels": [label for _, label, _ in _METRICS],
         "acceptance": _acceptance(acceptance),
         "guardrails": [_guardrail(g) for g in s.get("guardrails") or [] if isinstance(g, dict)],

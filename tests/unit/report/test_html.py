@@ -124,3 +124,21 @@ def test_json_for_script_cannot_close_its_block() -> None:
     text = str(json_for_script(value))
     assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
     assert json.loads(text) == value
+
+
+def test_bucketed_latency_percentiles_are_marked_in_the_page_and_the_signoff(stored_run: tuple[Path, dict[str, Any]]) -> None:
+    """Past their exact bound (very large runs) the percentiles are approximate: every reader must see that."""
+    from markupsafe import escape
+
+    from qualitycheck.signoff import render_signoff
+
+    run, summary = stored_run
+    s = copy.deepcopy(summary)
+    note = "approximate: log buckets, relative error <= 0.001 (more than 10000 responses and 2000000 samples on this side)"
+    s["latency"] = {"baseline": {"ttft_ms": {"p50": 20.0, "p95": 40.0, "p99": 50.0}},
+                    "candidate": {"ttft_ms": {"p50": 25.0, "p95": 60.0, "p99": 80.0}, "percentiles": note}}
+    html = _render(run, s)
+    assert f'<div class="small muted latency-approx">percentiles candidate: {escape(note)}</div>' in html
+    assert "baseline: approximate" not in html
+    assert f"; percentiles {note}" in render_signoff(s)
+    assert "percentiles approximate" not in _render(run, summary) and "latency-approx" not in _render(run, summary)
