@@ -352,6 +352,9 @@ def write_html(data: ReportData, path: Path) -> Path:
     (plus its encoding) would be the largest thing the report ever holds.
     """
     tmp = path.with_name(path.name + ".tmp")
-    _env().get_template("report.html.j2").stream(**_context(data, secrets.token_urlsafe(18))).dump(str(tmp), encoding="utf-8")
-    tmp.replace(path)
+    try:
+        _env().get_template("report.html.j2").stream(**_context(data, secrets.token_urlsafe(18))).dump(str(tmp), encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a render that failed halfway leaves nothing behind
     return path

@@ -142,3 +142,26 @@ def test_bucketed_latency_percentiles_are_marked_in_the_page_and_the_signoff(sto
     assert "baseline: approximate" not in html
     assert f"; percentiles {note}" in render_signoff(s)
     assert "percentiles approximate" not in _render(run, summary) and "latency-approx" not in _render(run, summary)
+
+
+def test_a_render_that_fails_halfway_leaves_the_old_report_and_no_partial_file(stored_run: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: Any) -> None:
+    import qualitycheck.report.html as html_mod
+
+    run, summary = stored_run
+    target = tmp_path / "report.html"
+    target.write_text("previous report", encoding="utf-8")
+    with RunStore.open(run) as store:
+        data = collect(store, summary)
+    def explodes_while_rendered(_: Any) -> Any:  # a generator: it raises only once the template iterates it
+        raise RuntimeError("render failed")
+        yield
+
+    monkeypatch.setattr(html_mod, "_latency_approx", explodes_while_rendered)
+    try:
+        html_mod.write_html(data, target)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the render error was swallowed")
+    assert target.read_text(encoding="utf-8") == "previous report"
+    assert not (tmp_path / "report.html.tmp").exists()
