@@ -22,7 +22,7 @@ from .cases import Case
 from .client import Endpoint, build_request
 from .config import Config
 from .records import Response
-from .store import RunStore
+from .store import RunStore, StoredOutcomes
 
 __all__ = ["Progress", "RunStats", "generate", "in_shard", "select_shard", "work_items"]
 
@@ -63,7 +63,7 @@ def in_shard(case_id: str, shard: str | None) -> bool:
     return int(hashlib.sha256(case_id.encode()).hexdigest()[:8], 16) % n == i - 1
 
 
-def work_items(cases: Iterable[Case], config: Config, done: dict[tuple[str, str, int], tuple[str, bool]]) -> Iterable[tuple[Case, int, list[str]]]:
+def work_items(cases: Iterable[Case], config: Config, done: StoredOutcomes | dict[tuple[str, str, int], tuple[str, bool]]) -> Iterable[tuple[Case, int, list[str]]]:
     """(case, repeat, targets still needing an answer) for everything not stored yet."""
     targets = config.targets()
     for case in cases:
@@ -98,19 +98,29 @@ async def generate(
     progress: Progress | None = None,
     http_clients: dict[str, Any] | None = None,
     on_response: Callable[[Response], None] | None = None,
-    done: dict[tuple[str, str, int], tuple[str, bool]] | None = None,
+    done: StoredOutcomes | None = None,
 ) -> RunStats:
     """Send every missing (case, target, repeat) and store each outcome as it arrives.
 
     `cases` is iterated twice (counting, then sending), so it must be a
     collection or a re-iterable such as `store.StoredCases`, not a generator.
-    `done` is `store.done_keys()` as of before these cases were sent (read
-    here when not given): windows over disjoint cases share one read, which
-    grows with what the store holds.
+    `done` is `store.stored_outcomes()` (opened here when not given, and
+    then closed here): windows over disjoint cases share one.
     """
     progress = progress or Progress()
     stats = RunStats()
-    done = store.done_keys() if done is None else done
+    own_done = done is None
+    done = store.stored_outcomes() if done is None else done
+    try:
+        return await _generate(store, cases, config, progress, http_clients, on_response, done, stats)
+    finally:
+        if own_done:
+            done.close()
+
+
+async def _generate(store: RunStore, cases: Iterable[Case], config: Config, progress: Progress,
+                    http_clients: dict[str, Any] | None, on_response: Callable[[Response], None] | None,
+                    done: StoredOutcomes, stats: RunStats) -> RunStats:
     totals: dict[str, int] = {}
     if not done and isinstance(cases, Sized):  # nothing stored yet: all of it is to send, no pass needed to count it
         n_cases = len(cases)

@@ -221,12 +221,9 @@ class RunStore:
                 (r.case_id, r.target, r.repeat, r.fingerprint, 0, body),
             )
 
-    def done_keys(self) -> dict[tuple[str, str, int], tuple[str, bool]]:
-        """(case, target, repeat) → (fingerprint, ok) of everything stored."""
-        return {
-            (c, t, int(rp)): (fp, bool(ok))
-            for c, t, rp, fp, ok in self._db.execute("SELECT case_id, target, repeat, fingerprint, ok FROM responses")
-        }
+    def stored_outcomes(self) -> StoredOutcomes:
+        """What is stored per (case, target, repeat), for resume: looked up a case at a time. Close it after use."""
+        return StoredOutcomes(self.folder / STORE_NAME)
 
     def responses(self, case_id: str | None = None) -> Iterator[Response]:
         q = "SELECT body FROM responses"
@@ -350,6 +347,41 @@ class StoredCases:
 
     def __iter__(self) -> Iterator[Case]:
         return self._store.iter_cases()
+
+
+class StoredOutcomes:
+    """(case, target, repeat) → (fingerprint, ok) of the stored responses, read one case at a time.
+
+    Resume needs to know, per case, which answers exist and for which exact
+    request. A dict of every stored response cost ~400 bytes each (80 MB to
+    resume a 200,000-response run); this keeps one case's rows. The lookups
+    use a connection of their own, so they never wait on, or hold open a
+    read against, the writer's connection. Generation looks a case up before
+    sending it, so what this invocation stores meanwhile is never seen.
+    """
+
+    def __init__(self, path: Path):
+        self._db = RunStore._connect(path)
+        self._any = self._db.execute("SELECT 1 FROM responses LIMIT 1").fetchone() is not None
+        self._case: str | None = None
+        self._rows: dict[tuple[str, int], tuple[str, bool]] = {}
+
+    def __bool__(self) -> bool:
+        """Whether anything was stored when generation began (a fresh run skips every lookup)."""
+        return self._any
+
+    def get(self, key: tuple[str, str, int], default: tuple[str, bool] | None = None) -> tuple[str, bool] | None:
+        case_id, target, rep = key
+        if not self._any:
+            return default
+        if case_id != self._case:
+            q = "SELECT target, repeat, fingerprint, ok FROM responses WHERE case_id=?"
+            self._rows = {(t, int(r)): (fp, bool(ok)) for t, r, fp, ok in self._db.execute(q, (case_id,))}
+            self._case = case_id
+        return self._rows.get((target, rep), default)
+
+    def close(self) -> None:
+        self._db.close()
 
 
 def _grouped(rows: Iterable[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:

@@ -77,17 +77,20 @@ def measured_generate(store: RunStore, cases: Iterable[Case], cfg: Config, *, pr
     total = RunStats()
 
     async def go() -> None:
-        done = store.done_keys()  # one read for every window: their cases are disjoint
-        for category, group in _groups(cases, cfg.run.acceptance_by_category):
-            before = await asyncio.to_thread(scrape_all, targets)
-            tally = SentTally()
-            stats = await generate(store, group, cfg, progress=progress, http_clients=http_clients, on_response=tally,
-                                   done=done)
-            after = await asyncio.to_thread(scrape_all, targets)
-            record_window(store, window(before, after, tally, category))
-            _merge(total, stats)
-            if stats.interrupted:
-                return
+        done = store.stored_outcomes()  # one for every window: their cases are disjoint
+        try:
+            for category, group in _groups(cases, cfg.run.acceptance_by_category):
+                before = await asyncio.to_thread(scrape_all, targets)
+                tally = SentTally()
+                stats = await generate(store, group, cfg, progress=progress, http_clients=http_clients,
+                                       on_response=tally, done=done)
+                after = await asyncio.to_thread(scrape_all, targets)
+                record_window(store, window(before, after, tally, category))
+                _merge(total, stats)
+                if stats.interrupted:
+                    return
+        finally:
+            done.close()
 
     asyncio.run(go())
     return total

@@ -79,3 +79,46 @@ def test_walking_the_cases_during_generation_lets_the_write_ahead_log_restart(tm
         assert (tmp_path / "run.sqlite-wal").stat().st_size < written / 2
     finally:
         store.close()
+
+
+def test_resume_looks_up_what_is_stored_a_case_at_a_time(tmp_path):
+    """Resume used to hold (case, target, repeat) → (fingerprint, ok) for every stored response."""
+    import tracemalloc
+
+    from qualitycheck.cases import Case
+    from qualitycheck.config import Config
+    from qualitycheck.runner import work_items
+    from qualitycheck.store import RunStore, StoredCases
+
+    cfg = Config.model_validate({"baseline": {"url": "http://b", "model": "m"}, "candidate": {"url": "http://c", "model": "m"}})
+    n = 6000
+    store = RunStore.create(tmp_path, {"repeats": 1}, (Case(id=f"case-{i:05d}", category="qa", prompt="p") for i in range(n)))
+    try:
+        with store._db:
+            store._db.execute("BEGIN")
+            for i in range(n):
+                for t in ("baseline", "candidate"):
+                    if (i, t) != (7, "candidate"):
+                        ok = i != 9
+                        store.put_response(Response(case_id=f"case-{i:05d}", target=t, fingerprint="stale-" + "f" * 58,
+                                                    error=None if ok else {"kind": "timeout", "message": "t"}))
+
+        def walk() -> tuple[list[tuple[str, list[str]]], int]:
+            done = store.stored_outcomes()
+            tracemalloc.start()
+            try:
+                items = [(c.id, need) for c, _, need in work_items(StoredCases(store), cfg, done) if c.id in ("case-00007", "case-00009")]
+                return items, tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+                done.close()
+
+        items, resume_peak = walk()
+        # every stored request is "stale" (its fingerprint differs), so every case is re-asked; 7 and 9 are checked exactly
+        assert items == [("case-00007", ["baseline", "candidate"]), ("case-00009", ["baseline", "candidate"])]
+        done = store.stored_outcomes()
+        assert done and done.get(("case-00007", "candidate", 0)) is None and done.get(("case-00009", "baseline", 0))[1] is False
+        done.close()
+        assert resume_peak < 1_500_000, f"resume held {resume_peak} bytes for {2 * n} stored responses"
+    finally:
+        store.close()
