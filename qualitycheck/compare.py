@@ -259,16 +259,9 @@ def compare_run(store: RunStore, consume: Callable[[list[CaseComparison]], None]
 
 def stored_comparisons(store: RunStore) -> Iterator[CaseComparison]:
     """The stored records, one at a time in case-id order (comparing the run first if it never was)."""
-    bodies = store.comparison_bodies()
-    first = next(bodies, None)
-    if first is None:
+    if next(store.comparison_bodies(), None) is None:
         compare_run(store)
-        bodies = store.comparison_bodies()
-        first = next(bodies, None)
-        if first is None:
-            return
-    yield CaseComparison.model_validate_json(first)
-    for body in bodies:
+    for body in store.comparison_bodies():
         yield CaseComparison.model_validate_json(body)
 
 

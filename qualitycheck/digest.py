@@ -18,7 +18,7 @@ from itertools import groupby
 from typing import Any
 
 from .compare import CaseComparison
-from .stats import CaseOutcome, DriftSamples, add_drift, case_outcomes
+from .stats import CaseOutcome, DriftSamples, add_case_outcomes, add_drift
 
 __all__ = ["RunDigest", "TextTally"]
 
@@ -81,12 +81,7 @@ class RunDigest:
         if not reps:
             return
         cat = reps[0].category
-        decided = case_outcomes(reps)
-        per_check = self.outcomes.setdefault(cat, {})
-        for check in {n for r in reps for n in r.checks}:  # a check no case decided still gets its (n = 0) row
-            outs = per_check.setdefault(check, [])
-            if check in decided:
-                outs.append(decided[check])
+        add_case_outcomes(self.outcomes, reps)
         tally = self.text.get(cat)
         if tally is None:
             tally = self.text[cat] = TextTally()

@@ -40,7 +40,7 @@ __all__ = [
     "NoiseFloor",
     "add_drift",
     "check_stats",
-    "case_outcomes",
+    "add_case_outcomes",
     "classify_cases",
     "format_drift",
     "holm",
@@ -96,13 +96,18 @@ def _shared(t: tuple[Any, ...]) -> tuple[Any, ...]:
     return _SHARED.setdefault(t, t) if len(t) <= 8 else t
 
 
-def case_outcomes(reps: Sequence[CaseComparison]) -> dict[str, CaseOutcome]:
-    """check → one case's decided outcomes over its repeats; checks not decided on both sides are left out."""
+def add_case_outcomes(into: dict[str, dict[str, list[CaseOutcome]]], reps: Sequence[CaseComparison]) -> None:
+    """Add one case's decided outcomes over its repeats to category → check → outcomes.
+
+    A check the case did not decide on both sides adds nothing, but its list
+    exists, so a check no case decided still shows (n = 0) instead of vanishing.
+    """
     if not reps:
-        return {}
+        return
     case_id, route = reps[0].case_id, reps[0].route
-    out: dict[str, CaseOutcome] = {}
+    per_check = into.setdefault(reps[0].category, {})
     for n in sorted({n for r in reps for n in r.checks}):
+        outs = per_check.setdefault(n, [])
         b: list[bool] = []
         c: list[bool] = []
         k: list[bool] = []
@@ -120,9 +125,8 @@ def case_outcomes(reps: Sequence[CaseComparison]) -> dict[str, CaseOutcome]:
                 if o.baseline in DECIDED:
                     pairs.append((o.baseline == "pass", o.control == "pass"))
         if b and c:
-            out[n] = CaseOutcome(case_id, route, _shared(tuple(b)), _shared(tuple(c)), _shared(tuple(k)),
-                                 _shared(tuple(pairs)))
-    return out
+            outs.append(CaseOutcome(case_id, route, _shared(tuple(b)), _shared(tuple(c)), _shared(tuple(k)),
+                                    _shared(tuple(pairs))))
 
 
 def outcomes_by_category(comps: Iterable[CaseComparison]) -> dict[str, dict[str, list[CaseOutcome]]]:
@@ -133,12 +137,7 @@ def outcomes_by_category(comps: Iterable[CaseComparison]) -> dict[str, dict[str,
     """
     out: dict[str, dict[str, list[CaseOutcome]]] = {}
     for reps in group_by_case(comps).values():
-        decided = case_outcomes(reps)
-        per_check = out.setdefault(reps[0].category, {})
-        for n in {n for r in reps for n in r.checks}:
-            outs = per_check.setdefault(n, [])
-            if n in decided:
-                outs.append(decided[n])
+        add_case_outcomes(out, reps)
     return out
 
 

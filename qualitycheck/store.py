@@ -22,9 +22,11 @@ from .cases import Case
 from .errors import RunMismatchError, StoreError
 from .records import FORMAT_VERSION, Response, Score
 
-__all__ = ["CaseRecords", "RunStore", "STORE_NAME", "StoredCases", "load_run"]
+__all__ = ["CaseRecords", "GroupsById", "RunStore", "STORE_NAME", "StoredCases", "StoredOutcomes", "load_run"]
 
 STORE_NAME = "run.sqlite"
+_ROUTE = "COALESCE(json_extract(body, '$.tags.route'), category)"
+"""A stored case's route in SQL: `tags.route`, else its category (as `Case.route`)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -167,13 +169,12 @@ class RunStore:
 
     def case_labels(self) -> dict[str, tuple[str, str]]:
         """case id → (category, route), without parsing whole cases (a few dozen bytes per case)."""
-        q = "SELECT id, category, COALESCE(json_extract(body, '$.tags.route'), category) FROM cases ORDER BY idx"
+        q = f"SELECT id, category, {_ROUTE} FROM cases ORDER BY idx"
         return {i: (c, r) for i, c, r in self._db.execute(q)}
 
     def category_routes(self) -> dict[str, dict[str, int]]:
         """category → route → number of cases, counted by SQLite."""
-        q = ("SELECT category, COALESCE(json_extract(body, '$.tags.route'), category), COUNT(*) FROM cases "
-             "GROUP BY 1, 2 ORDER BY 1, 2")
+        q = f"SELECT category, {_ROUTE}, COUNT(*) FROM cases GROUP BY 1, 2 ORDER BY 1, 2"
         out: dict[str, dict[str, int]] = {}
         for cat, route, n in self._db.execute(q):
             out.setdefault(cat, {})[route] = n
@@ -186,24 +187,12 @@ class RunStore:
         what its largest case costs. Cases without any response come too
         (with empty lists): a stage decides what a missing answer means.
         """
-        resp = _grouped(self._db.execute("SELECT case_id, body FROM responses ORDER BY case_id, target, repeat"))
-        sc = _grouped(self._db.execute(
-            'SELECT case_id, body FROM scores ORDER BY case_id, target, repeat, "check"')) if scores else iter(())
-        next_r, next_s = next(resp, None), next(sc, None)
+        resp = GroupsById(self._response_groups())
+        sc = GroupsById(_grouped(self._db.execute(
+            'SELECT case_id, body FROM scores ORDER BY case_id, target, repeat, "check"')) if scores else iter(()))
         for case in self.iter_cases(by_id=True):
-            rs: list[Response] = []
-            ss: list[Score] = []
-            while next_r is not None and next_r[0] < case.id:  # answers to a case no longer in the store
-                next_r = next(resp, None)
-            if next_r is not None and next_r[0] == case.id:
-                rs = [Response.model_validate_json(b) for b in next_r[1]]
-                next_r = next(resp, None)
-            while next_s is not None and next_s[0] < case.id:
-                next_s = next(sc, None)
-            if next_s is not None and next_s[0] == case.id:
-                ss = [Score.model_validate_json(b) for b in next_s[1]]
-                next_s = next(sc, None)
-            yield CaseRecords(case, rs, ss)
+            yield CaseRecords(case, [Response.model_validate_json(b) for b in resp.take(case.id)],
+                              [Score.model_validate_json(b) for b in sc.take(case.id)])
 
     # ------------------------------------------------------------ responses
     def put_response(self, r: Response) -> None:
@@ -236,16 +225,11 @@ class RunStore:
 
     def responses_by_case(self) -> Iterator[tuple[str, list[Response]]]:
         """Stream responses grouped by case without loading the whole run."""
-        cur_id: str | None = None
-        group: list[Response] = []
-        for r in self.responses():
-            if r.case_id != cur_id and group:
-                yield cur_id, group  # type: ignore[misc]
-                group = []
-            cur_id = r.case_id
-            group.append(r)
-        if group:
-            yield cur_id, group  # type: ignore[misc]
+        for cid, bodies in self._response_groups():
+            yield cid, [Response.model_validate_json(b) for b in bodies]
+
+    def _response_groups(self) -> Iterator[tuple[str, list[str]]]:
+        return _grouped(self._db.execute("SELECT case_id, body FROM responses ORDER BY case_id, target, repeat"))
 
     def count_responses(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -382,6 +366,28 @@ class StoredOutcomes:
 
     def close(self) -> None:
         self._db.close()
+
+
+class GroupsById:
+    """Groups read in case-id order, taken by a merge that walks the cases in the same order.
+
+    Groups of ids the walk never asks for (rows of a case no longer in the
+    store) are skipped; an id without a group gets an empty list.
+    """
+
+    def __init__(self, groups: Iterator[tuple[str, list[str]]]):
+        self._groups = groups
+        self._next = next(groups, None)
+        self.empty = self._next is None
+
+    def take(self, case_id: str) -> list[str]:
+        while self._next is not None and self._next[0] < case_id:
+            self._next = next(self._groups, None)
+        if self._next is None or self._next[0] != case_id:
+            return []
+        bodies = self._next[1]
+        self._next = next(self._groups, None)
+        return bodies
 
 
 def _grouped(rows: Iterable[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:

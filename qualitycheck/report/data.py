@@ -16,14 +16,14 @@ import heapq
 import json
 import time
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..store import CaseRecords, RunStore
+from ..store import CaseRecords, GroupsById, RunStore
 
 __all__ = ["CaseRow", "FLAG_ORDER", "ITL_SAMPLE", "MAX_CASES", "ReportData", "collect", "percentiles", "run_date"]
 
@@ -199,12 +199,6 @@ def _comparison_slots(records: Iterable[dict[str, Any]], repeats: int) -> list[d
         slot = slot or [None] * repeats
         slot[rep] = _shown(rec)
     return slot
-
-
-def _comparisons_by_case(store: RunStore) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """The compare stage's records grouped by case id, in the store's case-id order (a case at a time)."""
-    for cid, bodies in store.comparisons_by_case():
-        yield cid, [json.loads(b) for b in bodies]
 
 
 def _legacy_comparisons(store: RunStore, ids: set[str], repeats: int) -> dict[str, list[dict[str, Any] | None]]:
@@ -423,9 +417,7 @@ def collect(store: RunStore, summary: dict[str, Any], *, max_cases: int = MAX_CA
     category_flags: dict[str, dict[str, int]] = {}
     checks: set[str] = set()
     heap: list[tuple[int, int, CaseRow]] = []  # (-rank, -suite index, row): the root is the least important kept case
-    comps = _comparisons_by_case(store)
-    next_c = next(comps, None)
-    any_comparisons = next_c is not None
+    comps = GroupsById(store.comparisons_by_case())
 
     for rec in store.by_case():
         row = _case_row(rec, repeats, sets, latency)
@@ -437,23 +429,18 @@ def collect(store: RunStore, summary: dict[str, Any], *, max_cases: int = MAX_CA
         first = _first_flag(row.flags)
         primary[first] = primary.get(first, 0) + 1
         key = (-_RANK[first], -suite_index.get(row.id, len(suite_index)))
-        while next_c is not None and next_c[0] < row.id:  # records of a case no longer in the store
-            next_c = next(comps, None)
-        records: list[dict[str, Any]] = []
-        if next_c is not None and next_c[0] == row.id:
-            records = next_c[1]
-            next_c = next(comps, None)
+        bodies = comps.take(row.id)
         if max_cases == 0 or (len(heap) >= max_cases and key <= heap[0][:2]):
             continue  # less important than every kept case
         row.prompt = _clip(_prompt_text({"messages": rec.case.messages, "prompt": rec.case.prompt}))
-        row.comparison = _comparison_slots(records, repeats)
+        row.comparison = _comparison_slots([json.loads(b) for b in bodies], repeats)  # parsed only for kept rows
         if len(heap) < max_cases:
             heapq.heappush(heap, (*key, row))
         else:
             heapq.heapreplace(heap, (*key, row))
 
     kept = [row for _, _, row in sorted(heap, key=lambda e: (-e[0], -e[1]))]
-    if not any_comparisons and kept:
+    if comps.empty and kept:
         legacy = _legacy_comparisons(store, {r.id for r in kept}, repeats)
         for row in kept:
             row.comparison = legacy.get(row.id, [])
