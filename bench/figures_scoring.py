@@ -33,10 +33,10 @@ def _has(module: str) -> bool:
 
 def _store(folder: Path, cases: list[Any], answers: dict[str, tuple[str, str]]) -> Any:
     """A finished two-target run folder filled by hand (no endpoint involved)."""
-    from qualitycheck.config import Config
-    from qualitycheck.pipeline import manifest_for, redacted_config
-    from qualitycheck.records import Response, Usage
-    from qualitycheck.store import RunStore
+    from qualitycheck.core._config import Config
+    from qualitycheck.pipeline._run import manifest_for, redacted_config
+    from qualitycheck.core._records import Response, Usage
+    from qualitycheck.core._store import RunStore
 
     cfg = Config.model_validate({"baseline": {"url": "http://127.0.0.1:9/v1", "model": "m"},
                                  "candidate": {"url": "http://127.0.0.1:9/v1", "model": "m"}})
@@ -55,7 +55,7 @@ def _store(folder: Path, cases: list[Any], answers: dict[str, tuple[str, str]]) 
 def sandbox_rate(figure: Figure, skipped: Callable[[str, str], None], quick: bool) -> None:
     """Sandboxed unit-test runs per second: MBPP reference solutions scored like model answers."""
     name = "sandboxed_unit_tests_per_s"
-    if not _has("qualitycheck.scoring.code"):
+    if not _has("qualitycheck.scoring._code"):
         skipped(name, "qualitycheck/scoring/code.py (the sandboxed unit-test scorer) is not in this checkout yet")
         return
     if not MBPP.is_file():
@@ -63,7 +63,7 @@ def sandbox_rate(figure: Figure, skipped: Callable[[str, str], None], quick: boo
         return
     import tempfile
 
-    from qualitycheck.cases import Case
+    from qualitycheck.core._cases import Case
     from qualitycheck.scoring import score_store
 
     n = 30 if quick else 150
@@ -86,12 +86,12 @@ def sandbox_rate(figure: Figure, skipped: Callable[[str, str], None], quick: boo
 def judge_savings(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, quick: bool) -> None:
     """Judge calls a greedy run saves by not judging byte-identical pairs."""
     name = "judge_calls_saved_pct"
-    if not _has("qualitycheck.scoring.judge"):
+    if not _has("qualitycheck.judge._judge"):
         skipped(name, "qualitycheck/scoring/judge.py is not in this checkout yet")
         return
-    from qualitycheck.cases import Case
-    from qualitycheck.config import Config
-    from qualitycheck.scoring.judge import score_judge
+    from qualitycheck.core._cases import Case
+    from qualitycheck.core._config import Config
+    from qualitycheck.judge._judge import score_judge
     from qualitycheck.testserver import TestServer
 
     n, divergent_every = (200, 10) if quick else (1000, 10)
@@ -120,7 +120,7 @@ def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path,
     if not _has("qualitycheck.report"):
         skipped("report_build_s", "qualitycheck/report is not in this checkout yet")
         return
-    from qualitycheck.cases import Case
+    from qualitycheck.core._cases import Case
 
     cases = [Case(id=f"r{i}", category=f"cat{i % 8}", messages=[{"role": "user", "content": f"Question r{i}?"}],
                   checks={"exact": f"answer {i}", "contains": ["answer"]}) for i in range(n)]
@@ -147,9 +147,9 @@ def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path,
 def gate_power(figure: Figure, skipped: Callable[[str, str], None], trials: int) -> None:
     """The quality gate on simulated paired runs: A/A false alarms and power for a 2-pp regression."""
     try:
-        from qualitycheck.stats import simulate_gate
+        from qualitycheck.verdict._stats import simulate_gate
     except ImportError:
-        skipped("gate_false_alarm_rate", "qualitycheck.stats.simulate_gate is not in this checkout yet")
+        skipped("gate_false_alarm_rate", "qualitycheck.verdict._stats.simulate_gate is not in this checkout yet")
         return
     t0 = time.perf_counter()
     fa = simulate_gate(n=300, drop=0.0, trials=trials, seed=1)

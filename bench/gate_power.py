@@ -6,14 +6,14 @@ A category of 300 cases (80% baseline pass rate), an A/A control, and a
 share `noise` of A/A pairs that disagree (batching non-determinism). The
 false-alarm rate is measured on A/A data (no change); the power is the share
 of runs in which a 2-percentage-point regression fails the quality
-guardrail. Both use the gate's own decision (qualitycheck.stats.classify_cases).
+guardrail. Both use the gate's own decision (qualitycheck.verdict._stats.classify_cases).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from qualitycheck.stats import ALPHA, simulate_gate
+from qualitycheck.verdict._stats import ALPHA, simulate_gate
 
 
 def main() -> None:

@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from qualitycheck.cases import Case  # noqa: E402
-from qualitycheck.config import Config  # noqa: E402
-from qualitycheck.runner import generate  # noqa: E402
-from qualitycheck.store import RunStore, StoredCases  # noqa: E402
+from qualitycheck.core._cases import Case  # noqa: E402
+from qualitycheck.core._config import Config  # noqa: E402
+from qualitycheck.generation._runner import generate  # noqa: E402
+from qualitycheck.core._store import RunStore, StoredCases  # noqa: E402
 
 
 def bench_cases(n: int) -> Iterator[Case]:

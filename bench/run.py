@@ -146,7 +146,7 @@ def _cli_env() -> dict[str, str]:
 # ------------------------------------------------------------ figures
 def _generation_span(folder: Path) -> tuple[float, float]:
     """(first request sent, last answer received), epoch seconds, from the run's own records."""
-    from qualitycheck.store import RunStore
+    from qualitycheck.core._store import RunStore
 
     first, last = float("inf"), 0.0
     with RunStore.open(folder) as store:

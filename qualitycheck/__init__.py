@@ -4,11 +4,11 @@ The public API is small on purpose; everything else is reached through the
 CLI or the pytest plugin. `__all__` is guarded by a test.
 """
 
-from .cases import Case, load_suite
-from .config import Config, Target, load_config
-from .errors import QualitycheckError
-from .records import Response, Score
-from .store import RunStore, load_run
+from qualitycheck.core._cases import Case, load_suite
+from qualitycheck.core._config import Config, Target, load_config
+from qualitycheck.core._errors import QualitycheckError
+from qualitycheck.core._records import Response, Score
+from qualitycheck.core._store import RunStore, load_run
 
 __version__ = "0.1.0"
 

@@ -48,9 +48,9 @@ def qc_requested(config: pytest.Config) -> bool:
 
 def _run_or_regate(config: pytest.Config) -> Path:
     """Generate and gate (or re-gate a stored run); returns the run folder holding summary.json."""
-    from .config import load_config
-    from .errors import ConfigError, Problem, QualitycheckError
-    from .pipeline import redo, run
+    from qualitycheck.core._config import load_config
+    from qualitycheck.core._errors import ConfigError, Problem, QualitycheckError
+    from qualitycheck.pipeline._run import redo, run
 
     opt = config.getoption
     try:
@@ -85,7 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if not qc_requested(config):
         return
-    from .summary import SUMMARY_NAME
+    from qualitycheck.verdict._summary import SUMMARY_NAME
 
     folder = _run_or_regate(config)
     _load(config, str(folder / SUMMARY_NAME))

@@ -51,7 +51,7 @@ install_browser() {
 }
 
 prepare_model() {
-  "$PY" -m qualitycheck.engines.model prepare
+  "$PY" -m qualitycheck.engines prepare
 }
 
 cmd="${1:-}"

@@ -1,15 +1,14 @@
-"""Local vLLM engines: the demo model, server launching, the demo run.
+"""Local vLLM engines: the demo model and server launching.
 
 Used by `qualitycheck demo`, the end-to-end tests and `sweep` launch
 templates. Importing this package imports neither vLLM nor torch (those are
 needed only inside the servers and for model conversion), and names are
-resolved lazily so `python -m qualitycheck.engines.model` runs cleanly.
+resolved lazily so `python -m qualitycheck.engines prepare` runs cleanly.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from qualitycheck.core._lazy import lazy_exports
 
 __all__ = [
     "DEMO_MODEL_NAME",
@@ -24,19 +23,13 @@ __all__ = [
     "ngram_config",
     "prepare",
     "qc_home",
-    "run_demo",
     "start_together",
     "stop_all",
 ]
 
-_HOME = {
-    "DEMO_MODEL_NAME": "model", "ModelPrepareError": "model", "demo_model_dir": "model", "prepare": "model",
-    "qc_home": "model", "run_demo": "demo",
+_HOME = {name: "_launcher" for name in __all__} | {
+    "DEMO_MODEL_NAME": "_model", "ModelPrepareError": "_model", "demo_model_dir": "_model", "prepare": "_model",
+    "qc_home": "_model",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f".{_HOME.get(name, 'launcher')}", __name__)
-    return getattr(module, name)
+__getattr__ = lazy_exports(__name__, _HOME)

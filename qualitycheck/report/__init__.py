@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..store import RunStore
-from .data import MAX_CASES, ReportData, collect
-from .html import REPORT_NAME, render_html, write_html, write_report
-from .terminal import print_summary, summary_renderables
+from qualitycheck.core._store import RunStore
+from qualitycheck.report._data import MAX_CASES, ReportData, collect
+from qualitycheck.report._html import REPORT_NAME, render_html, write_html, write_report
+from qualitycheck.report._terminal import print_summary, summary_renderables
 
 __all__ = ["MAX_CASES", "REPORT_NAME", "ReportData", "collect", "print_summary", "publish", "render_html", "summary_renderables",
            "write_html", "write_report"]

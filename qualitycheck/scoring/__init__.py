@@ -7,8 +7,8 @@ drift features the comparison puts side by side.
 
 from __future__ import annotations
 
-from .format import format_features
-from .registry import BASELINE, FAMILIES, Outcome, Scorer, build_scorers, score_case, score_store
+from qualitycheck.scoring._format import format_features
+from qualitycheck.scoring._registry import BASELINE, FAMILIES, Outcome, Scorer, build_scorers, score_case, score_store
 
 __all__ = [
     "BASELINE",

@@ -9,7 +9,7 @@ docs/stages/serving.md.
 
 from __future__ import annotations
 
-from .acceptance import (
+from qualitycheck.serving._acceptance import (
     WINDOWS_ARTIFACT,
     SentTally,
     acceptance_from_windows,
@@ -20,9 +20,9 @@ from .acceptance import (
     scrape_all,
     window,
 )
-from .latency import cost_per_1k, itl_per_token, latency_summary, side_latency, tpot_s
-from .preflight import Check, PreflightResult, format_preflight, preflight, run_preflight
-from .slices import slices_summary
+from qualitycheck.serving._latency import cost_per_1k, itl_per_token, latency_summary, side_latency, tpot_s
+from qualitycheck.generation._preflight import Check, PreflightResult, format_preflight, preflight, run_preflight
+from qualitycheck.serving._slices import slices_summary
 
 __all__ = [
     "Check",

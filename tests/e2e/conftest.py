@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.engines.launcher import VllmServer, draft_model_config, launch, ngram_config
+from qualitycheck.engines._launcher import VllmServer, draft_model_config, launch, ngram_config
 from tests.e2e.e2e_helpers import MODEL
 
 
@@ -65,7 +65,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def model_dir() -> Path:
     if not ENGINE_PRESENT:
         pytest.fail(f"CI is set but vLLM cannot be imported: {SKIP_REASON}")
-    from qualitycheck.engines.model import prepare
+    from qualitycheck.engines._model import prepare
 
     return prepare()
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.store import RunStore
+from qualitycheck.core._store import RunStore
 from tests.e2e.e2e_helpers import MODEL, SUITES, explain, qc, summary_of, write_config
 
 pytestmark = pytest.mark.e2e

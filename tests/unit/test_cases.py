@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from qualitycheck.cases import load_suite
-from qualitycheck.cli import main
-from qualitycheck.errors import SuiteError
+from qualitycheck.core._cases import load_suite
+from qualitycheck.cli._main import main
+from qualitycheck.core._errors import SuiteError
 
 from tests.helpers import write_suite
 
@@ -150,9 +150,9 @@ def test_lines_are_numbered_across_every_line_break_and_bad_utf8_by_file_offset(
 
 
 def test_scan_suite_streams_with_load_suites_problems_and_the_manifests_fingerprint(tmp_path: Path) -> None:
-    from qualitycheck.cases import SuiteCases, scan_suite
-    from qualitycheck.config import Config
-    from qualitycheck.pipeline import manifest_for
+    from qualitycheck.core._cases import SuiteCases, scan_suite
+    from qualitycheck.core._config import Config
+    from qualitycheck.pipeline._run import manifest_for
 
     good = write_suite(tmp_path / "good" / "s.jsonl", [{"id": f"c{i}", "category": "qa", "prompt": f"p{i}"} for i in range(20)]
                        + [{"id": "j", "category": "qa", "prompt": "p", "checks": {"judge": "pairwise"}}])
@@ -178,7 +178,7 @@ def test_scan_suite_holds_far_less_than_the_cases(tmp_path: Path) -> None:
     """What validation keeps per case (id, first line, content hash) must stay well under a Case."""
     import tracemalloc
 
-    from qualitycheck.cases import scan_suite
+    from qualitycheck.core._cases import scan_suite
 
     n = 4000
     suite = write_suite(tmp_path / "s.jsonl", [{"id": f"case-{i}", "category": "qa", "params": {"max_tokens": 64},

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.cases import Case
-from qualitycheck.client import Endpoint
-from qualitycheck.config import RunOptions, Target
-from qualitycheck.records import Response
+from qualitycheck.core._cases import Case
+from qualitycheck.generation._client import Endpoint
+from qualitycheck.core._config import RunOptions, Target
+from qualitycheck.core._records import Response
 from qualitycheck.testserver import Fault, TestServer
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from qualitycheck.cli import main
-from qualitycheck.store import RunStore, load_run
+from qualitycheck.cli._main import main
+from qualitycheck.core._store import RunStore, load_run
 from qualitycheck.testserver import Fault, TestServer
 from tests.helpers import qa_cases, write_suite
 
@@ -212,7 +212,7 @@ def test_regressions_within_the_noise_allowance_are_named_as_tolerated(tmp_path:
 
 
 def test_credentials_in_the_url_become_basic_auth_and_never_stay_in_the_url() -> None:
-    from qualitycheck.config import Target
+    from qualitycheck.core._config import Target
 
     t = Target(url="http://alice:s3cret@10.0.0.1:8000/v1", model="m")
     assert t.base_url == "http://10.0.0.1:8000/v1" and t.server_url == "http://10.0.0.1:8000"
@@ -241,9 +241,9 @@ def test_generate_walks_a_reiterable_suite_and_counts_what_it_skips(tmp_path: Pa
     """`run` hands the runner a suite read again on each pass, never a list: counting, sending, resuming."""
     import asyncio
 
-    from qualitycheck.cases import SuiteCases
-    from qualitycheck.config import Config
-    from qualitycheck.runner import Progress, generate
+    from qualitycheck.core._cases import SuiteCases
+    from qualitycheck.core._config import Config
+    from qualitycheck.generation._runner import Progress, generate
 
     class Totals(Progress):
         def start(self, totals: dict[str, int]) -> None:
@@ -271,8 +271,8 @@ def test_a_store_slower_than_the_server_holds_back_new_pairs_instead_of_queueing
     """Received-but-uncommitted responses stay bounded: memory must not grow with the run when the disk lags."""
     import asyncio
 
-    from qualitycheck import runner
-    from qualitycheck.config import Config
+    from qualitycheck.generation import _runner as runner
+    from qualitycheck.core._config import Config
 
     monkeypatch.setattr(runner, "MAX_UNWRITTEN", 4)
     slow_put = RunStore.put_response
@@ -286,7 +286,7 @@ def test_a_store_slower_than_the_server_holds_back_new_pairs_instead_of_queueing
     put = runner._StoreWriter.put
     monkeypatch.setattr(runner._StoreWriter, "put", lambda self, r: (put(self, r), seen.append(self.backlog())))
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(40))
-    from qualitycheck.cases import SuiteCases
+    from qualitycheck.core._cases import SuiteCases
 
     with TestServer() as b, TestServer() as c:
         cfg = Config.model_validate({"baseline": {"url": b.url, "model": "m"}, "candidate": {"url": c.url, "model": "m"},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.unit.verdict.verdict_builders import make_store
 
-from qualitycheck.records import Response
+from qualitycheck.core._records import Response
 
 
 def test_by_case_joins_cases_responses_and_scores_by_id(tmp_path):
@@ -46,7 +46,7 @@ def test_walking_the_cases_never_holds_back_a_commit(tmp_path):
     connection: each response must be durable (visible to another connection) at once."""
     import sqlite3
 
-    from qualitycheck.store import StoredCases
+    from qualitycheck.core._store import StoredCases
 
     rows = [{"id": f"c{i}", "category": "qa"} for i in range(7)]
     with make_store(tmp_path, rows) as store:
@@ -66,8 +66,8 @@ def test_walking_the_cases_never_holds_back_a_commit(tmp_path):
 
 def test_walking_the_cases_during_generation_lets_the_write_ahead_log_restart(tmp_path):
     """An open read would pin the WAL: every response of the run would stay in run.sqlite-wal."""
-    from qualitycheck.cases import Case
-    from qualitycheck.store import RunStore, StoredCases
+    from qualitycheck.core._cases import Case
+    from qualitycheck.core._store import RunStore, StoredCases
 
     cases = [Case(id=f"c{i}", category="qa", prompt="p") for i in range(1500)]
     store = RunStore.create(tmp_path, {"repeats": 1}, cases)
@@ -85,10 +85,10 @@ def test_resume_looks_up_what_is_stored_a_case_at_a_time(tmp_path):
     """Resume used to hold (case, target, repeat) → (fingerprint, ok) for every stored response."""
     import tracemalloc
 
-    from qualitycheck.cases import Case
-    from qualitycheck.config import Config
-    from qualitycheck.runner import work_items
-    from qualitycheck.store import RunStore, StoredCases
+    from qualitycheck.core._cases import Case
+    from qualitycheck.core._config import Config
+    from qualitycheck.generation._runner import work_items
+    from qualitycheck.core._store import RunStore, StoredCases
 
     cfg = Config.model_validate({"baseline": {"url": "http://b", "model": "m"}, "candidate": {"url": "http://c", "model": "m"}})
     n = 6000

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from jsonschema import validators
 
-from qualitycheck.cases import Case, load_suite
+from qualitycheck.core._cases import Case, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "suites"
@@ -37,7 +37,7 @@ def _by_category(cases: list[Case], category: str) -> list[Case]:
 
 
 def test_validate_command_accepts_the_suites() -> None:
-    from qualitycheck.cli import main
+    from qualitycheck.cli._main import main
 
     assert main(["validate", str(SUITES)]) == 0
 
@@ -180,8 +180,8 @@ def test_demo_selection_fits_a_tiny_cpu_model(cases: list[Case]) -> None:
 
 def _deterministic_outcomes(c: Case, text: str) -> dict[str, str]:
     """Status of every check that needs no model and no sandbox (judge and unit_tests are left out)."""
-    from qualitycheck.records import Response
-    from qualitycheck.scoring.registry import build_scorers
+    from qualitycheck.core._records import Response
+    from qualitycheck.scoring._registry import build_scorers
 
     answer = Response(case_id=c.id, target="candidate", fingerprint="suite-self-test", text=text, finish_reason="stop")
     out = {}

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from qualitycheck.cases import load_suite
-from qualitycheck.cli import build_parser
-from qualitycheck.engines.demo import DEMO_MAX_TOKENS, demo_cases, run_demo, write_suite
-from qualitycheck.errors import QualitycheckError
+from qualitycheck.core._cases import load_suite
+from qualitycheck.cli._main import build_parser
+from qualitycheck.pipeline._demo import DEMO_MAX_TOKENS, demo_cases, run_demo, write_suite
+from qualitycheck.core._errors import QualitycheckError
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -60,7 +60,7 @@ def test_cli_has_demo_with_out() -> None:
 
 
 def test_demo_finds_the_checkout_suites_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from qualitycheck.engines.demo import default_suites
+    from qualitycheck.pipeline._demo import default_suites
 
     monkeypatch.chdir(tmp_path)
     assert default_suites() == [str(ROOT / "suites")]

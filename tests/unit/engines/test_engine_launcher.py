@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qualitycheck.engines.launcher import (
+from qualitycheck.engines._launcher import (
     LaunchError,
     VllmServer,
     _template_argv,
@@ -93,7 +93,7 @@ def test_sigterm_to_the_parent_stops_its_servers(tmp_path: Path) -> None:
     script = f"""
 import sys, time
 sys.path.insert(0, {str(Path(FAKE).parent)!r})
-from qualitycheck.engines.launcher import VllmServer, free_port
+from qualitycheck.engines._launcher import VllmServer, free_port
 port = free_port()
 s = VllmServer([sys.executable, {FAKE!r}, "--port", str(port)], port=port, name="fake").start().wait_ready(30)
 open({str(pidfile)!r}, "w").write(str(s.pid))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qualitycheck.engines import model as m
+from qualitycheck.engines import _model as m
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ import asyncio
 
 from aiohttp import web
 
-from qualitycheck.cases import Case
-from qualitycheck.client import Endpoint
-from qualitycheck.config import RunOptions, Target
+from qualitycheck.core._cases import Case
+from qualitycheck.generation._client import Endpoint
+from qualitycheck.core._config import RunOptions, Target
 
 
 def test_sequential_streams_share_one_connection_when_the_end_follows_done() -> None:

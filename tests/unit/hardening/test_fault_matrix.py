@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from qualitycheck.cli import main
-from qualitycheck.store import RunStore
+from qualitycheck.cli._main import main
+from qualitycheck.core._store import RunStore
 from qualitycheck.testserver import Fault, TestServer
 from tests.helpers import qa_cases, write_suite
 

@@ -1,6 +1,6 @@
 """Bad input, generated: random and mutated suites and configs end in a clear error, never a traceback.
 
-Whatever bytes a suite or config file holds, `qualitycheck.cli.main` must
+Whatever bytes a suite or config file holds, `qualitycheck.cli._main.main` must
 return 0 or 2 and every problem line must name the file (and, where one
 exists, the line and field), because CI logs are all a user gets.
 """
@@ -18,9 +18,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qualitycheck.cli import _run_overrides, build_parser, main
-from qualitycheck.config import load_config
-from qualitycheck.errors import ConfigError
+from qualitycheck.cli._main import _run_overrides, build_parser, main
+from qualitycheck.core._config import load_config
+from qualitycheck.core._errors import ConfigError
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.cli import main
-from qualitycheck.runner import select_shard
-from qualitycheck.cases import load_suite
-from qualitycheck.store import RunStore
+from qualitycheck.cli._main import main
+from qualitycheck.generation._runner import select_shard
+from qualitycheck.core._cases import load_suite
+from qualitycheck.core._store import RunStore
 from qualitycheck.testserver import TestServer
 from tests.helpers import qa_cases, write_suite
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from qualitycheck.cases import Case
-from qualitycheck.client import Endpoint
-from qualitycheck.config import RunOptions, Target
-from qualitycheck.records import Response
+from qualitycheck.core._cases import Case
+from qualitycheck.generation._client import Endpoint
+from qualitycheck.core._config import RunOptions, Target
+from qualitycheck.core._records import Response
 from qualitycheck.testserver import TestServer
 from tests.helpers import raw_chat_server
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.cases import Case
-from qualitycheck.records import Response, Score
+from qualitycheck.core._cases import Case
+from qualitycheck.core._records import Response, Score
 from qualitycheck.scoring import score_case
 from qualitycheck.scoring._sandbox import isolation
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from qualitycheck.cli import main
+from qualitycheck.cli._main import main
 from qualitycheck.testserver import TestServer
 from tests.helpers import qa_cases, raw_chat_server, write_suite
 
@@ -81,7 +81,7 @@ def test_secrets_stay_out_of_folder_output_logs_and_errors(tmp_path: Path, echo_
         for secret in (API_KEY, HEADER_SECRET):
             assert secret not in text, f"{secret} leaked into {where}"
     # the errors themselves are kept, with the secrets cut out
-    from qualitycheck.store import RunStore
+    from qualitycheck.core._store import RunStore
 
     with RunStore.open(tmp_path / "run") as store:
         errors = {r.case_id: r.error for r in store.responses() if r.error is not None}

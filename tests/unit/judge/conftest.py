@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.cases import Case
-from qualitycheck.config import Config, JudgeTarget, RunOptions
-from qualitycheck.records import ErrorInfo, Response
-from qualitycheck.store import RunStore
+from qualitycheck.core._cases import Case
+from qualitycheck.core._config import Config, JudgeTarget, RunOptions
+from qualitycheck.core._records import ErrorInfo, Response
+from qualitycheck.core._store import RunStore
 
 _BLOCK = re.compile(r"<<<(reply(?: A| B)?|reference answer) (\w+)>>>\n(.*?)\n<<<end of \1 \2>>>", re.S)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from qualitycheck.cli import main
+from qualitycheck.cli._main import main
 from qualitycheck.testserver import TestServer
 from tests.helpers import qa_cases, write_suite
 

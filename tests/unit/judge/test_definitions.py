@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from qualitycheck.cases import Case
-from qualitycheck.config import Config
-from qualitycheck.errors import ConfigError, SuiteError
-from qualitycheck.scoring.judge import judge_dirs, load_judge_file, load_judges, validate_judge_checks
+from qualitycheck.core._cases import Case
+from qualitycheck.core._config import Config
+from qualitycheck.core._errors import ConfigError, SuiteError
+from qualitycheck.judge._judge import judge_dirs, load_judge_file, load_judges, validate_judge_checks
 
 
 def test_builtin_judges_load() -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qualitycheck.scoring.judge import BUILTIN_DIR, injection_signals, load_judge_file, neutralise, render, score_judge
+from qualitycheck.judge._judge import BUILTIN_DIR, injection_signals, load_judge_file, neutralise, render, score_judge
 from qualitycheck.testserver import TestServer
 
 from .conftest import blocks, judge_config, make_store

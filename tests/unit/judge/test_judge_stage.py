@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qualitycheck.scoring.judge import CACHE_NAME, score_judge
+from qualitycheck.judge._judge import CACHE_NAME, score_judge
 from qualitycheck.testserver import Fault, TestServer
 
 from .conftest import blocks, judge_config, make_store, prefer
@@ -130,8 +130,8 @@ def test_no_judged_cases_calls_and_replaces_nothing(run_dir: Path) -> None:
 
 
 def test_without_a_judge_target_judged_cases_are_skipped_with_a_warning(run_dir: Path, capsys) -> None:
-    from qualitycheck.config import Config
-    from qualitycheck.scoring.judge import judge_summary
+    from qualitycheck.core._config import Config
+    from qualitycheck.judge._judge import judge_summary
 
     store = make_store(run_dir, [("c1", "one", "two")])
     assert score_judge(store, Config())["calls"] == 0

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qualitycheck.scoring.judge import judge_summary, score_judge
+from qualitycheck.judge._judge import judge_summary, score_judge
 from qualitycheck.testserver import TestServer
 
 from .conftest import blocks, judge_config, make_store, prefer

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.cli import main
-from qualitycheck.records import Score
+from qualitycheck.cli._main import main
+from qualitycheck.core._records import Score
 from qualitycheck.report import write_report
-from qualitycheck.store import RunStore
-from qualitycheck.summary import build_summary
+from qualitycheck.core._store import RunStore
+from qualitycheck.verdict._summary import build_summary
 from qualitycheck.testserver import Fault, TestServer
 from tests.helpers import write_suite
 

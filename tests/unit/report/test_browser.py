@@ -148,7 +148,7 @@ def test_each_pane_still_reads_as_its_own_answer(page: tuple[Any, list[str]], st
     """The diff only marks spans: baseline = equal + deleted runs, candidate = equal + inserted runs."""
     import json
 
-    from qualitycheck.store import RunStore
+    from qualitycheck.core._store import RunStore
 
     pg, problems = page
     with RunStore.open(stored_run[0]) as store:
@@ -163,7 +163,7 @@ def test_each_pane_still_reads_as_its_own_answer(page: tuple[Any, list[str]], st
 
 def test_a_capped_report_says_what_it_does_not_embed(browser: Any, stored_run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     from qualitycheck.report import write_report
-    from qualitycheck.store import RunStore
+    from qualitycheck.core._store import RunStore
 
     run, summary = stored_run
     with RunStore.open(run) as store:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-from qualitycheck.cases import Case
-from qualitycheck.records import ErrorInfo, Response, Score, Usage
+from qualitycheck.core._cases import Case
+from qualitycheck.core._records import ErrorInfo, Response, Score, Usage
 from qualitycheck.report import collect, render_html
-from qualitycheck.report.charts import histogram_svg
-from qualitycheck.store import RunStore
+from qualitycheck.report._charts import histogram_svg
+from qualitycheck.core._store import RunStore
 
 
 def _store(folder: Path) -> RunStore:
@@ -88,7 +88,7 @@ def test_histogram_handles_constant_and_empty_samples() -> None:
 
 
 def test_long_prompts_are_clipped_keeping_the_question_at_the_end() -> None:
-    from qualitycheck.report.data import _clip
+    from qualitycheck.report._data import _clip
 
     text = "D" * 50_000 + " So, what is the capital?"
     out = _clip(text)

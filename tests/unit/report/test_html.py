@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from qualitycheck.cli import main
+from qualitycheck.cli._main import main
 from qualitycheck.report import collect, render_html, write_report
-from qualitycheck.report.html import json_for_script
-from qualitycheck.store import RunStore
+from qualitycheck.report._html import json_for_script
+from qualitycheck.core._store import RunStore
 
 from .conftest import XSS_IMG, XSS_SCRIPT
 
@@ -130,7 +130,7 @@ def test_bucketed_latency_percentiles_are_marked_in_the_page_and_the_signoff(sto
     """Past their exact bound (very large runs) the percentiles are approximate: every reader must see that."""
     from markupsafe import escape
 
-    from qualitycheck.signoff import render_signoff
+    from qualitycheck.report._signoff import render_signoff
 
     run, summary = stored_run
     s = copy.deepcopy(summary)
@@ -145,7 +145,7 @@ def test_bucketed_latency_percentiles_are_marked_in_the_page_and_the_signoff(sto
 
 
 def test_a_render_that_fails_halfway_leaves_the_old_report_and_no_partial_file(stored_run: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: Any) -> None:
-    import qualitycheck.report.html as html_mod
+    import qualitycheck.report._html as html_mod
 
     run, summary = stored_run
     target = tmp_path / "report.html"

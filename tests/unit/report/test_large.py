@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from qualitycheck.cases import Case
-from qualitycheck.records import ErrorInfo, Response, Score
+from qualitycheck.core._cases import Case
+from qualitycheck.core._records import ErrorInfo, Response, Score
 from qualitycheck.report import collect, print_summary, render_html, write_report
-from qualitycheck.report.data import _Reservoir
-from qualitycheck.report.terminal import make_console
-from qualitycheck.store import RunStore
+from qualitycheck.report._data import _Reservoir
+from qualitycheck.report._terminal import make_console
+from qualitycheck.core._store import RunStore
 
 N = 40
 RIGHT, WRONG = "The answer is 42.", "The answer is 41."

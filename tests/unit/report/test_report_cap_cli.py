@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from qualitycheck.cli import main
+from qualitycheck.cli._main import main
 
 
 def _copy(stored_run: tuple[Path, dict[str, Any]], tmp_path: Path) -> Path:

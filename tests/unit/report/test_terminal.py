@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from qualitycheck.report import collect, print_summary
-from qualitycheck.report.terminal import make_console
-from qualitycheck.store import RunStore
+from qualitycheck.report._terminal import make_console
+from qualitycheck.core._store import RunStore
 
 
 def _printed(summary: dict[str, Any], run: Path | None = None) -> str:

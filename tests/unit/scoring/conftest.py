@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.cases import Case
-from qualitycheck.records import ErrorInfo, Response
+from qualitycheck.core._cases import Case
+from qualitycheck.core._records import ErrorInfo, Response
 from qualitycheck.scoring import score_case
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "scoring"

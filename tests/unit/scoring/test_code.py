@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.cases import Case
-from qualitycheck.records import Response
+from qualitycheck.core._cases import Case
+from qualitycheck.core._records import Response
 from qualitycheck.scoring import build_scorers
 from qualitycheck.scoring._sandbox import isolation
 
@@ -89,7 +89,7 @@ def test_cannot_reach_a_server_on_the_hosts_localhost() -> None:
 def test_runs_in_parallel_up_to_the_cores(tmp_path: Path) -> None:
     """Two sleeping answers on two workers take about one sleep, not two (checked loosely)."""
     from qualitycheck.scoring import score_store
-    from qualitycheck.store import RunStore
+    from qualitycheck.core._store import RunStore
 
     code = "import time\n\ndef nap():\n    time.sleep(1.0)\n    return 1\n"
     cases = [Case(id=f"c{i}", category="code", prompt="p", checks={"unit_tests": {"tests": "assert nap() == 1"}}) for i in range(2)]
@@ -108,7 +108,7 @@ def test_runs_in_parallel_up_to_the_cores(tmp_path: Path) -> None:
 def test_a_fork_bomb_does_not_starve_a_run_beside_it(tmp_path: Path) -> None:
     """Runs in parallel each have their own process budget (pids cgroup), not one per-uid pool."""
     from qualitycheck.scoring import score_store
-    from qualitycheck.store import RunStore
+    from qualitycheck.core._store import RunStore
 
     bomb = "import os, time\n\ndef go():\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            time.sleep(0.01)\n"
     good = "import time, subprocess\n\ndef go():\n    time.sleep(0.5)\n    return subprocess.run(['true']).returncode\n"

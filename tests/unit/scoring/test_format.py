@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from qualitycheck.scoring import format_features
-from qualitycheck.scoring.format import fence_languages
+from qualitycheck.scoring._format import fence_languages
 
 
 def test_fenced_json_is_lenient_not_strict() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qualitycheck.cli import main
-from qualitycheck.store import RunStore
+from qualitycheck.cli._main import main
+from qualitycheck.core._store import RunStore
 from qualitycheck.testserver import TestServer
 from tests.helpers import write_suite
 

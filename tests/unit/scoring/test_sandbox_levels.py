@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.cases import Case
-from qualitycheck.records import Response
+from qualitycheck.core._cases import Case
+from qualitycheck.core._records import Response
 from qualitycheck.scoring import _sandbox, build_scorers, score_store
-from qualitycheck.store import RunStore
+from qualitycheck.core._store import RunStore
 
 ADD = "def add(a, b):\n    return a + b\n"
 ENV = "import os\n\ndef names():\n    return sorted(os.environ)\n"

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from qualitycheck.cases import Case
-from qualitycheck.records import ErrorInfo, Response, Score
+from qualitycheck.core._cases import Case
+from qualitycheck.core._records import ErrorInfo, Response, Score
 from qualitycheck.scoring import build_scorers, score_store
-from qualitycheck.store import RunStore
+from qualitycheck.core._store import RunStore
 
 
 def _resp(case_id: str, target: str, text: str, repeat: int = 0, **kw: object) -> Response:

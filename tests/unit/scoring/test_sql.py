@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from qualitycheck.cases import Case
-from qualitycheck.records import Response
+from qualitycheck.core._cases import Case
+from qualitycheck.core._records import Response
 from qualitycheck.scoring import build_scorers
-from qualitycheck.scoring import sql as sqlmod
+from qualitycheck.scoring import _sql as sqlmod
 
 from .conftest import FIXTURES
 

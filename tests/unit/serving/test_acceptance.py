@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from qualitycheck.config import Target
-from qualitycheck.records import Response, Usage
+from qualitycheck.core._config import Target
+from qualitycheck.core._records import Response, Usage
 from qualitycheck.serving import SentTally, acceptance_from_windows, parse_metrics, scrape, scrape_all, window
 from qualitycheck.testserver import TestServer
 

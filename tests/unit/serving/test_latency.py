@@ -7,10 +7,10 @@ import statistics
 
 import pytest
 
-from qualitycheck.cases import Case
-from qualitycheck.client import Endpoint
-from qualitycheck.config import RunOptions, Target
-from qualitycheck.records import ErrorInfo, Response, Usage
+from qualitycheck.core._cases import Case
+from qualitycheck.generation._client import Endpoint
+from qualitycheck.core._config import RunOptions, Target
+from qualitycheck.core._records import ErrorInfo, Response, Usage
 from qualitycheck.serving import cost_per_1k, itl_per_token, side_latency, tpot_s
 from qualitycheck.testserver import TestServer
 

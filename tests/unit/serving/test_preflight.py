@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from qualitycheck.cases import Case
-from qualitycheck.config import Target
+from qualitycheck.core._cases import Case
+from qualitycheck.core._config import Target
 from qualitycheck.serving import format_preflight, preflight, run_preflight
 from qualitycheck.testserver import TestServer
 

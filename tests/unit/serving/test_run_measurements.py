@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from qualitycheck.cli import main
+from qualitycheck.cli._main import main
 from qualitycheck.serving import acceptance_summary, latency_summary, slices_summary
-from qualitycheck.store import RunStore
+from qualitycheck.core._store import RunStore
 from qualitycheck.testserver import TestServer
 from tests.helpers import qa_cases, write_suite
 

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qualitycheck.cases import Case
-from qualitycheck.records import ErrorInfo, Response, Score, Usage
+from qualitycheck.core._cases import Case
+from qualitycheck.core._records import ErrorInfo, Response, Score, Usage
 from qualitycheck.scoring import score_store
-from qualitycheck.scoring.judge import judge_summary
-from qualitycheck.serving import latency, slices_summary
-from qualitycheck.serving.latency import LatencySamples, Samples, itl_per_token, latency_summary, tpot_s
-from qualitycheck.store import RunStore
+from qualitycheck.judge._judge import judge_summary
+from qualitycheck.serving import _latency as latency, slices_summary
+from qualitycheck.serving._latency import LatencySamples, Samples, itl_per_token, latency_summary, tpot_s
+from qualitycheck.core._store import RunStore
 
 
 def _store(tmp_path: Path) -> RunStore:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from qualitycheck.cli import main
-from qualitycheck.sweep import recommend
+from qualitycheck.cli._main import main
+from qualitycheck.pipeline._sweep import recommend
 from qualitycheck.testserver import TestServer
 from tests.helpers import qa_cases, write_suite
 
@@ -80,7 +80,7 @@ def test_sweep_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_sweep_launches_each_candidate_from_the_template_and_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import qualitycheck.engines.launcher as launcher
+    import qualitycheck.engines._launcher as launcher
 
     started: list[tuple[str, str]] = []
     live: list[TestServer] = []

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from tests.unit.verdict.verdict_builders import make_store
 
-from qualitycheck.compare import compare_run, first_divergence, similarity, stored_comparisons
+from qualitycheck.verdict._compare import compare_run, first_divergence, similarity, stored_comparisons
 
 
 def test_first_divergence_on_chars_tokens_and_prefixes():

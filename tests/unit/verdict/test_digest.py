@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from tests.unit.verdict.verdict_builders import make_store
 
-from qualitycheck.compare import compare_run, stored_comparisons
-from qualitycheck.config import Config
-from qualitycheck.digest import RunDigest
-from qualitycheck.stats import outcomes_by_category, paired_bootstrap_ci
-from qualitycheck.summary import build_summary
+from qualitycheck.verdict._compare import compare_run, stored_comparisons
+from qualitycheck.core._config import Config
+from qualitycheck.verdict._digest import RunDigest
+from qualitycheck.verdict._stats import outcomes_by_category, paired_bootstrap_ci
+from qualitycheck.verdict._summary import build_summary
 
 
 def _rows():
@@ -47,7 +47,7 @@ def test_summary_never_lists_every_case(tmp_path, monkeypatch):
 
 
 def test_bootstrap_in_batches_still_covers_the_true_difference(monkeypatch):
-    import qualitycheck.stats as stats
+    import qualitycheck.verdict._stats as stats
 
     rng = np.random.default_rng(3)
     b = (rng.random(4000) < 0.8).astype(float)

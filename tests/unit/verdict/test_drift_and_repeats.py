@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from qualitycheck.config import Config
-from qualitycheck.summary import build_summary
+from qualitycheck.core._config import Config
+from qualitycheck.verdict._summary import build_summary
 from tests.unit.verdict.verdict_builders import make_store
 
 

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from qualitycheck.config import Config
-from qualitycheck.errors import ConfigError
-from qualitycheck.gate import (
+from qualitycheck.core._config import Config
+from qualitycheck.core._errors import ConfigError
+from qualitycheck.verdict._gate import (
     Evidence,
     MaxErrorRate,
     MaxQualityRegressionCases,
@@ -16,7 +16,7 @@ from qualitycheck.gate import (
     parse_fraction,
     parse_guardrails,
 )
-from qualitycheck.summary import build_summary
+from qualitycheck.verdict._summary import build_summary
 from tests.unit.verdict.verdict_builders import make_store
 
 SEED_BLOCK = {
@@ -70,7 +70,7 @@ def test_rules_pass_and_fail_with_readable_messages():
 
 
 def test_decide_verdicts_and_fallback_routes():
-    from qualitycheck.gate import GuardrailResult
+    from qualitycheck.verdict._gate import GuardrailResult
 
     ok = GuardrailResult("max_error_rate", "1%", 0.0, True, "")
     missing = GuardrailResult("min_acceptance_rate", 0.55, None, None, "not evaluated: x")
@@ -154,7 +154,7 @@ def test_route_scoped_error_rate_and_endpoint_wide_failures_disable_every_route(
     assert by[("max_error_rate", "billing")]["passed"] is False and by[("max_error_rate", "billing")]["observed"] == 1.0
     assert s["verdict"] == "fail" and s["fallback"]["routes"] == ["billing"]
 
-    from qualitycheck.gate import GuardrailResult
+    from qualitycheck.verdict._gate import GuardrailResult
 
     tpot = GuardrailResult("max_tpot_p95_regression", "10%", 0.3, False, "slower")
     v, fb = decide([tpot], {"a": "pass", "b": "pass"}, allow_not_evaluated=False, fallback_action="x",
@@ -163,7 +163,7 @@ def test_route_scoped_error_rate_and_endpoint_wide_failures_disable_every_route(
 
 
 def test_signoff_prints_acceptance_figures_readably():
-    from qualitycheck.signoff import render_signoff
+    from qualitycheck.report._signoff import render_signoff
 
     base = {"verdict": "fail", "cases": 1, "repeats": 1, "targets": {}, "categories": {}, "guardrails": [],
             "fallback": {"action": "x", "routes": []}, "errors": {}}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import qualitycheck.pipeline  # noqa: F401  (imported once here: pytester's inline runs must not re-import numpy/scipy)
-import qualitycheck.summary  # noqa: F401
+import qualitycheck.pipeline._run  # noqa: F401  (imported once here: pytester's inline runs must not re-import numpy/scipy)
+import qualitycheck.verdict._summary  # noqa: F401
 from qualitycheck.testserver import TestServer
 from tests.helpers import write_suite
 
@@ -50,7 +50,7 @@ def test_stored_run_regates_with_another_config_and_exit_follows_the_verdict(pyt
     b, c = regressing_servers
     s = suite(pytester.path / "s.jsonl")
     out = pytester.path / "run"
-    from qualitycheck.cli import main
+    from qualitycheck.cli._main import main
 
     assert main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(s), "--out", str(out), "--no-preflight"]) == 1
     lenient = pytester.path / "qc.yaml"
@@ -71,7 +71,7 @@ def test_xdist_workers_collect_the_same_items_from_the_stored_summary(pytester: 
     b, c = regressing_servers
     s = suite(pytester.path / "s.jsonl")
     out = pytester.path / "run"
-    from qualitycheck.cli import main
+    from qualitycheck.cli._main import main
 
     main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(s), "--out", str(out), "--no-preflight"])
     res = pytester.runpytest_subprocess("-n", "2", "--qc-run", str(out), "--junitxml", "j.xml")
@@ -100,7 +100,7 @@ def test_repository_conftest_gates_instead_of_running_the_unit_tests(tmp_path: P
     b, c = regressing_servers
     s = suite(tmp_path / "s.jsonl")
     out = tmp_path / "run"
-    from qualitycheck.cli import main
+    from qualitycheck.cli._main import main
 
     main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(s), "--out", str(out), "--no-preflight"])
     repo = Path(__file__).resolve().parents[3]

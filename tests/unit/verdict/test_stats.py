@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from qualitycheck.stats import (
+from qualitycheck.verdict._stats import (
     CaseOutcome,
     classify_cases,
     holm,

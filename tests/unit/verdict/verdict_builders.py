@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from qualitycheck.cases import Case
-from qualitycheck.records import ErrorInfo, Response, Score, Usage
-from qualitycheck.store import RunStore
+from qualitycheck.core._cases import Case
+from qualitycheck.core._records import ErrorInfo, Response, Score, Usage
+from qualitycheck.core._store import RunStore
 
 
 def make_store(

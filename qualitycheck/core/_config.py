@@ -1,0 +1,232 @@
+"""Targets, run options and the gate's settings, from `qualitycheck.yaml` and flags.
+
+Secrets never live here: a target names the environment variable that holds
+its API key (`api_key_env`), and the key is read only when a request is sent.
+CLI flags override the file, field by field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from qualitycheck.core._errors import ConfigError, Problem
+
+__all__ = ["Config", "JudgeTarget", "RunOptions", "Target", "load_config", "DEFAULT_CONFIG_NAME"]
+
+DEFAULT_CONFIG_NAME = "qualitycheck.yaml"
+TARGET_NAMES = ("baseline", "candidate", "control")
+
+
+class Target(BaseModel):
+    """One OpenAI-compatible endpoint under test."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str
+    """Base URL, with or without the trailing /v1."""
+    model: str
+    api_key_env: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Merged into every request body (e.g. vLLM's top_k, return_token_ids)."""
+    label: str | None = None
+    """Shown in reports, e.g. 'ngram k=3'."""
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
+
+    @property
+    def _plain_url(self) -> str:
+        """`url` without user:password@ (credentials travel in a header, never in the URL)."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(self.url)
+        if parts.username is None and parts.password is None:
+            return self.url
+        return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+    @property
+    def base_url(self) -> str:
+        """The /v1 root the OpenAI client wants."""
+        u = self._plain_url
+        return u if u.endswith("/v1") else u + "/v1"
+
+    @property
+    def server_url(self) -> str:
+        """The server root, where vLLM serves /metrics, /tokenize and /health."""
+        return self._plain_url.removesuffix("/v1")
+
+    @property
+    def public_url(self) -> str:
+        """The URL as it may be written to disk: a password in it is replaced."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        netloc = f"{parts.username}:<redacted>@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    def auth_headers(self) -> dict[str, str]:
+        """The target's headers plus its Authorization: the key from `api_key_env`, else
+        the URL's user:password as Basic auth, else vLLM's conventional placeholder key."""
+        import base64
+        from urllib.parse import unquote, urlsplit
+
+        headers = dict(self.headers)
+        if not any(k.lower() == "authorization" for k in headers):
+            parts = urlsplit(self.url)
+            if self.api_key_env:
+                headers["Authorization"] = f"Bearer {self.api_key()}"
+            elif parts.username is not None:
+                cred = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+                headers["Authorization"] = "Basic " + base64.b64encode(cred.encode()).decode()
+            else:
+                headers["Authorization"] = "Bearer EMPTY"
+        return headers
+
+    def api_key(self) -> str:
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env, "")
+        return "EMPTY"
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two targets the same for resume; header values are left out (secrets)."""
+        return {
+            "url": self.public_url,
+            "model": self.model,
+            "extra_body": self.extra_body,
+            "header_names": sorted(self.headers),
+        }
+
+
+class JudgeTarget(Target):
+    pass
+
+
+class RunOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    concurrency: int = Field(default=8, ge=1, le=4096)
+    """Requests in flight per target."""
+    timeout_s: float = Field(default=120.0, gt=0)
+    retries: int = Field(default=3, ge=0, le=20)
+    backoff_s: float = Field(default=0.5, ge=0)
+    """Base of the exponential backoff between retries (with full jitter)."""
+    repeats: int = Field(default=1, ge=1, le=1000)
+    seed: int = 0
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Default max_tokens for cases that do not set one."""
+    stream: bool = True
+    return_token_ids: bool = True
+    """Ask vLLM for token ids (first divergence in tokens); harmless elsewhere."""
+    preflight: bool = True
+    acceptance_by_category: bool = False
+    shard: str | None = None
+    """'i/n': run only the cases whose stable hash falls in shard i of n."""
+    gpu_hour_usd: float | None = Field(default=None, ge=0)
+    judge_retries: int = Field(default=2, ge=0, le=10)
+    report_max_cases: int = Field(default=5000, ge=1)
+    """Cases report.html embeds in full, the most important first; all of them stay in the store."""
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    baseline: Target | None = None
+    candidate: Target | None = None
+    control: Target | None = None
+    judge: JudgeTarget | None = None
+    suites: list[str] = Field(default_factory=list)
+    run: RunOptions = RunOptions()
+    speculative_decoding_guardrails: dict[str, Any] = Field(default_factory=dict)
+    """The seed's guardrail block, verbatim; gate.py interprets it."""
+    routes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Per-route guardrail overrides."""
+    non_inferiority_margin: dict[str, float] = Field(default_factory=dict)
+    """Per check, the largest pass-rate drop still called non-inferior."""
+    allow_not_evaluated: bool = False
+    """Let a run pass when some guardrail could not be evaluated."""
+    judges_dir: str | None = None
+    source: str | None = Field(default=None, exclude=True)
+
+    def targets(self) -> dict[str, Target]:
+        return {n: t for n in TARGET_NAMES if (t := getattr(self, n)) is not None}
+
+    def fingerprint(self) -> str:
+        ident = {n: t.identity() for n, t in self.targets().items()}
+        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _problems(exc: ValidationError, path: str, finder: Any) -> list[Problem]:
+    from qualitycheck.core._cases import printable_key
+
+    out = []
+    for err in exc.errors():
+        loc = err["loc"]
+        field = ".".join(printable_key(str(x)) for x in loc)
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "required field is missing"
+        out.append(Problem(path, finder(loc) if finder else None, field, msg))
+    return out
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
+    """Read the config file (if any) and apply CLI overrides (dotted keys)."""
+    data: dict[str, Any] = {}
+    finder = None
+    src = None
+    if path is None and Path(DEFAULT_CONFIG_NAME).is_file():
+        path = DEFAULT_CONFIG_NAME
+    if path is not None:
+        src = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            data = yaml.safe_load(text) or {}
+        except OSError as exc:
+            raise ConfigError([Problem(src, None, "", f"cannot read config: {exc.strerror}")]) from None
+        except yaml.YAMLError as exc:
+            from qualitycheck.core._cases import yaml_problem
+
+            raise ConfigError([yaml_problem(src, exc)]) from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError([Problem(src, None, "", f"not UTF-8 text: {exc.reason}")]) from None
+        if not isinstance(data, dict):
+            raise ConfigError([Problem(src, 1, "", "expected a mapping of settings")])
+        from qualitycheck.core._cases import _yaml_line_finder
+
+        finder = _yaml_line_finder(node) if node is not None else None
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        cur = data
+        keys = dotted.split(".")
+        for k in keys[:-1]:
+            if not isinstance(cur.get(k), dict):
+                cur[k] = {}
+            cur = cur[k]
+        cur[keys[-1]] = value
+    # --model applies to every target that has no model of its own
+    model = data.pop("model", None)
+    for name in (*TARGET_NAMES, "judge"):
+        t = data.get(name)
+        if isinstance(t, dict) and model and "model" not in t:
+            t["model"] = model
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_problems(exc, src or "command line", finder)) from None
+    return cfg.model_copy(update={"source": src})

@@ -1,0 +1,452 @@
+"""The durable run store: one SQLite file per run folder.
+
+Every response is committed the moment it arrives (WAL mode), so a killed run
+loses at most the requests that were in flight, and a rerun into the same
+folder asks only for what is missing. Later stages (score, compare, gate,
+report) read from here and never call an endpoint. Scores are derived data:
+`score` replaces them as a whole; responses are never edited, only an error
+outcome may be replaced by a later attempt's outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qualitycheck.core._cases import Case
+from qualitycheck.core._errors import RunMismatchError, StoreError
+from qualitycheck.core._records import FORMAT_VERSION, Response, Score
+
+__all__ = ["CaseRecords", "GroupsById", "RunStore", "STORE_NAME", "StoredCases", "StoredOutcomes", "load_run"]
+
+STORE_NAME = "run.sqlite"
+_ROUTE = "COALESCE(json_extract(body, '$.tags.route'), category)"
+"""A stored case's route in SQL: `tags.route`, else its category (as `Case.route`)."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cases (
+  idx INTEGER NOT NULL, id TEXT PRIMARY KEY, category TEXT NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS responses (
+  case_id TEXT NOT NULL, target TEXT NOT NULL, repeat INTEGER NOT NULL,
+  fingerprint TEXT NOT NULL, ok INTEGER NOT NULL, body TEXT NOT NULL,
+  PRIMARY KEY (case_id, target, repeat));
+CREATE TABLE IF NOT EXISTS scores (
+  case_id TEXT NOT NULL, target TEXT NOT NULL, repeat INTEGER NOT NULL, "check" TEXT NOT NULL,
+  status TEXT NOT NULL, body TEXT NOT NULL,
+  PRIMARY KEY (case_id, target, repeat, "check"));
+CREATE TABLE IF NOT EXISTS artifacts (name TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS comparisons (
+  case_id TEXT NOT NULL, repeat INTEGER NOT NULL, body TEXT NOT NULL,
+  PRIMARY KEY (case_id, repeat));
+"""
+
+
+@dataclass(frozen=True)
+class CaseRecords:
+    """One case with everything stored for it: the unit every post-run stage streams over."""
+
+    case: Case
+    responses: list[Response]
+    """Ordered by target, then repeat."""
+    scores: list[Score]
+    """Ordered by target, repeat, check; empty when not asked for."""
+
+
+class RunStore:
+    """A run folder's store. Use `create` to generate into it, `open` to read it."""
+
+    def __init__(self, folder: Path, conn: sqlite3.Connection):
+        self.folder = folder
+        self._db = conn
+
+    # ------------------------------------------------------------ opening
+    @classmethod
+    def _connect(cls, path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=10000")
+        conn.executescript(_SCHEMA)
+        return conn
+
+    @classmethod
+    def open(cls, folder: str | Path) -> RunStore:
+        folder = Path(folder)
+        path = folder / STORE_NAME
+        if not path.is_file():
+            raise StoreError(f"{folder}: not a qualitycheck run folder (no {STORE_NAME})")
+        try:
+            store = cls(folder, cls._connect(path))
+            version = store.meta("format_version")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path}: unreadable run store ({exc})") from None
+        if version is None:
+            raise StoreError(f"{path}: run store has no manifest; was the run started?")
+        if int(version) > FORMAT_VERSION:
+            raise StoreError(f"{path}: written by a newer qualitycheck (format {version} > {FORMAT_VERSION})")
+        return store
+
+    @classmethod
+    def create(cls, folder: str | Path, manifest: dict[str, Any], cases: list[Case]) -> RunStore:
+        """Start a run, or resume one whose manifest matches; refuse any other run."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        store = cls(folder, cls._connect(folder / STORE_NAME))
+        old = store.meta("manifest")
+        if old is not None:
+            diff = _manifest_diff(old, manifest)
+            if diff:
+                raise RunMismatchError(
+                    f"{folder} holds a different run ({'; '.join(diff)}); choose another --out or delete it"
+                )
+            store.set_meta("resumed_at", time.time())
+            return store
+        with store._db:
+            store._db.execute("BEGIN")
+            store.set_meta("format_version", FORMAT_VERSION)
+            store.set_meta("manifest", manifest)
+            store.set_meta("created_at", time.time())
+            store._db.executemany(
+                "INSERT INTO cases VALUES (?,?,?,?)",
+                ((i, c.id, c.category, json.dumps(_case_body(c))) for i, c in enumerate(cases)),
+            )
+        return store
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ meta
+    def meta(self, key: str) -> Any:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, json.dumps(value)))
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.meta("manifest") or {}
+
+    # ------------------------------------------------------------ cases
+    def cases(self) -> list[Case]:
+        """Every case in suite order. Holds them all: stages that stream use `iter_cases` or `by_case`."""
+        return list(self.iter_cases())
+
+    def iter_cases(self, *, by_id: bool = False, page: int = 500) -> Iterator[Case]:
+        """Cases one at a time, in suite order or (`by_id`) in the order responses and scores are read.
+
+        Read a page per query, never through one statement left open: the
+        runner walks the cases while its writer commits responses, and SQLite
+        cannot restart its write-ahead log past an open read, so the log grew
+        by every response of the run (178 MB for 5,000 cases of 3 kB answers).
+        """
+        key = "id" if by_id else "idx"
+        last: Any = "" if by_id else -1
+        while True:
+            rows = self._db.execute(f"SELECT {key}, body FROM cases WHERE {key} > ? ORDER BY {key} LIMIT ?",
+                                    (last, page)).fetchall()
+            for last, body in rows:
+                d = json.loads(body)
+                file, line = d.pop("_file", None), d.pop("_line", None)
+                yield Case.model_validate(d).model_copy(update={"file": file, "line": line})
+            if len(rows) < page:
+                return
+
+    def case_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM cases").fetchone()[0])
+
+    def case_labels(self) -> dict[str, tuple[str, str]]:
+        """case id → (category, route), without parsing whole cases (a few dozen bytes per case)."""
+        q = f"SELECT id, category, {_ROUTE} FROM cases ORDER BY idx"
+        return {i: (c, r) for i, c, r in self._db.execute(q)}
+
+    def category_routes(self) -> dict[str, dict[str, int]]:
+        """category → route → number of cases, counted by SQLite."""
+        q = f"SELECT category, {_ROUTE}, COUNT(*) FROM cases GROUP BY 1, 2 ORDER BY 1, 2"
+        out: dict[str, dict[str, int]] = {}
+        for cat, route, n in self._db.execute(q):
+            out.setdefault(cat, {})[route] = n
+        return out
+
+    def by_case(self, *, scores: bool = True) -> Iterator[CaseRecords]:
+        """Every case with its responses (and scores), one case in memory at a time.
+
+        A merge of three reads ordered by case id, so a 100,000-case run costs
+        what its largest case costs. Cases without any response come too
+        (with empty lists): a stage decides what a missing answer means.
+        """
+        resp = GroupsById(self._response_groups())
+        sc = GroupsById(_grouped(self._db.execute(
+            'SELECT case_id, body FROM scores ORDER BY case_id, target, repeat, "check"')) if scores else iter(()))
+        for case in self.iter_cases(by_id=True):
+            yield CaseRecords(case, [Response.model_validate_json(b) for b in resp.take(case.id)],
+                              [Score.model_validate_json(b) for b in sc.take(case.id)])
+
+    # ------------------------------------------------------------ responses
+    def put_response(self, r: Response) -> None:
+        """Store one outcome durably; a success is never replaced by a later error."""
+        body = r.model_dump_json()
+        if r.ok:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses VALUES (?,?,?,?,?,?)",
+                (r.case_id, r.target, r.repeat, r.fingerprint, 1, body),
+            )
+        else:
+            self._db.execute(
+                "INSERT INTO responses VALUES (?,?,?,?,?,?) ON CONFLICT(case_id, target, repeat) "
+                "DO UPDATE SET fingerprint=excluded.fingerprint, ok=0, body=excluded.body WHERE ok=0",
+                (r.case_id, r.target, r.repeat, r.fingerprint, 0, body),
+            )
+
+    def stored_outcomes(self) -> StoredOutcomes:
+        """What is stored per (case, target, repeat), for resume: looked up a case at a time. Close it after use."""
+        return StoredOutcomes(self.folder / STORE_NAME)
+
+    def responses(self, case_id: str | None = None) -> Iterator[Response]:
+        q = "SELECT body FROM responses"
+        args: tuple[Any, ...] = ()
+        if case_id is not None:
+            q += " WHERE case_id=?"
+            args = (case_id,)
+        for (body,) in self._db.execute(q + " ORDER BY case_id, target, repeat", args):
+            yield Response.model_validate_json(body)
+
+    def responses_by_case(self) -> Iterator[tuple[str, list[Response]]]:
+        """Stream responses grouped by case without loading the whole run."""
+        for cid, bodies in self._response_groups():
+            yield cid, [Response.model_validate_json(b) for b in bodies]
+
+    def _response_groups(self) -> Iterator[tuple[str, list[str]]]:
+        return _grouped(self._db.execute("SELECT case_id, body FROM responses ORDER BY case_id, target, repeat"))
+
+    def count_responses(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for t, ok, n in self._db.execute("SELECT target, ok, COUNT(*) FROM responses GROUP BY target, ok"):
+            d = out.setdefault(t, {"requests": 0, "errors": 0})
+            d["requests"] += n
+            if not ok:
+                d["errors"] += n
+        return out
+
+    # ------------------------------------------------------------ scores
+    def replace_scores(self, scores: Iterable[Score], checks: Iterable[str] | None = None, *, exclude: Iterable[str] = ()) -> int:
+        """Swap in a stage's scores atomically.
+
+        `checks` limits the replacement to those check names (the judge stage
+        replaces only `judge`); `exclude` keeps those checks (the scorers keep
+        the judge's). With neither, every score is replaced.
+        """
+        n = 0
+        with self._db:
+            self._db.execute("BEGIN")
+            if checks is not None:
+                names = list(checks)
+                self._db.execute(f'DELETE FROM scores WHERE "check" IN ({",".join("?" * len(names))})', names)
+            else:
+                keep = list(exclude)
+                self._db.execute(f'DELETE FROM scores WHERE "check" NOT IN ({",".join("?" * len(keep))})', keep)
+            for s in scores:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO scores VALUES (?,?,?,?,?,?)",
+                    (s.case_id, s.target, s.repeat, s.check, s.status, s.model_dump_json()),
+                )
+                n += 1
+        return n
+
+    def scores(self) -> Iterator[Score]:
+        for (body,) in self._db.execute('SELECT body FROM scores ORDER BY case_id, target, repeat, "check"'):
+            yield Score.model_validate_json(body)
+
+    # ------------------------------------------------------------ comparisons
+    def replace_comparisons(self, rows: Iterable[tuple[str, int, str]]) -> int:
+        """Swap in the compare stage's records: (case id, repeat, JSON body), streamed in one transaction."""
+        n = 0
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM comparisons")
+            for row in rows:
+                self._db.execute("INSERT OR REPLACE INTO comparisons VALUES (?,?,?)", row)
+                n += 1
+            self._db.execute("DELETE FROM artifacts WHERE name='comparisons'")  # the single-blob form of older runs
+        return n
+
+    def comparisons_by_case(self) -> Iterator[tuple[str, list[str]]]:
+        """The compare stage's JSON records grouped by case (repeats in order), one case at a time."""
+        return _grouped(self._db.execute("SELECT case_id, body FROM comparisons ORDER BY case_id, repeat"))
+
+    def comparison_bodies(self) -> Iterator[str]:
+        """The compare stage's JSON records, ordered by case id and repeat: one at a time."""
+        for (body,) in self._db.execute("SELECT body FROM comparisons ORDER BY case_id, repeat"):
+            yield body
+
+    # ------------------------------------------------------------ artifacts
+    def put_artifact(self, name: str, value: Any) -> None:
+        """Stage outputs that are not per response: metrics scrapes, preflight, comparisons."""
+        self._db.execute("INSERT OR REPLACE INTO artifacts VALUES (?,?)", (name, json.dumps(value, default=str)))
+
+    def put_artifact_json(self, name: str, parts: Iterable[str]) -> None:
+        """Store a JSON list from already-serialised items, without building the list of dicts first.
+
+        For per-case records (comparisons) whose dicts would cost far more
+        memory than their JSON text on a large run.
+        """
+        self._db.execute("INSERT OR REPLACE INTO artifacts VALUES (?,?)", (name, "[" + ",".join(parts) + "]"))
+
+    def artifact(self, name: str, default: Any = None) -> Any:
+        row = self._db.execute("SELECT body FROM artifacts WHERE name=?", (name,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def artifact_names(self) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT name FROM artifacts ORDER BY name")]
+
+
+class StoredCases:
+    """The run's cases as the store holds them, re-read on every iteration: what generation walks.
+
+    Generation reads the cases back from the store rather than from the suite
+    files: they are exactly what the manifest fingerprinted (also on resume),
+    and a suite edited while a run is going cannot change what is sent.
+    """
+
+    def __init__(self, store: RunStore):
+        self._store = store
+        self._count: int | None = None
+
+    def __len__(self) -> int:
+        if self._count is None:
+            self._count = self._store.case_count()
+        return self._count
+
+    def __iter__(self) -> Iterator[Case]:
+        return self._store.iter_cases()
+
+
+class StoredOutcomes:
+    """(case, target, repeat) → (fingerprint, ok) of the stored responses, read one case at a time.
+
+    Resume needs to know, per case, which answers exist and for which exact
+    request. A dict of every stored response cost ~400 bytes each (80 MB to
+    resume a 200,000-response run); this keeps one case's rows. The lookups
+    use a connection of their own, so they never wait on, or hold open a
+    read against, the writer's connection. Generation looks a case up before
+    sending it, so what this invocation stores meanwhile is never seen.
+    """
+
+    def __init__(self, path: Path):
+        self._db = RunStore._connect(path)
+        self._any = self._db.execute("SELECT 1 FROM responses LIMIT 1").fetchone() is not None
+        self._case: str | None = None
+        self._rows: dict[tuple[str, int], tuple[str, bool]] = {}
+
+    def __bool__(self) -> bool:
+        """Whether anything was stored when generation began (a fresh run skips every lookup)."""
+        return self._any
+
+    def get(self, key: tuple[str, str, int], default: tuple[str, bool] | None = None) -> tuple[str, bool] | None:
+        case_id, target, rep = key
+        if not self._any:
+            return default
+        if case_id != self._case:
+            q = "SELECT target, repeat, fingerprint, ok FROM responses WHERE case_id=?"
+            self._rows = {(t, int(r)): (fp, bool(ok)) for t, r, fp, ok in self._db.execute(q, (case_id,))}
+            self._case = case_id
+        return self._rows.get((target, rep), default)
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class GroupsById:
+    """Groups read in case-id order, taken by a merge that walks the cases in the same order.
+
+    Groups of ids the walk never asks for (rows of a case no longer in the
+    store) are skipped; an id without a group gets an empty list.
+    """
+
+    def __init__(self, groups: Iterator[tuple[str, list[str]]]):
+        self._groups = groups
+        self._next = next(groups, None)
+        self.empty = self._next is None
+
+    def take(self, case_id: str) -> list[str]:
+        while self._next is not None and self._next[0] < case_id:
+            self._next = next(self._groups, None)
+        if self._next is None or self._next[0] != case_id:
+            return []
+        bodies = self._next[1]
+        self._next = next(self._groups, None)
+        return bodies
+
+
+def _grouped(rows: Iterable[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:
+    """(case id, body) rows ordered by case id → (case id, bodies), one group at a time."""
+    cur: str | None = None
+    group: list[str] = []
+    for cid, body in rows:
+        if cid != cur and group:
+            yield cur, group  # type: ignore[misc]
+            group = []
+        cur = cid
+        group.append(body)
+    if group:
+        yield cur, group  # type: ignore[misc]
+
+
+def _case_body(c: Case) -> dict[str, Any]:
+    d = c.model_dump(mode="json", by_alias=True, exclude_none=True)
+    d["_file"], d["_line"] = c.file, c.line
+    return d
+
+
+def _manifest_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    diff = []
+    if old.get("suite_fingerprint") != new.get("suite_fingerprint"):
+        diff.append(f"suites differ: stored {old.get('suite_files')} ({old.get('cases')} cases), now {new.get('suite_files')} ({new.get('cases')} cases)")
+    if old.get("targets") != new.get("targets"):
+        diff.append(f"targets differ: stored {_brief(old.get('targets'))}, now {_brief(new.get('targets'))}")
+    if old.get("repeats") != new.get("repeats"):
+        diff.append(f"repeats differ: stored {old.get('repeats')}, now {new.get('repeats')}")
+    return diff
+
+
+def _brief(targets: Any) -> str:
+    if not isinstance(targets, dict):
+        return str(targets)
+    return ", ".join(f"{n}={t.get('url')} ({t.get('model')})" for n, t in targets.items())
+
+
+def load_run(folder: str | Path) -> dict[str, Any]:
+    """The run as pandas DataFrames: `cases`, `responses`, `scores` (one row per record)."""
+    import pandas as pd
+
+    with RunStore.open(folder) as store:
+        cases = pd.DataFrame(
+            [{"id": c.id, "category": c.category, "route": c.route, **{f"tag.{k}": v for k, v in c.tags.items()}} for c in store.cases()]
+        )
+        responses = pd.DataFrame(
+            [
+                {
+                    **r.model_dump(exclude={"usage", "error", "chunk_times", "chunk_tokens", "token_ids"}),
+                    "prompt_tokens": r.usage.prompt_tokens,
+                    "completion_tokens": r.usage.completion_tokens,
+                    "error_kind": r.error.kind if r.error else None,
+                    "error": r.error.message if r.error else None,
+                    "chunks": len(r.chunk_times),
+                }
+                for r in store.responses()
+            ]
+        )
+        scores = pd.DataFrame([s.model_dump() for s in store.scores()])
+    return {"cases": cases, "responses": responses, "scores": scores}

@@ -1,0 +1,69 @@
+"""Talking to the endpoints under test: the streaming client, the paired runner, progress,
+/metrics scrapes around generation and the preflight. Imports only `core`.
+
+Names are imported on first use, so importing one stage never pulls in the
+heavy dependencies of another (scipy, jinja2, aiohttp).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from qualitycheck.core._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from qualitycheck.generation._client import (
+        Endpoint as Endpoint,
+        RequestPlan as RequestPlan,
+        build_request as build_request,
+        request_fingerprint as request_fingerprint,
+    )
+    from qualitycheck.generation._measure import (
+        PREFLIGHT_ARTIFACT as PREFLIGHT_ARTIFACT,
+        measured_generate as measured_generate,
+        preflight_into_store as preflight_into_store,
+    )
+    from qualitycheck.generation._preflight import (
+        Check as Check,
+        PreflightResult as PreflightResult,
+        format_preflight as format_preflight,
+        preflight as preflight,
+        run_preflight as run_preflight,
+    )
+    from qualitycheck.generation._progress import (
+        RichProgress as RichProgress,
+    )
+    from qualitycheck.generation._runner import (
+        Progress as Progress,
+        RunStats as RunStats,
+        generate as generate,
+        in_shard as in_shard,
+        select_shard as select_shard,
+        work_items as work_items,
+    )
+
+_HOME = {
+    "Check": "_preflight",
+    "Endpoint": "_client",
+    "PREFLIGHT_ARTIFACT": "_measure",
+    "PreflightResult": "_preflight",
+    "Progress": "_runner",
+    "RequestPlan": "_client",
+    "RichProgress": "_progress",
+    "RunStats": "_runner",
+    "build_request": "_client",
+    "format_preflight": "_preflight",
+    "generate": "_runner",
+    "in_shard": "_runner",
+    "measured_generate": "_measure",
+    "preflight": "_preflight",
+    "preflight_into_store": "_measure",
+    "request_fingerprint": "_client",
+    "run_preflight": "_preflight",
+    "select_shard": "_runner",
+    "work_items": "_runner",
+}
+
+__all__ = sorted(_HOME)
+
+__getattr__ = lazy_exports(__name__, _HOME)

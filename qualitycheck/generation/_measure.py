@@ -1,0 +1,106 @@
+"""Generation wrapped in the serving measurements: preflight first, /metrics around it.
+
+The pipeline calls `measured_generate` instead of the bare runner so that a
+run's store always holds what the latency, acceptance and preflight sections
+need: the preflight record (artifact "preflight"), and one /metrics window
+per stretch of generation (artifact "metrics_windows"). With
+`acceptance_by_category` the categories are generated one after another with
+a scrape between them, so acceptance can be attributed per category; the
+pairs inside a category are still sent together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from qualitycheck.core._cases import Case
+from qualitycheck.core._config import Config
+from qualitycheck.generation._runner import Progress, RunStats, generate
+from qualitycheck.core._store import RunStore
+from qualitycheck.serving._acceptance import SentTally, record_window, scrape_all, window
+from qualitycheck.generation._preflight import format_preflight, run_preflight
+
+__all__ = ["PREFLIGHT_ARTIFACT", "measured_generate", "preflight_into_store"]
+
+PREFLIGHT_ARTIFACT = "preflight"
+
+
+def preflight_into_store(store: RunStore, cases: Iterable[Case], cfg: Config) -> dict[str, Any] | None:
+    """Run the preflight when asked and both sides exist; a mismatch is recorded, not fatal."""
+    if not cfg.run.preflight or cfg.baseline is None or cfg.candidate is None:
+        return None
+    result = run_preflight(cfg.baseline, cfg.candidate, cases, concurrency=cfg.run.concurrency,
+                           timeout_s=min(cfg.run.timeout_s, 30.0))
+    record = result.to_dict()
+    store.put_artifact(PREFLIGHT_ARTIFACT, record)
+    if not result.ok:
+        print("qualitycheck: preflight found mismatches (the run continues; the gate will report them):\n"
+              + format_preflight(result), file=sys.stderr)
+    return record
+
+
+class _OneCategory:
+    """The cases of one category, filtered on every iteration from a re-iterable (never listed)."""
+
+    def __init__(self, cases: Iterable[Case], category: str):
+        self._cases = cases
+        self._category = category
+
+    def __iter__(self) -> Iterator[Case]:
+        return (c for c in self._cases if c.category == self._category)
+
+
+def _groups(cases: Iterable[Case], by_category: bool) -> list[tuple[str | None, Iterable[Case]]]:
+    """One window for the run, or one per category in order of first appearance.
+
+    Per category, each window walks the whole suite again and keeps its own
+    cases: passes over the suite cost CPU, holding the suite would cost
+    memory proportional to it.
+    """
+    if not by_category:
+        return [(None, cases)]
+    return [(cat, _OneCategory(cases, cat)) for cat in dict.fromkeys(c.category for c in cases)]
+
+
+def measured_generate(store: RunStore, cases: Iterable[Case], cfg: Config, *, progress: Progress | None = None,
+                      http_clients: dict[str, Any] | None = None) -> RunStats:
+    """Preflight, then generation in windows bracketed by /metrics scrapes of every target.
+
+    `cases` is walked several times (preflight, then counting and sending per
+    window): a list, or a re-iterable such as `cases.SuiteCases`.
+    """
+    preflight_into_store(store, cases, cfg)
+    targets = cfg.targets()
+    total = RunStats()
+
+    async def go() -> None:
+        done = store.stored_outcomes()  # one for every window: their cases are disjoint
+        try:
+            for category, group in _groups(cases, cfg.run.acceptance_by_category):
+                before = await asyncio.to_thread(scrape_all, targets)
+                tally = SentTally()
+                stats = await generate(store, group, cfg, progress=progress, http_clients=http_clients,
+                                       on_response=tally, done=done)
+                after = await asyncio.to_thread(scrape_all, targets)
+                record_window(store, window(before, after, tally, category))
+                _merge(total, stats)
+                if stats.interrupted:
+                    return
+        finally:
+            done.close()
+
+    asyncio.run(go())
+    return total
+
+
+def _merge(total: RunStats, s: RunStats) -> None:
+    for name, n in s.sent.items():
+        total.sent[name] = total.sent.get(name, 0) + n
+    for name, n in s.errors.items():
+        total.errors[name] = total.errors.get(name, 0) + n
+    total.skipped += s.skipped
+    total.interrupted |= s.interrupted
+    total.wall_s += s.wall_s

@@ -1,0 +1,279 @@
+"""Preflight: prove both servers would see the same thing before blaming the drafter.
+
+A quality difference between baseline and candidate means something only if
+both serve the same model with the same tokenizer, chat template, stop
+tokens and generation defaults. Each check below asks both servers the same
+question and compares the answers; a check that a server cannot answer
+(endpoint missing, not vLLM) is recorded as not checked (`passed: None`),
+never as passed. `/tokenize` of every case's messages is the sharpest one:
+it applies the chat template server-side, so template or system-prompt drift
+shows up as different token ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from qualitycheck.core._cases import Case
+from qualitycheck.core._config import Target
+
+__all__ = ["Check", "PreflightResult", "format_preflight", "preflight", "run_preflight"]
+
+_TOKENIZER_KEYS = ("tokenizer_class", "eos_token", "bos_token", "pad_token", "unk_token", "add_bos_token",
+                   "add_eos_token", "chat_template", "model_max_length")
+_MODEL_CONFIG_KEYS = ("generation_config", "override_generation_config", "dtype", "tokenizer", "tokenizer_mode",
+                      "max_model_len", "seed")
+
+
+@dataclass
+class Check:
+    """One comparison; `passed` None means it could not be made."""
+
+    name: str
+    passed: bool | None
+    detail: str
+    baseline: Any = None
+    candidate: Any = None
+
+
+@dataclass
+class PreflightResult:
+    baseline: str
+    candidate: str
+    model: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No check failed (checks that could not be made do not fail it)."""
+        return not any(c.passed is False for c in self.checks)
+
+    @property
+    def mismatches(self) -> list[Check]:
+        return [c for c in self.checks if c.passed is False]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "baseline": self.baseline, "candidate": self.candidate, "model": self.model,
+                "checks": [asdict(c) for c in self.checks],
+                "mismatches": [c.name for c in self.mismatches]}
+
+
+class _Server:
+    """GET/POST helpers that turn every failure into (None, reason)."""
+
+    def __init__(self, target: Target, client: httpx.AsyncClient):
+        self.t = target
+        self.c = client
+        self.headers = target.auth_headers()
+
+    async def get(self, path: str, root: bool = True) -> tuple[Any, str | None]:
+        base = self.t.server_url if root else self.t.base_url
+        return await self._call("GET", base + path)
+
+    async def post(self, path: str, body: dict[str, Any]) -> tuple[Any, str | None]:
+        return await self._call("POST", self.t.server_url + path, body)
+
+    async def _call(self, method: str, url: str, body: Any = None) -> tuple[Any, str | None]:
+        try:
+            resp = await self.c.request(method, url, json=body, headers=self.headers)
+        except httpx.HTTPError as exc:
+            return None, f"{url}: {type(exc).__name__}: {exc}"
+        if resp.status_code != 200:
+            return None, f"{url}: HTTP {resp.status_code} {resp.text[:200]}"
+        try:
+            return resp.json(), None
+        except ValueError:
+            return None, f"{url}: answer is not JSON"
+
+
+async def _model_check(b: _Server, c: _Server) -> list[Check]:
+    (mb, eb), (mc, ec) = await asyncio.gather(b.get("/models", root=False), c.get("/models", root=False))
+    entries = {}
+    for side, data, err, srv in (("baseline", mb, eb, b), ("candidate", mc, ec, c)):
+        if err:
+            return [Check("served_model", None, f"{side}: {err}")]
+        found = [m for m in (data or {}).get("data", []) if m.get("id") == srv.t.model]
+        if not found:
+            ids = [m.get("id") for m in (data or {}).get("data", [])]
+            return [Check("served_model", False, f"{side} does not serve {srv.t.model!r} (serves {ids})")]
+        entries[side] = found[0]
+    checks = [Check("served_model", True, f"both serve {b.t.model!r}" if b.t.model == c.t.model
+                    else f"baseline {b.t.model!r}, candidate {c.t.model!r}")]
+    for key in ("root", "max_model_len"):
+        vb, vc = entries["baseline"].get(key), entries["candidate"].get(key)
+        if vb is None and vc is None:
+            checks.append(Check(f"model_{key}", None, f"/v1/models shows no {key}"))
+        else:
+            same = vb == vc
+            checks.append(Check(f"model_{key}", same, f"{key}: {vb!r}" if same else f"{key} differs: baseline {vb!r}, candidate {vc!r}", vb, vc))
+    return checks
+
+
+async def _version_check(b: _Server, c: _Server) -> Check:
+    (vb, eb), (vc, ec) = await asyncio.gather(b.get("/version"), c.get("/version"))
+    if eb or ec:
+        return Check("engine_version", None, f"version not exposed: {eb or ec}")
+    vb, vc = (vb or {}).get("version"), (vc or {}).get("version")
+    same = vb == vc
+    return Check("engine_version", same, f"both {vb}" if same else f"engine differs: baseline {vb}, candidate {vc} (numerics may differ)", vb, vc)
+
+
+async def _dict_check(b: _Server, c: _Server, name: str, path: str, pick: Any) -> Check:
+    (db, eb), (dc, ec) = await asyncio.gather(b.get(path), c.get(path))
+    if eb or ec:
+        return Check(name, None, f"not exposed ({eb or ec})")
+    pb, pc = pick(db or {}), pick(dc or {})
+    keys = sorted(set(pb) | set(pc))
+    if not keys:
+        return Check(name, None, f"{path} shows none of the compared fields")
+    diff = [k for k in keys if pb.get(k) != pc.get(k)]
+    if not diff:
+        return Check(name, True, f"identical: {', '.join(keys)}")
+    parts = [f"{k}: baseline {_short(pb.get(k))}, candidate {_short(pc.get(k))}" for k in diff]
+    return Check(name, False, "; ".join(parts), {k: pb.get(k) for k in diff}, {k: pc.get(k) for k in diff})
+
+
+def _short(v: Any) -> str:
+    s = json.dumps(v, default=str)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def _model_config(d: dict[str, Any]) -> dict[str, Any]:
+    cfg = d.get("vllm_config")
+    mc = cfg.get("model_config") if isinstance(cfg, dict) else None
+    return {k: mc[k] for k in _MODEL_CONFIG_KEYS if isinstance(mc, dict) and k in mc}
+
+
+def _tokenize_body(case: Case, target: Target) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": target.model}
+    if case.is_chat:
+        body["messages"] = case.messages
+        for key in ("tools", "chat_template_kwargs"):
+            value = case.params.get(key, target.extra_body.get(key))
+            if value is not None:
+                body[key] = value
+    else:
+        body["prompt"] = case.prompt
+    return body
+
+
+async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurrency: int) -> Check:
+    """Same token ids for every distinct input; lists the first few cases that differ.
+
+    Streams the cases: each new input is tokenized as it is met, at most
+    `concurrency` at a time. What stays is a 16-byte digest per distinct
+    input, and the case ids of inputs still being tokenized or found to
+    differ (the ones the check names), so a 100,000-case suite is never held.
+    """
+    seen: set[bytes] = set()
+    pending: dict[bytes, tuple[int, list[str]]] = {}  # digest → (order of first appearance, cases sharing it)
+    differing: dict[bytes, tuple[int, dict[str, Any]]] = {}
+    first_error: tuple[int, str] | None = None
+    n_errors = 0
+    window = asyncio.Semaphore(concurrency)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(key: bytes, case: Case) -> None:
+        nonlocal first_error, n_errors
+        try:
+            try:
+                (rb, eb), (rc, ec) = await asyncio.gather(b.post("/tokenize", _tokenize_body(case, b.t)),
+                                                          c.post("/tokenize", _tokenize_body(case, c.t)))
+            finally:
+                window.release()
+            shaped = all(isinstance(r, dict) or r is None for r in (rb, rc))
+            tb = rb.get("tokens") if isinstance(rb, dict) else None
+            tc = rc.get("tokens") if isinstance(rc, dict) else None
+            err = eb or ec or (None if shaped else "/tokenize answered something other than a JSON object")
+        except Exception as exc:  # this input's error: a finished task's exception would otherwise go unseen
+            tb = tc = None
+            err = f"{type(exc).__name__}: {exc}"
+        order, users = pending.pop(key)
+        if err or tb is None or tc is None:
+            n_errors += 1
+            if first_error is None or order < first_error[0]:
+                first_error = (order, f"{case.id}: {err or 'no tokens in answer'}")
+        elif tb != tc:
+            first = next((i for i, (x, y) in enumerate(zip(tb, tc)) if x != y), min(len(tb), len(tc)))
+            differing[key] = (order, {"cases": users, "baseline_count": len(tb), "candidate_count": len(tc),
+                                      "first_difference": first})
+
+    n = 0
+    try:
+        for case in cases:
+            n += 1
+            key = hashlib.sha256(json.dumps(_tokenize_body(case, b.t) | {"model": ""}, sort_keys=True, default=str).encode()).digest()[:16]
+            if key in pending:
+                pending[key][1].append(case.id)
+            elif key in differing:
+                differing[key][1]["cases"].append(case.id)
+            elif key not in seen:
+                seen.add(key)
+                pending[key] = (len(seen), [case.id])
+                await window.acquire()
+                task = asyncio.create_task(one(key, case))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+    distinct = len(seen)
+    found = [d for _, d in sorted(differing.values(), key=lambda x: x[0])]
+    error = first_error[1] if first_error else ""
+    if n_errors and not found and n_errors == distinct:
+        return Check("tokenize", None, f"/tokenize not usable: {error}")
+    if found:
+        n_ids = sum(len(d["cases"]) for d in found)
+        shown = ", ".join(f"{d['cases'][0]} (token {d['first_difference']}: {d['baseline_count']} vs {d['candidate_count']} tokens)" for d in found[:5])
+        more = f" and {len(found) - 5} more inputs" if len(found) > 5 else ""
+        return Check("tokenize", False, f"{n_ids}/{n} cases tokenize differently (chat template, system prompt or tokenizer drift): {shown}{more}",
+                     candidate={"differing": found})
+    if n_errors:
+        return Check("tokenize", None, f"{n_errors}/{distinct} inputs could not be tokenized: {error}")
+    return Check("tokenize", True, f"identical token ids for all {n} cases ({distinct} distinct inputs)")
+
+
+async def preflight(baseline: Target, candidate: Target, cases: Iterable[Case], *, concurrency: int = 8,
+                    timeout_s: float = 30.0, transport: httpx.AsyncBaseTransport | None = None) -> PreflightResult:
+    """Every check, both servers asked the same questions at the same time."""
+    result = PreflightResult(baseline.url, candidate.url, baseline.model if baseline.model == candidate.model
+                             else f"{baseline.model} / {candidate.model}")
+    async with httpx.AsyncClient(timeout=timeout_s, transport=transport) as client:
+        b, c = _Server(baseline, client), _Server(candidate, client)
+        models, version, tok_info, server_info, tokenize = await asyncio.gather(
+            _model_check(b, c),
+            _version_check(b, c),
+            _dict_check(b, c, "tokenizer_and_stop_tokens", "/tokenizer_info",
+                        lambda d: {k: d[k] for k in _TOKENIZER_KEYS if k in d}),
+            _dict_check(b, c, "generation_defaults", "/server_info?config_format=json", _model_config),
+            _tokenize_check(b, c, cases, concurrency),
+        )
+    result.checks = [*models, tokenize, tok_info, server_info, version]
+    return result
+
+
+def run_preflight(baseline: Target, candidate: Target, cases: Iterable[Case], **kw: Any) -> PreflightResult:
+    return asyncio.run(preflight(baseline, candidate, cases, **kw))
+
+
+def format_preflight(result: PreflightResult | dict[str, Any]) -> str:
+    """Human-readable lines: one per check, mismatches first-class."""
+    d = result.to_dict() if isinstance(result, PreflightResult) else result
+    mark = {True: "ok  ", False: "FAIL", None: "n/a "}
+    lines = [f"preflight {d['baseline']} vs {d['candidate']} ({d['model']}):"]
+    for ch in d["checks"]:
+        lines.append(f"  {mark[ch['passed']]} {ch['name']}: {ch['detail']}")
+    if d["mismatches"]:
+        lines.append(f"{len(d['mismatches'])} mismatch(es): {', '.join(d['mismatches'])}")
+    else:
+        lines.append("all checks that the servers expose match")
+    return "\n".join(lines)

@@ -1,0 +1,678 @@
+"""LLM judges for open-ended answers, called only where the two sides differ.
+
+A judge is expensive and biased, so this stage is built around its failure
+modes rather than around the happy path:
+
+- byte-identical baseline/candidate answers are a tie without any call;
+- pairwise judges run in both orders, and a verdict that follows the position
+  instead of the content is a tie marked position-inconsistent;
+- a judge answer that cannot be parsed is asked again a bounded number of
+  times and then recorded as a judge *error*, never as a tie or a pass;
+- answers are fenced by delimiters carrying a random per-call nonce, text that
+  looks like a delimiter or a verdict marker is broken up before the judge
+  sees it, the judge's *last* verdict marker wins, and answers that talk to
+  the judge are flagged in the score detail;
+- every judge call is cached in the run folder under a key made of the judge
+  endpoint, its model, the judge definition's content hash and the exact
+  inputs, so `qualitycheck score` re-judges nothing it has already judged and
+  no key can let one endpoint's or one side's output stand in for another's.
+
+Judge definitions are YAML files (see judges/ and docs/stages/judge.md); a case
+names one in `checks.judge.mode`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from qualitycheck.core._cases import Case
+from qualitycheck.core._config import Config, JudgeTarget
+from qualitycheck.core._errors import ConfigError, Problem, SuiteError
+from qualitycheck.core._records import Response, Score
+from qualitycheck.core._store import RunStore
+
+__all__ = [
+    "CACHE_NAME",
+    "JudgeCache",
+    "JudgeDefinition",
+    "judge_dirs",
+    "judge_summary",
+    "load_judge_file",
+    "load_judges",
+    "neutralise",
+    "injection_signals",
+    "score_judge",
+    "validate_judge_checks",
+]
+
+CACHE_NAME = "judge_cache.sqlite"
+BUILTIN_DIR = Path(__file__).resolve().parents[1] / "builtin_judges"
+"""The judges shipped with qualitycheck: the repository's judges/, linked into the package so wheels carry them."""
+
+KINDS = ("pairwise", "single")
+VARIABLES = {
+    "pairwise": {"question", "answer_a", "answer_b", "rubric", "reference", "nonce"},
+    "single": {"question", "answer", "rubric", "reference", "nonce"},
+}
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+EXCERPT_CHARS = 600
+
+
+# ------------------------------------------------------------------ definitions
+
+
+@dataclass(frozen=True)
+class JudgeDefinition:
+    """One judge file: how to ask, and how to read the answer.
+
+    `kind` pairwise: the prompt shows two answers ({answer_a}, {answer_b}) and
+    the verdict pattern's first group maps (via `verdict_map`) to a, b or tie.
+    `kind` single: the prompt shows one answer ({answer}) and the first group
+    is a number inside `score_range`; the two sides' grades are compared, and
+    differences up to `tie_margin` are a tie.
+    """
+
+    name: str
+    kind: str
+    prompt: str
+    pattern: re.Pattern[str]
+    system: str = ""
+    verdict_map: dict[str, str] = field(default_factory=dict)
+    score_range: tuple[float, float] = (1.0, 10.0)
+    tie_margin: float = 0.0
+    defaults: dict[str, str] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    path: str = ""
+    content_hash: str = ""
+
+    @property
+    def variables(self) -> set[str]:
+        return set(PLACEHOLDER.findall(self.system)) | set(PLACEHOLDER.findall(self.prompt))
+
+    def parse(self, text: str) -> tuple[str, Any] | None:
+        """(marker as written, meaning) from the judge's LAST verdict marker, or None."""
+        matches = list(self.pattern.finditer(text or ""))
+        if not matches:
+            return None
+        raw = matches[-1].group(1)
+        if self.kind == "pairwise":
+            meaning = self.verdict_map.get(raw, self.verdict_map.get(raw.strip().upper()))
+            return (raw, meaning) if meaning is not None else None
+        try:
+            value = float(raw)
+        except ValueError:
+            return None
+        lo, hi = self.score_range
+        if not lo <= value <= hi:
+            return None
+        return raw, int(value) if value.is_integer() else value
+
+
+def _line_of(node: yaml.Node | None, key: str) -> int | None:
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if k.value == key:
+                return k.start_mark.line + 1
+    return None
+
+
+def load_judge_file(path: str | Path) -> JudgeDefinition:
+    """Read and check one judge file; every problem names the file, line and field."""
+    path = Path(path)
+    src = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except OSError as exc:
+        raise ConfigError([Problem(src, None, "", f"cannot read judge file: {exc.strerror}")]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([Problem(src, None, "", f"not UTF-8 text: {exc.reason}")]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError([Problem(src, mark.line + 1 if mark else None, "", f"bad YAML: {getattr(exc, 'problem', None) or exc}")]) from None
+    if not isinstance(data, dict):
+        raise ConfigError([Problem(src, 1, "", "expected a mapping with kind, prompt and verdict")])
+    problems: list[Problem] = []
+
+    def bad(key: str, msg: str) -> None:
+        problems.append(Problem(src, _line_of(node, key.split(".")[0]), key, msg))
+
+    known = {"name", "kind", "description", "system", "prompt", "verdict", "defaults", "params", "tie_margin"}
+    for key in data:
+        if key not in known:
+            bad(str(key), f"unknown key (expected one of: {', '.join(sorted(known))})")
+    kind = data.get("kind")
+    if kind not in KINDS:
+        bad("kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
+    prompt, system = data.get("prompt"), data.get("system", "")
+    if not isinstance(prompt, str) or not prompt.strip():
+        bad("prompt", "required: the prompt template (text with {placeholders})")
+        prompt = ""
+    if not isinstance(system, str):
+        bad("system", "expected text")
+        system = ""
+    verdict = data.get("verdict")
+    pattern = None
+    vmap: dict[str, str] = {}
+    rng: tuple[float, float] = (1.0, 10.0)
+    if not isinstance(verdict, dict):
+        bad("verdict", "required: a mapping with pattern (regex, first group = the verdict) and map or range")
+    else:
+        try:
+            pattern = re.compile(str(verdict.get("pattern", "")))
+            if pattern.groups < 1 or not verdict.get("pattern"):
+                bad("verdict.pattern", "needs a regular expression with one capturing group holding the verdict")
+        except re.error as exc:
+            bad("verdict.pattern", f"not a valid regular expression: {exc}")
+        if kind == "pairwise":
+            m = verdict.get("map")
+            if not isinstance(m, dict) or not m or any(v not in ("a", "b", "tie") for v in m.values()):
+                bad("verdict.map", "pairwise judges map each marker to a, b or tie, e.g. {A: a, B: b, TIE: tie}")
+            else:
+                vmap = {str(k): str(v) for k, v in m.items()}
+        elif kind == "single":
+            r = verdict.get("range", [1, 10])
+            if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, (int, float)) for x in r) and r[0] < r[1]):
+                bad("verdict.range", "expected [low, high] numbers, e.g. [1, 10]")
+            else:
+                rng = (float(r[0]), float(r[1]))
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict) or any(not isinstance(v, str) for v in defaults.values()):
+        bad("defaults", "expected a mapping of placeholder name to text (e.g. rubric: ...)")
+        defaults = {}
+    params = data.get("params") or {}
+    if not isinstance(params, dict):
+        bad("params", "expected a mapping of request parameters (temperature, max_tokens, ...)")
+        params = {}
+    margin = data.get("tie_margin", 0)
+    if not isinstance(margin, (int, float)) or margin < 0:
+        bad("tie_margin", "expected a number >= 0")
+        margin = 0
+    if kind in KINDS:
+        used = set(PLACEHOLDER.findall(system)) | set(PLACEHOLDER.findall(prompt))
+        for name in sorted(used - VARIABLES[kind]):
+            bad("prompt", f"unknown placeholder {{{name}}} (a {kind} judge knows: {', '.join(sorted(VARIABLES[kind]))})")
+        needed = {"answer_a", "answer_b"} if kind == "pairwise" else {"answer"}
+        for name in sorted(needed - used):
+            bad("prompt", f"a {kind} judge's prompt must show {{{name}}}")
+    if problems:
+        raise ConfigError(problems)
+    canonical = json.dumps({"kind": kind, "system": system, "prompt": prompt, "pattern": verdict["pattern"],  # type: ignore[index]
+                            "map": vmap, "range": rng, "defaults": defaults, "params": params, "tie_margin": margin},
+                           sort_keys=True)
+    return JudgeDefinition(
+        name=str(data.get("name") or path.stem), kind=str(kind), prompt=prompt, system=system,
+        pattern=pattern,  # type: ignore[arg-type]
+        verdict_map=vmap, score_range=rng, tie_margin=float(margin), defaults=dict(defaults), params=dict(params),
+        description=str(data.get("description", "")), path=src,
+        content_hash=hashlib.sha256(canonical.encode()).hexdigest()[:16],
+    )
+
+
+def judge_dirs(cfg: Config | None = None) -> list[Path]:
+    """Where judges are looked up, first match wins: the config's judges_dir, ./judges, the built-ins."""
+    dirs: list[Path] = []
+    if cfg is not None and cfg.judges_dir:
+        d = Path(cfg.judges_dir)
+        if not d.is_dir():
+            raise ConfigError([Problem(cfg.source or "config", None, "judges_dir", f"{d} is not a folder")])
+        dirs.append(d)
+    dirs.append(Path.cwd() / "judges")
+    dirs.append(BUILTIN_DIR)
+    out: list[Path] = []
+    for d in dirs:
+        if d.is_dir() and d.resolve() not in {x.resolve() for x in out}:
+            out.append(d)
+    return out
+
+
+def load_judges(dirs: Iterable[Path]) -> dict[str, JudgeDefinition]:
+    """Every judge file (*.yaml, *.yml) in the folders; a name in an earlier folder shadows later ones."""
+    found: dict[str, JudgeDefinition] = {}
+    problems: list[Problem] = []
+    for d in dirs:
+        for f in sorted([*d.glob("*.yaml"), *d.glob("*.yml")]):
+            try:
+                j = load_judge_file(f)
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+                continue
+            found.setdefault(j.name, j)
+    if problems:
+        raise ConfigError(problems)
+    return found
+
+
+def validate_judge_checks(cases: Iterable[Case], judges: dict[str, JudgeDefinition]) -> None:
+    """Refuse, before any call, cases naming an unknown judge or lacking what their judge shows."""
+    problems: list[Problem] = []
+    for c in cases:
+        spec = c.checks.judge
+        if spec is None:
+            continue
+        where = (c.file or c.id, c.line)
+        j = judges.get(spec.mode)
+        if j is None:
+            problems.append(Problem(*where, "checks.judge.mode",
+                                    f"unknown judge {spec.mode!r} (known: {', '.join(sorted(judges)) or 'none'})"))
+            continue
+        for var in ("reference", "rubric"):
+            if var in j.variables and getattr(spec, var) is None and var not in j.defaults:
+                problems.append(Problem(*where, f"checks.judge.{var}", f"judge {j.name!r} needs a {var} ({j.path})"))
+    if problems:
+        raise SuiteError(problems)
+
+
+# ------------------------------------------------------------------ hardening
+
+_DELIMITER_LOOKALIKE = re.compile(r"<{3,}|>{3,}")
+_INJECTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("overrides instructions", re.compile(
+        r"\b(ignore|disregard|forget|override|bypass)\b[^.\n]{0,40}\b(instructions?|rules|prompts?|guidelines|directions)\b", re.I)),
+    ("overrides instructions", re.compile(r"\b(new|updated|real) (system )?instructions?\s*:|\bsystem prompt\b", re.I)),
+    ("addresses the judge", re.compile(r"\byou are (now )?(the|a|an) (judge|grader|evaluator|assessor|referee)\b", re.I)),
+    ("addresses the judge", re.compile(r"\b(judges?|graders?|evaluators?)\b[^.\n]{0,40}\b(must|should|shall|will|need to)\b", re.I)),
+    ("dictates a verdict", re.compile(
+        r"\b(answer|output|respond|reply|say|write|print|choose|pick|select|declare|return)\b[^\n]{0,40}\[\[", re.I)),
+    ("dictates a verdict", re.compile(
+        r"\b(reply|response|answer|assistant) ?(a|b|1|2)\b[^.\n]{0,12}\b(is|was) (better|the (winner|best)|superior|preferred)\b", re.I)),
+    ("asks for a grade", re.compile(
+        r"\b(give|rate|score|grade|award)\b[^.\n]{0,30}\b(10|ten|full marks|highest|perfect)\b[^.\n]{0,20}\b(score|grade|rating|marks|points)?", re.I)),
+]
+
+
+def _break_markers(text: str, pattern: re.Pattern[str]) -> str:
+    """Make verdict markers inside an answer unreadable to the parser, visibly to the judge."""
+    for _ in range(16):
+        m = pattern.search(text)
+        if m is None:
+            return text
+        s = m.group(0)
+        text = text[: m.start()] + s[:1] + " " + s[1:] + text[m.end():]
+    return pattern.sub("[verdict marker removed]", text)
+
+
+def neutralise(text: str, judge: JudgeDefinition) -> str:
+    """The answer as the judge sees it: no delimiter look-alikes, no parsable verdict markers."""
+    text = _DELIMITER_LOOKALIKE.sub(lambda m: ("\u2039" if m.group(0)[0] == "<" else "\u203a") * len(m.group(0)), text)
+    return _break_markers(text, judge.pattern)
+
+
+def injection_signals(text: str, judge: JudgeDefinition) -> list[str]:
+    """Why this answer looks like it talks to the judge (empty: it does not)."""
+    found = [label for label, rx in _INJECTION_PATTERNS if rx.search(text)]
+    if judge.pattern.search(text):
+        found.append("contains a verdict marker")
+    if _DELIMITER_LOOKALIKE.search(text):
+        found.append("contains a delimiter look-alike")
+    return list(dict.fromkeys(found))
+
+
+def _fence(label: str, body: str, nonce: str) -> str:
+    return f"<<<{label} {nonce}>>>\n{body}\n<<<end of {label} {nonce}>>>"
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else json.dumps(content)
+
+
+def question_text(case: Case) -> str:
+    """The conversation as one readable block (every turn, roles named)."""
+    if case.messages is None:
+        return case.prompt or ""
+    return "\n\n".join(f"[{m.get('role')}]\n{_content_text(m.get('content'))}" for m in case.messages)
+
+
+def render(judge: JudgeDefinition, inputs: dict[str, str], nonce: str) -> list[dict[str, str]]:
+    """The chat messages for one call; inputs are already neutralised, each is fenced with the nonce."""
+    labels = {"question": "conversation", "answer": "reply", "answer_a": "reply A", "answer_b": "reply B",
+              "reference": "reference answer", "rubric": "rubric"}
+    values = {k: _fence(labels[k], v, nonce) for k, v in inputs.items()}
+    values["nonce"] = nonce
+
+    def fill(template: str) -> str:
+        return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+    messages = [{"role": "system", "content": fill(judge.system)}] if judge.system.strip() else []
+    messages.append({"role": "user", "content": fill(judge.prompt)})
+    return messages
+
+
+# ------------------------------------------------------------------ cache
+
+
+class JudgeCache:
+    """Judge answers that parsed, keyed by everything that could change them."""
+
+    def __init__(self, path: Path):
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=10000")
+        self._db.execute("CREATE TABLE IF NOT EXISTS judge_calls (key TEXT PRIMARY KEY, body TEXT NOT NULL, created REAL NOT NULL)")
+
+    @staticmethod
+    def key(target: JudgeTarget, judge: JudgeDefinition, inputs: dict[str, str]) -> str:
+        ident = {"url": target.url, "model": target.model, "extra_body": target.extra_body,
+                 "judge": judge.name, "template": judge.content_hash, "inputs": inputs}
+        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT body FROM judge_calls WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, body: dict[str, Any]) -> None:
+        self._db.execute("INSERT OR REPLACE INTO judge_calls VALUES (?,?,?)", (key, json.dumps(body), time.time()))
+
+    def __len__(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM judge_calls").fetchone()[0])
+
+    def close(self) -> None:
+        self._db.close()
+
+
+# ------------------------------------------------------------------ calling
+
+
+@dataclass
+class _Caller:
+    """One judge endpoint with its cache, concurrency bound and counters."""
+
+    client: Any
+    target: JudgeTarget
+    cache: JudgeCache
+    retries: int
+    sem: asyncio.Semaphore
+    calls: int = 0
+    cache_hits: int = 0
+
+    async def ask(self, judge: JudgeDefinition, inputs: dict[str, str]) -> dict[str, Any]:
+        """One judgement: cached, or asked up to 1 + retries times until it parses."""
+        import openai
+
+        key = JudgeCache.key(self.target, judge, inputs)
+        hit = self.cache.get(key)
+        if hit is not None:
+            self.cache_hits += 1
+            return {**hit, "cached": True}
+        last = ""
+        attempts = 1 + self.retries
+        for attempt in range(1, attempts + 1):
+            messages = render(judge, inputs, secrets.token_hex(8))
+            async with self.sem:
+                self.calls += 1
+                try:
+                    resp = await self.client.chat.completions.create(
+                        model=self.target.model, messages=messages,
+                        extra_body={**judge.params, **self.target.extra_body})
+                    last = (resp.choices[0].message.content or "") if resp.choices else ""
+                except openai.OpenAIError as exc:
+                    return {"error": f"judge endpoint failed: {type(exc).__name__}: {exc}"[:500], "attempts": attempt, "cached": False}
+            parsed = judge.parse(last)
+            if parsed is not None:
+                rec = {"marker": parsed[0], "verdict": parsed[1], "raw": last, "attempts": attempt}
+                self.cache.put(key, rec)
+                return {**rec, "cached": False}
+        return {"error": f"judge answer unparseable after {attempts} attempts", "raw": last,
+                "attempts": attempts, "cached": False}
+
+
+_FROM_CANDIDATE_FIRST = {"a": "win", "b": "loss", "tie": "tie"}
+_FROM_BASELINE_FIRST = {"a": "loss", "b": "win", "tie": "tie"}
+
+
+def _excerpt(text: str | None) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS // 3] + " … " + text[-2 * EXCERPT_CHARS // 3:]
+
+
+def _order_detail(order: str, res: dict[str, Any]) -> dict[str, Any]:
+    d = {"order": order, "verdict": res.get("marker"), "attempts": res.get("attempts"), "cached": res.get("cached", False),
+         "excerpt": _excerpt(res.get("raw"))}
+    if "error" in res:
+        d["error"] = res["error"]
+    return d
+
+
+async def _judge_pair(caller: _Caller, judge: JudgeDefinition, case: Case, base: str, cand: str) -> dict[str, Any]:
+    """The pair's outcome from the candidate's side: value, error and detail."""
+    spec = case.checks.judge
+    assert spec is not None
+    shared = {"question": question_text(case)}
+    for var in ("rubric", "reference"):
+        if var in judge.variables:
+            shared[var] = getattr(spec, var) or judge.defaults.get(var, "")
+    shared = {k: neutralise(v, judge) for k, v in shared.items()}
+    b, c = neutralise(base, judge), neutralise(cand, judge)
+    signals = {side: s for side, s in (("baseline", injection_signals(base, judge)),
+                                        ("candidate", injection_signals(cand, judge))) if s}
+    detail: dict[str, Any] = {"judge": judge.name, "kind": judge.kind, "identical": False,
+                              "flagged_injection": bool(signals), "injection_signals": signals,
+                              "position_consistent": None, "rubric_scores": None, "rubric_delta": None}
+    if judge.kind == "pairwise":
+        first, second = await asyncio.gather(
+            caller.ask(judge, {**shared, "answer_a": b, "answer_b": c}),
+            caller.ask(judge, {**shared, "answer_a": c, "answer_b": b}))
+        detail["orders"] = [_order_detail("baseline_first", first), _order_detail("candidate_first", second)]
+        detail["cached"] = bool(first.get("cached") and second.get("cached"))
+        errors = [r["error"] for r in (first, second) if "error" in r]
+        if errors:
+            return {"value": None, "error": "; ".join(dict.fromkeys(errors)), "detail": detail}
+        o1, o2 = _FROM_BASELINE_FIRST[first["verdict"]], _FROM_CANDIDATE_FIRST[second["verdict"]]
+        detail["position_consistent"] = o1 == o2
+        return {"value": o1 if o1 == o2 else "tie", "error": None, "detail": detail}
+    rb, rc = await asyncio.gather(caller.ask(judge, {**shared, "answer": b}), caller.ask(judge, {**shared, "answer": c}))
+    detail["orders"] = [_order_detail("baseline", rb), _order_detail("candidate", rc)]
+    detail["cached"] = bool(rb.get("cached") and rc.get("cached"))
+    errors = [r["error"] for r in (rb, rc) if "error" in r]
+    if errors:
+        return {"value": None, "error": "; ".join(dict.fromkeys(errors)), "detail": detail}
+    delta = rc["verdict"] - rb["verdict"]
+    detail["rubric_scores"] = {"baseline": rb["verdict"], "candidate": rc["verdict"]}
+    detail["rubric_delta"] = delta
+    value = "tie" if abs(delta) <= judge.tie_margin else ("win" if delta > 0 else "loss")
+    return {"value": value, "error": None, "detail": detail}
+
+
+def _no_answer(r: Response | None, side: str) -> str | None:
+    if r is None:
+        return f"no {side} answer stored"
+    if r.error is not None:
+        return f"no {side} answer ({r.error.kind}: {r.error.message})"[:300]
+    return None
+
+
+def _pair_scores(case: Case, repeat: int, outcome: dict[str, Any]) -> list[Score]:
+    value, err, detail = outcome["value"], outcome["error"], outcome["detail"]
+    if err is not None:
+        detail = {**detail, "error": err}
+        statuses = ("error", "error")
+    else:
+        statuses = ("pass", "fail" if value == "loss" else "pass")
+    return [Score(case_id=case.id, target=t, repeat=repeat, check="judge", status=s, value=value,  # type: ignore[arg-type]
+                  detail=detail) for t, s in zip(("baseline", "candidate"), statuses)]
+
+
+async def _judge_run(store: RunStore, cfg: Config, judges: dict[str, JudgeDefinition], cases: dict[str, Case],
+                     http_client: Any = None) -> tuple[list[Score], dict[str, Any]]:
+    import openai
+
+    assert cfg.judge is not None
+    target = cfg.judge
+    client = openai.AsyncOpenAI(base_url=target.base_url, api_key=target.api_key() or "EMPTY", default_headers=target.auth_headers(),
+                                max_retries=cfg.run.retries, timeout=cfg.run.timeout_s, http_client=http_client)
+    cache = JudgeCache(store.folder / CACHE_NAME)
+    caller = _Caller(client, target, cache, cfg.run.judge_retries, asyncio.Semaphore(cfg.run.concurrency))
+    jobs: list[tuple[Case, int, Any]] = []
+    scores: list[Score] = []
+    identical = no_answer = 0
+
+    async def done(value: Any) -> Any:
+        return value
+
+    try:
+        for case_id, rs in store.responses_by_case():
+            case = cases.get(case_id)
+            if case is None:
+                continue
+            judge = judges[case.checks.judge.mode]  # type: ignore[union-attr]
+            pairs: dict[int, dict[str, Response]] = {}
+            for r in rs:
+                pairs.setdefault(r.repeat, {})[r.target] = r
+            for rep, pair in sorted(pairs.items()):
+                b, c = pair.get("baseline"), pair.get("candidate")
+                missing = _no_answer(b, "baseline") or _no_answer(c, "candidate")
+                base_detail = {"judge": judge.name, "kind": judge.kind}
+                if missing:
+                    no_answer += 1
+                    scores += [Score(case_id=case_id, target=t, repeat=rep, check="judge", status="error",
+                                     detail={**base_detail, "no_answer": True, "error": missing}) for t in ("baseline", "candidate")]
+                elif b.text == c.text:  # type: ignore[union-attr]
+                    identical += 1
+                    out = {"value": "tie", "error": None,
+                           "detail": {**base_detail, "identical": True, "cached": False, "flagged_injection": False,
+                                      "injection_signals": {}, "position_consistent": None, "rubric_scores": None,
+                                      "rubric_delta": 0 if judge.kind == "single" else None}}
+                    jobs.append((case, rep, done(out)))
+                else:
+                    jobs.append((case, rep, _judge_pair(caller, judge, case, b.text, c.text)))  # type: ignore[union-attr]
+        outcomes = await asyncio.gather(*(j[2] for j in jobs))
+    finally:
+        await client.close()
+        cache.close()
+    for (case, rep, _), out in zip(jobs, outcomes):
+        scores += _pair_scores(case, rep, out)
+    stage = {"url": target.url, "model": target.model, "calls": caller.calls, "cache_hits": caller.cache_hits,
+             "pairs": len(jobs) + no_answer, "skipped_identical": identical, "no_answer": no_answer,
+             "judges": {j.name: {"hash": j.content_hash, "path": j.path} for j in judges.values()}}
+    return scores, stage
+
+
+def _not_configured(store: RunStore, cases: dict[str, Case]) -> dict[str, Any]:
+    """Cases ask for a judge but none is configured: say so, and record `skipped`, never a pass."""
+    import sys
+
+    reason = "no judge endpoint configured (--judge URL --judge-model NAME, or `judge:` in the config)"
+    scores = [Score(case_id=r.case_id, target=r.target, repeat=r.repeat, check="judge", status="skipped",
+                    detail={"not_configured": True, "error": reason})
+              for r in store.responses() if r.case_id in cases and r.target in ("baseline", "candidate")]
+    store.replace_scores(scores, checks=["judge"])
+    print(f"qualitycheck: warning: {len(cases)} case(s) ask for a judge but {reason}; "
+          "their judge check is not evaluated", file=sys.stderr)
+    return {"calls": 0, "cache_hits": 0, "pairs": 0, "not_configured": len(cases)}
+
+
+def score_judge(store: RunStore, cfg: Config, *, http_client: Any = None) -> dict[str, Any]:
+    """Judge every divergent pair of the run and replace the store's `judge` scores.
+
+    Returns what the stage did (calls sent, cache hits, pairs); it is also
+    stored as the `judge_stage` artifact. Without cases asking for a judge
+    nothing is called or replaced; without a judge target their judge scores
+    are `skipped` (with a warning), so the check reads "not evaluated".
+    """
+    cases = {c.id: c for c in store.iter_cases() if c.checks.judge is not None}  # only these are held
+    if not cases:
+        return {"calls": 0, "cache_hits": 0, "pairs": 0}
+    if cfg.judge is None:
+        return _not_configured(store, cases)
+    judges = load_judges(judge_dirs(cfg))
+    validate_judge_checks(cases.values(), judges)
+    t0 = time.monotonic()
+    scores, stage = asyncio.run(_judge_run(store, cfg, judges, cases, http_client))
+    stage["wall_s"] = round(time.monotonic() - t0, 3)
+    store.replace_scores(scores, checks=["judge"])
+    store.put_artifact("judge_stage", stage)
+    return stage
+
+
+# ------------------------------------------------------------------ summary
+
+
+def _delta_ci(deltas: list[float], seed: int) -> list[float] | None:
+    """The project's seeded paired bootstrap (stats.py) over per-pair grade deltas."""
+    if not deltas:
+        return None
+    from qualitycheck.verdict._stats import paired_bootstrap_ci
+
+    lo, hi = paired_bootstrap_ci([0.0] * len(deltas), deltas, seed=seed)
+    return [lo, hi]
+
+
+def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict[str, Any]]:
+    """Per category: win/loss/tie counts, position consistency, judge errors, rubric delta and its CI.
+
+    `lost_cases` / `won_cases` list the case ids the candidate lost / won on
+    any repeat (the contract's `regressions`, with the noise floor, come from
+    the statistics over the judge scores' pass/fail).
+
+    `judged` counts pairs that needed the judge (wins + losses + ties +
+    judge_errors); byte-identical pairs are `skipped_identical` (ties without
+    a call) and pairs where a side has no answer are `no_answer`. The rubric
+    delta (candidate − baseline grade) includes identical pairs as 0, since
+    their grades are equal by construction. Categories without judged cases
+    are absent.
+    """
+    if seed is None:
+        seed = int(((store.artifact("config") or {}).get("run") or {}).get("seed") or 0)
+    labels: dict[str, tuple[str, str]] | None = None  # read only once a judge score turns up
+    acc: dict[str, dict[str, Any]] = {}
+    for s in store.scores():
+        if s.check != "judge" or s.target != "candidate" or s.detail.get("not_configured"):
+            continue
+        if labels is None:
+            labels = store.case_labels()
+        cat = labels[s.case_id][0] if s.case_id in labels else "?"
+        a = acc.setdefault(cat, {"wins": 0, "losses": 0, "ties": 0, "judge_errors": 0, "judged": 0,
+                                 "skipped_identical": 0, "no_answer": 0, "flagged_injection": 0,
+                                 "_consistent": 0, "_pairwise": 0, "_deltas": [], "lost_cases": [], "won_cases": []})
+        d = s.detail
+        if d.get("no_answer"):
+            a["no_answer"] += 1
+            continue
+        if d.get("identical"):
+            a["skipped_identical"] += 1
+            if d.get("kind") == "single":
+                a["_deltas"].append(0.0)
+            continue
+        a["judged"] += 1
+        a["flagged_injection"] += bool(d.get("flagged_injection"))
+        if s.status == "error":
+            a["judge_errors"] += 1
+            continue
+        a[{"win": "wins", "loss": "losses", "tie": "ties"}[s.value]] += 1
+        if s.value in ("loss", "win"):
+            a["lost_cases" if s.value == "loss" else "won_cases"].append(s.case_id)
+        if d.get("position_consistent") is not None:
+            a["_pairwise"] += 1
+            a["_consistent"] += bool(d["position_consistent"])
+        if d.get("rubric_delta") is not None:
+            a["_deltas"].append(float(d["rubric_delta"]))
+    out: dict[str, dict[str, Any]] = {}
+    for cat, a in sorted(acc.items()):
+        deltas = a.pop("_deltas")
+        pw, cons = a.pop("_pairwise"), a.pop("_consistent")
+        a["lost_cases"] = sorted(set(a["lost_cases"]))
+        a["won_cases"] = sorted(set(a["won_cases"]))
+        a["position_consistency_rate"] = cons / pw if pw else None
+        a["rubric_delta_mean"] = sum(deltas) / len(deltas) if deltas else None
+        a["rubric_delta_ci"] = _delta_ci(deltas, seed)
+        out[cat] = a
+    return out

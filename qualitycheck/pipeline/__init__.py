@@ -1,0 +1,60 @@
+"""The order of the stages (run, finish, redo) and the jobs built from them: sweep, merge, demo.
+
+Names are imported on first use, so importing one stage never pulls in the
+heavy dependencies of another (scipy, jinja2, aiohttp).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from qualitycheck.core._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from qualitycheck.pipeline._demo import (
+        DEMO_GUARDRAILS as DEMO_GUARDRAILS,
+        default_suites as default_suites,
+        demo_cases as demo_cases,
+        run_demo as run_demo,
+        write_suite as write_suite,
+    )
+    from qualitycheck.pipeline._merge import (
+        merge_runs as merge_runs,
+    )
+    from qualitycheck.pipeline._run import (
+        finish as finish,
+        manifest_for as manifest_for,
+        redo as redo,
+        run as run,
+    )
+    from qualitycheck.pipeline._sweep import (
+        SweepCandidate as SweepCandidate,
+        parse_candidate as parse_candidate,
+        parse_levels as parse_levels,
+        recommend as recommend,
+        render_html as render_html,
+        run_sweep as run_sweep,
+    )
+
+_HOME = {
+    "DEMO_GUARDRAILS": "_demo",
+    "SweepCandidate": "_sweep",
+    "default_suites": "_demo",
+    "demo_cases": "_demo",
+    "finish": "_run",
+    "manifest_for": "_run",
+    "merge_runs": "_merge",
+    "parse_candidate": "_sweep",
+    "parse_levels": "_sweep",
+    "recommend": "_sweep",
+    "redo": "_run",
+    "render_html": "_sweep",
+    "run": "_run",
+    "run_demo": "_demo",
+    "run_sweep": "_sweep",
+    "write_suite": "_demo",
+}
+
+__all__ = sorted(_HOME)
+
+__getattr__ = lazy_exports(__name__, _HOME)

@@ -1,0 +1,117 @@
+"""The run from end to end, and the redo of a single stage from the store.
+
+generate → score → compare/gate → summary.json → reports. Each stage reads
+what the previous one stored; `score`, `report` and `gate` on a finished
+run folder redo their part without calling an endpoint.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from qualitycheck.core._cases import Case, SuiteCases, scan_suite, suite_fingerprint
+from qualitycheck.core._config import Config
+from qualitycheck.core._errors import RunIncompleteError
+from qualitycheck.generation._progress import RichProgress
+from qualitycheck.generation._runner import in_shard
+from qualitycheck.generation._measure import measured_generate
+from qualitycheck.core._store import RunStore, StoredCases
+
+__all__ = ["finish", "manifest_for", "redo", "run"]
+
+EXIT_FOR_VERDICT = {"pass": 0, "fail": 1, "inconclusive": 1}
+
+
+def manifest_for(cases: list[Case], cfg: Config, suites: list[str]) -> dict[str, Any]:
+    return _manifest(suite_fingerprint((c.id, c.content_hash()) for c in cases), len(cases), cfg, suites)
+
+
+def _manifest(fingerprint: str, count: int, cfg: Config, suites: list[str]) -> dict[str, Any]:
+    """What decides whether `--out` may be resumed (see store._manifest_diff)."""
+    return {
+        "suite_fingerprint": fingerprint,
+        "suite_files": [str(s) for s in suites],
+        "cases": count,
+        "targets": {n: {**t.model_dump(include={"model", "label", "extra_body"}), "url": t.public_url}
+                    for n, t in cfg.targets().items()},
+        "repeats": cfg.run.repeats,
+        "shard": cfg.run.shard,
+    }
+
+
+def redacted_config(cfg: Config) -> dict[str, Any]:
+    """The config as stored in the run folder: header values and keys never reach disk."""
+    d = cfg.model_dump(mode="json", by_alias=True)
+    for name in ("baseline", "candidate", "control", "judge"):
+        t = d.get(name)
+        if isinstance(t, dict):
+            t["headers"] = {k: "<redacted>" for k in t.get("headers", {})}
+            t["url"] = getattr(cfg, name).public_url
+    return d
+
+
+def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, Any] | None = None) -> int:
+    """Generate into `out` and finish the run there.
+
+    The suite is never held: `scan_suite` validates it in one streaming pass
+    (keeping ids and content hashes), and every later walk over the cases
+    (judge checks, then into the store) reads it again lazily; generation
+    reads the cases back from the store. Memory does not grow with the
+    number of cases.
+    """
+    shard = cfg.run.shard
+    scan = scan_suite(suites, keep=lambda c: in_shard(c.id, shard))
+    cases = SuiteCases(suites, keep=lambda c: in_shard(c.id, shard), count=scan.count)
+    if scan.judged or cfg.judges_dir:  # before any GPU time is spent
+        from qualitycheck.judge._judge import judge_dirs, load_judges, validate_judge_checks
+
+        dirs = judge_dirs(cfg)  # a configured judges_dir must exist
+        if scan.judged:  # definitions are parsed only for cases that name one, as score_judge does
+            validate_judge_checks(cases, load_judges(dirs))
+    store = RunStore.create(out, _manifest(scan.fingerprint, scan.count, cfg, suites), cases)  # type: ignore[arg-type]
+    try:
+        store.put_artifact("config", redacted_config(cfg))
+        print(f"qualitycheck: {scan.count} cases × {len(cfg.targets())} targets × {cfg.run.repeats} repeats → {out}", file=sys.stderr)
+        stats = measured_generate(store, StoredCases(store), cfg, progress=RichProgress(), http_clients=http_clients)
+        if stats.interrupted:
+            raise RunIncompleteError(f"interrupted; everything received is stored in {out}. Run the same command again to resume.")
+        return finish(store, cfg)
+    except KeyboardInterrupt:
+        raise RunIncompleteError(f"interrupted; everything received is stored in {out}. Run the same command again to resume.") from None
+    finally:
+        store.close()
+
+
+def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True) -> int:
+    """Everything after generation, from the store alone (scoring first unless `score=False`)."""
+    if score:
+        from qualitycheck.scoring import score_store
+
+        score_store(store)
+        if cfg is not None:
+            from qualitycheck.judge._judge import score_judge
+
+            score_judge(store, cfg)  # after the deterministic scorers; cached calls; `skipped` without a judge
+    from qualitycheck.report._signoff import write_signoff  # scipy/statsmodels: imported after generation, not before the first request
+    from qualitycheck.verdict._summary import build_summary, write_summary
+
+    summary = build_summary(store, cfg)
+    write_summary(store.folder, summary)
+    write_signoff(store.folder, summary)
+    from qualitycheck.report import publish
+
+    publish(store, summary, max_cases=(cfg or Config()).run.report_max_cases)  # report.html + the terminal summary
+    return EXIT_FOR_VERDICT[summary["verdict"]]
+
+
+def redo(folder: Path, stage: str, config_path: str | None, *, report_max_cases: int | None = None) -> int:
+    """Redo `stage` and everything after it, with the run's own config unless another is given."""
+    from qualitycheck.core._config import load_config
+
+    with RunStore.open(folder) as store:
+        cfg = load_config(config_path) if config_path else Config.model_validate(store.artifact("config") or {})
+        if report_max_cases is not None:
+            cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"report_max_cases": report_max_cases})})
+        return finish(store, cfg, score=stage == "score")

@@ -1,0 +1,491 @@
+"""What the reports show, gathered once from summary.json and the run store.
+
+The HTML and terminal renderers only format what this module hands them, so
+the two never disagree about which case is a regression. Everything the
+summary does not hold yet (a stage that has not run, an older run) is taken
+as absent, never guessed: a missing optional section is simply not shown.
+Per-case data is kept compact (status letters, short keys), and a run of any
+size is read in one streaming pass: every case is flagged and counted, but
+full rows (answers, score details, comparison records) are kept only for the
+`max_cases` that matter most, so a 100,000-case run costs what 5,000 cases cost.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qualitycheck.core._store import CaseRecords, GroupsById, RunStore
+
+__all__ = ["CaseRow", "FLAG_ORDER", "ITL_SAMPLE", "MAX_CASES", "ReportData", "collect", "percentiles", "run_date"]
+
+FLAG_ORDER = ("regression", "error", "improvement", "flaky", "divergent", "identical")
+"""Case flags in the order the case list sorts them: what needs a look first."""
+
+MAX_CASES = 5_000
+"""Cases whose detail (answers, score details, comparison records) report.html embeds.
+
+A case costs the page 1-3 kB of JSON with short answers and far more with long
+ones; 5,000 keeps the file near 10-25 MB, which Chromium parses in about a
+second and searches interactively, and it holds every regression, error,
+improvement and flaky case of any run a person would read case by case (a
+run with more regressions than that needs aggregate numbers, not a list).
+The rest stay in the store: `load_run(DIR)` reads all of them into pandas."""
+
+ITL_SAMPLE = 250_000
+"""Per side, how many per-token gaps the ITL chart keeps: a seeded uniform sample
+(reservoir) past that, since a 100,000-pair run has ~10^7 gaps and a 32-bin
+histogram or a p99 needs a small fraction of them."""
+
+_STATUS_LETTER = {"pass": "p", "fail": "f", "error": "e", "skipped": "s"}
+_SIDES = ("baseline", "candidate")
+
+
+@dataclass
+class CaseRow:
+    """One case as the report's case list and detail view need it."""
+
+    id: str
+    category: str
+    route: str
+    prompt: str
+    texts: dict[str, list[str | None]] = field(default_factory=dict)
+    """target → answer text per repeat (None where no answer is stored)."""
+    errors: dict[str, list[str | None]] = field(default_factory=dict)
+    meta: dict[str, list[dict[str, Any] | None]] = field(default_factory=dict)
+    """target → per repeat: finish reason, tokens, e2e seconds."""
+    statuses: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    """check → target → status letter per repeat (p/f/e/s, '-' when not scored)."""
+    details: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    regressed: list[str] = field(default_factory=list)
+    improved: list[str] = field(default_factory=list)
+    flaky: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    comparison: list[dict[str, Any] | None] = field(default_factory=list)
+    """The compare stage's record per repeat (divergence, similarity, format features)."""
+
+    def compact(self) -> dict[str, Any]:
+        """The JSON shape the page's script reads (short keys: it is repeated per case)."""
+        d: dict[str, Any] = {"i": self.id, "k": self.category, "f": self.flags, "p": self.prompt,
+                             "t": self.texts, "s": self.statuses}
+        if self.route != self.category:
+            d["r"] = self.route
+        for key, value in (("e", self.errors), ("m", self.meta), ("d", self.details), ("rc", self.regressed),
+                           ("ic", self.improved), ("fc", self.flaky), ("x", self.comparison)):
+            if value:
+                d[key] = value
+        return d
+
+
+@dataclass
+class ReportData:
+    """Everything one report shows; `summary` is summary.json as written."""
+
+    summary: dict[str, Any]
+    manifest: dict[str, Any]
+    created_at: float | None
+    rows: list[CaseRow]
+    """The embedded cases (at most `max_cases`), most important first, suite order within a flag."""
+    checks: list[str]
+    categories: list[str]
+    latency_samples: dict[str, dict[str, np.ndarray]]
+    """metric → target → values in ms, per response (per token gap for ITL): for the charts."""
+    artifacts: dict[str, Any]
+    total_cases: int = 0
+    """Every case in the store, embedded or not."""
+    flag_counts: dict[str, int] = field(default_factory=dict)
+    """flag → cases carrying it, over all cases (a case may carry several flags)."""
+    category_flags: dict[str, dict[str, int]] = field(default_factory=dict)
+    """category → flag → cases, over all cases."""
+    omitted: dict[str, int] = field(default_factory=dict)
+    """Cases not embedded, by their first flag in FLAG_ORDER ("" for a case without any)."""
+    max_cases: int = MAX_CASES
+    folder: Path | None = None
+    """The run folder, named on the page as where the cases it does not embed are."""
+    latency_sampled: dict[str, dict[str, int]] = field(default_factory=dict)
+    """metric → side → how many values there were, where the chart shows only a sample of them."""
+
+    @property
+    def omitted_total(self) -> int:
+        return sum(self.omitted.values())
+
+    @property
+    def regressions_omitted(self) -> int:
+        """Regressions that did not fit: only when they alone outnumber `max_cases`."""
+        return self.omitted.get("regression", 0)
+
+    def top_regressions(self, n: int = 10) -> list[CaseRow]:
+        return [r for r in self.rows if "regression" in r.flags][:n]
+
+
+def _ids(value: Any) -> list[str]:
+    """A summary field holding case ids may also be a bare count; only ids are usable here."""
+    if isinstance(value, list):
+        return [str(v) for v in value if isinstance(v, (str, int))]
+    return []
+
+
+PROMPT_HEAD, PROMPT_TAIL = 1_000, 3_000
+"""Characters of a prompt the report keeps: long-context prompts would otherwise dominate
+the file (10,000 cases × 30 kB), and the question usually sits at the end."""
+
+
+def _clip(text: str) -> str:
+    if len(text) <= PROMPT_HEAD + PROMPT_TAIL + 100:
+        return text
+    omitted = len(text) - PROMPT_HEAD - PROMPT_TAIL
+    return f"{text[:PROMPT_HEAD]}\n… [{omitted:,} characters omitted in this report] …\n{text[-PROMPT_TAIL:]}"
+
+
+def _prompt_text(body: dict[str, Any] | None) -> str:
+    if not body:
+        return ""
+    if body.get("prompt") is not None:
+        return str(body["prompt"])
+    parts = []
+    for m in body.get("messages") or []:
+        content = m.get("content")
+        if isinstance(content, list):  # multi-part content: keep the text parts
+            content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        parts.append(f"[{m.get('role', '?')}] {content if content is not None else ''}")
+    return "\n".join(parts)
+
+
+def _summary_case_sets(summary: dict[str, Any]) -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[str]], set[str]]:
+    """case id → checks regressed / improved / flaky, per the summary; and checks it has stats for."""
+    reg: dict[str, set[str]] = {}
+    imp: dict[str, set[str]] = {}
+    flaky: dict[str, set[str]] = {}
+    known: set[str] = set()
+    for cat in (summary.get("categories") or {}).values():
+        for check, st in ((cat or {}).get("checks") or {}).items():
+            if not isinstance(st, dict):
+                continue
+            known.add(check)
+            for key, into in (("regressions", reg), ("improvements", imp), ("flaky", flaky)):
+                for cid in _ids(st.get(key)):
+                    into.setdefault(cid, set()).add(check)
+    return reg, imp, flaky, known
+
+
+def _rate(letters: Iterable[str]) -> float | None:
+    decided = [x for x in letters if x in "pf"]
+    return sum(x == "p" for x in decided) / len(decided) if decided else None
+
+
+_COMPARISON_SKIP = {"case_id", "category", "route", "repeat", "format_version", "checks"}
+"""Fields of a comparison record the report shows elsewhere already (statuses come from the scores)."""
+
+
+def _shown(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in rec.items() if k not in _COMPARISON_SKIP and v not in (None, {}, [])}
+
+
+def _comparison_slots(records: Iterable[dict[str, Any]], repeats: int) -> list[dict[str, Any] | None]:
+    """One case's compare records → the record per repeat as the detail view shows it."""
+    slot: list[dict[str, Any] | None] = []
+    for rec in records:
+        rep = rec.get("repeat", 0)
+        if not isinstance(rep, int) or not 0 <= rep < repeats:
+            continue
+        slot = slot or [None] * repeats
+        slot[rep] = _shown(rec)
+    return slot
+
+
+def _legacy_comparisons(store: RunStore, ids: set[str], repeats: int) -> dict[str, list[dict[str, Any] | None]]:
+    """Records of a run stored before comparisons were rows (one `comparisons` artifact), for `ids` only."""
+    found = store.artifact("comparisons")
+    by_case: dict[str, list[dict[str, Any]]] = {}
+    for rec in found if isinstance(found, list) else []:
+        if isinstance(rec, dict) and str(rec.get("case_id")) in ids:
+            by_case.setdefault(str(rec["case_id"]), []).append(rec)
+    return {cid: _comparison_slots(recs, repeats) for cid, recs in by_case.items()}
+
+
+class _Reservoir:
+    """A uniform sample of at most `size` values from a stream of arrays (Algorithm R, seeded).
+
+    Everything is kept, in arrival order, until `size` is reached, so a small
+    run's chart is exactly what it was; past that each new value replaces a
+    random slot with probability size/seen. Values are buffered and drawn for
+    in batches: one RNG call per response (100 gaps) would cost more than
+    reading the response.
+    """
+
+    BATCH = 1 << 16
+
+    def __init__(self, size: int, seed: int = 0):
+        self.size, self.seen = size, 0
+        self._kept: list[np.ndarray] = []
+        self._pending: list[np.ndarray] = []
+        self._pending_n = 0
+        self._buf: np.ndarray | None = None
+        self._rng = np.random.default_rng(seed)
+
+    def add(self, values: np.ndarray) -> None:
+        self._pending.append(values)
+        self._pending_n += len(values)
+        if self._pending_n >= self.BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        values = np.concatenate(self._pending)
+        self._pending, self._pending_n = [], 0
+        if self._buf is None:
+            room = self.size - self.seen
+            if len(values) <= room:
+                self._kept.append(values)
+                self.seen += len(values)
+                return
+            self._kept.append(values[:room])
+            self.seen += room
+            values = values[room:]
+            self._buf = np.concatenate(self._kept)
+            self._kept = []
+        slots = self._rng.integers(0, self.seen + 1 + np.arange(len(values)))  # value at 0-based position p draws from [0, p]
+        keep = slots < self.size
+        self._buf[slots[keep]] = values[keep]  # in order: a later value wins a slot, as in the sequential algorithm
+        self.seen += len(values)
+
+    def values(self) -> np.ndarray:
+        self._flush()
+        if self._buf is not None:
+            return self._buf
+        return np.concatenate(self._kept) if self._kept else np.empty(0)
+
+
+class _Latency:
+    """The chart samples: per-response metrics as packed doubles, per-token gaps through a reservoir.
+
+    Chunk times are appended to a flat buffer per side and turned into gaps
+    a batch at a time (numpy per response cost more than parsing it).
+    """
+
+    BATCH = 1 << 16
+
+    def __init__(self, itl_sample: int):
+        self.per_response: dict[str, dict[str, array[float]]] = {m: {} for m in ("ttft_ms", "tpot_ms", "e2e_ms")}
+        self.itl: dict[str, _Reservoir] = {}
+        self.itl_sample = itl_sample
+        self._times: dict[str, array[float]] = {}
+        self._tokens: dict[str, list[tuple[int, list[int]]]] = {}
+        """side → (offset in the buffer, tokens per chunk) of the responses that report them; 1 elsewhere."""
+        self._starts: dict[str, list[int]] = {}
+
+    def add(self, r: Any) -> None:
+        side, into = r.target, self.per_response
+        if r.ttft_s is not None:
+            into["ttft_ms"].setdefault(side, array("d")).append(r.ttft_s * 1000)
+        if r.e2e_s is not None:
+            into["e2e_ms"].setdefault(side, array("d")).append(r.e2e_s * 1000)
+            n = r.usage.completion_tokens
+            if r.ttft_s is not None and n and n > 1:
+                into["tpot_ms"].setdefault(side, array("d")).append((r.e2e_s - r.ttft_s) * 1000 / (n - 1))
+        times = r.chunk_times
+        if len(times) > 1:
+            buf = self._times.setdefault(side, array("d"))
+            self._starts.setdefault(side, []).append(len(buf))
+            buf.extend(times)
+            toks = r.chunk_tokens
+            if toks and len(toks) == len(times):
+                self._tokens.setdefault(side, []).append((len(buf) - len(times), toks))
+            if len(buf) >= self.BATCH:
+                self._flush(side)
+
+    def _flush(self, side: str) -> None:
+        """Per-token gaps of the buffered responses: a chunk carrying k tokens (speculation) counts k gaps of gap/k."""
+        times = np.frombuffer(self._times[side], dtype=np.float64)
+        if len(times) < 2:
+            return
+        gaps = np.diff(times) * 1000
+        spans = self._tokens.get(side)
+        if spans:
+            tokens = np.ones(len(times))
+            for at, toks in spans:
+                tokens[at:at + len(toks)] = toks
+            gaps = gaps / np.maximum(1, tokens[1:])
+        within = np.ones(len(gaps), dtype=bool)
+        starts = np.asarray(self._starts[side][1:], dtype=np.int64)
+        within[starts - 1] = False  # the step from one response's last chunk to the next one's first is no gap
+        if side not in self.itl:
+            self.itl[side] = _Reservoir(self.itl_sample)
+        self.itl[side].add(gaps[within])
+        self._times[side], self._tokens[side], self._starts[side] = array("d"), [], []
+
+    def arrays(self) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, int]]]:
+        for side in list(self._times):
+            self._flush(side)
+        out: dict[str, dict[str, np.ndarray]] = {}
+        sampled: dict[str, dict[str, int]] = {}
+        for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            if metric == "itl_ms":
+                sides = {s: res.values() for s, res in self.itl.items()}
+                for s, res in self.itl.items():
+                    if res.seen > res.size:
+                        sampled.setdefault(metric, {})[s] = res.seen
+            else:
+                sides = {s: np.frombuffer(v, dtype=np.float64) for s, v in self.per_response[metric].items()}
+            for side, arr in sides.items():
+                if arr.size:
+                    out.setdefault(metric, {})[side] = arr
+        return out, sampled
+
+
+def _case_row(rec: CaseRecords, repeats: int, sets: tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[str]], set[str]],
+              latency: _Latency) -> CaseRow:
+    """One case's row and flags, without the prompt and comparison (added only if the case is embedded)."""
+    c = rec.case
+    row = CaseRow(c.id, c.category, c.route, "")
+    for r in rec.responses:
+        if r.repeat >= repeats:
+            continue
+        if r.target in _SIDES:
+            row.texts.setdefault(r.target, [None] * repeats)[r.repeat] = r.text if r.ok else None
+            row.meta.setdefault(r.target, [None] * repeats)[r.repeat] = {
+                "finish": r.finish_reason, "tokens": r.usage.completion_tokens,
+                "e2e_s": None if r.e2e_s is None else round(r.e2e_s, 4)}
+        if r.error is not None:
+            row.errors.setdefault(r.target, [None] * repeats)[r.repeat] = f"{r.error.kind}: {r.error.message}"
+        elif r.target in _SIDES or r.target == "control":
+            latency.add(r)
+    letters: dict[str, dict[str, list[str]]] = {}
+    for s in rec.scores:
+        if s.repeat >= repeats:
+            continue
+        letters.setdefault(s.check, {}).setdefault(s.target, ["-"] * repeats)[s.repeat] = _STATUS_LETTER.get(s.status, "-")
+        detail = dict(s.detail)
+        if s.value is not None and not isinstance(s.value, bool):
+            detail = {"value": s.value, **detail}
+        if detail:
+            row.details.setdefault(s.check, {}).setdefault(s.target, [None] * repeats)[s.repeat] = detail
+    row.statuses = {check: {t: "".join(v) for t, v in per.items()} for check, per in letters.items()}  # type: ignore[misc]
+
+    reg, imp, flaky, known = sets
+    row.regressed = sorted(reg.get(row.id, ()))
+    row.improved = sorted(imp.get(row.id, ()))
+    fl = set(flaky.get(row.id, ()))
+    for check, per in row.statuses.items():
+        b, cand = per.get("baseline", ""), per.get("candidate", "")
+        if check not in known:  # no statistics for this check yet: compare pass rates directly
+            rb, rc = _rate(b), _rate(cand)
+            if rb is not None and rc is not None and rb != rc:
+                (row.regressed if rb > rc else row.improved).append(check)
+        for lt in (b, cand):
+            if "p" in lt and "f" in lt:
+                fl.add(check)
+    row.flaky = sorted(fl)
+    row.flags = _flags(row)
+    return row
+
+
+_RANK = {**{f: i for i, f in enumerate(FLAG_ORDER)}, "": len(FLAG_ORDER)}
+
+
+def _first_flag(flags: list[str]) -> str:
+    """The flag a case is listed (and kept) under: its first in FLAG_ORDER, "" when it has none."""
+    return min(flags, key=_RANK.__getitem__, default="")
+
+
+def collect(store: RunStore, summary: dict[str, Any], *, max_cases: int = MAX_CASES, itl_sample: int = ITL_SAMPLE) -> ReportData:
+    """Stream the store once: flag and count every case, keep full rows for the `max_cases` that matter most.
+
+    Which cases: by their first flag in FLAG_ORDER (every regression, then
+    errors, improvements, flaky, divergent, identical), suite order within a
+    flag. The selection is a bounded heap, so memory holds at most
+    `max_cases` rows whatever the run's size; regressions are dropped only
+    when they alone outnumber `max_cases` (`ReportData.regressions_omitted`).
+    """
+    if max_cases < 0:
+        raise ValueError(f"max_cases must be >= 0, got {max_cases}")
+    repeats = max(1, int(store.manifest.get("repeats") or 1))
+    suite_index = {cid: i for i, cid in enumerate(store.case_labels())}  # by_case walks by id; the page lists in suite order
+    sets = _summary_case_sets(summary)
+    latency = _Latency(itl_sample)
+    flag_counts = {f: 0 for f in FLAG_ORDER}
+    primary: dict[str, int] = {}
+    category_flags: dict[str, dict[str, int]] = {}
+    checks: set[str] = set()
+    heap: list[tuple[int, int, CaseRow]] = []  # (-rank, -suite index, row): the root is the least important kept case
+    comps = GroupsById(store.comparisons_by_case())
+
+    for rec in store.by_case():
+        row = _case_row(rec, repeats, sets, latency)
+        checks.update(row.statuses)
+        per_cat = category_flags.setdefault(row.category, {f: 0 for f in FLAG_ORDER})
+        for f in row.flags:
+            flag_counts[f] += 1
+            per_cat[f] += 1
+        first = _first_flag(row.flags)
+        primary[first] = primary.get(first, 0) + 1
+        key = (-_RANK[first], -suite_index.get(row.id, len(suite_index)))
+        bodies = comps.take(row.id)
+        if max_cases == 0 or (len(heap) >= max_cases and key <= heap[0][:2]):
+            continue  # less important than every kept case
+        row.prompt = _clip(_prompt_text({"messages": rec.case.messages, "prompt": rec.case.prompt}))
+        row.comparison = _comparison_slots([json.loads(b) for b in bodies], repeats)  # parsed only for kept rows
+        if len(heap) < max_cases:
+            heapq.heappush(heap, (*key, row))
+        else:
+            heapq.heapreplace(heap, (*key, row))
+
+    kept = [row for _, _, row in sorted(heap, key=lambda e: (-e[0], -e[1]))]
+    if comps.empty and kept:
+        legacy = _legacy_comparisons(store, {r.id for r in kept}, repeats)
+        for row in kept:
+            row.comparison = legacy.get(row.id, [])
+    omitted = dict(primary)
+    for row in kept:
+        omitted[_first_flag(row.flags)] -= 1
+    samples, sampled = latency.arrays()
+    created = store.meta("created_at")
+    artifacts = {name: store.artifact(name) for name in ("preflight",)}
+    return ReportData(
+        summary=summary, manifest=store.manifest, created_at=float(created) if created else None,
+        rows=kept, checks=sorted(checks), categories=sorted(category_flags),
+        latency_samples=samples, artifacts={k: v for k, v in artifacts.items() if v},
+        total_cases=len(suite_index), flag_counts=flag_counts, category_flags=category_flags,
+        omitted={k: v for k, v in omitted.items() if v}, max_cases=max_cases, latency_sampled=sampled, folder=store.folder,
+    )
+
+
+def _flags(row: CaseRow) -> list[str]:
+    flags = []
+    if row.regressed:
+        flags.append("regression")
+    errored = any(any(e for e in errs) for errs in row.errors.values()) or any(
+        "e" in letters for per in row.statuses.values() for letters in per.values())
+    if errored:
+        flags.append("error")
+    if row.improved:
+        flags.append("improvement")
+    if row.flaky:
+        flags.append("flaky")
+    b, c = row.texts.get("baseline") or [], row.texts.get("candidate") or []
+    pairs = [(x, y) for x, y in zip(b, c) if x is not None and y is not None]
+    if any(x != y for x, y in pairs):
+        flags.append("divergent")
+    elif pairs and len(pairs) == max(len(b), len(c)):
+        flags.append("identical")
+    return flags
+
+
+def percentiles(values: np.ndarray, qs: Iterable[int] = (50, 95, 99)) -> dict[str, float]:
+    """Linear-interpolated percentiles, used only when the summary holds no latency of its own."""
+    if not len(values):
+        return {}
+    return {f"p{q}": float(np.percentile(values, q)) for q in qs}
+
+
+def run_date(created_at: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(created_at)) if created_at else "unknown"

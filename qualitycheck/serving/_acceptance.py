@@ -1,0 +1,280 @@
+"""Speculative-decoding acceptance from each server's Prometheus /metrics.
+
+vLLM's `vllm:spec_decode_*` counters are global to the server, so the run
+attributes them by deltas: a scrape of every target before and after
+generation (a "window"; one per category when acceptance is wanted per
+category). Each window also records what we sent in it, so that counters
+moved by someone else's traffic are caught (their request or generated-token
+count grew by more than ours) and reported as a warning rather than silently
+mixed in. A server without /metrics gives None values: the gate then reports
+`min_acceptance_rate` as not evaluated, never as passed.
+
+Definitions (vLLM's): acceptance rate = accepted tokens / draft tokens;
+mean accepted length = 1 + accepted tokens / drafts (tokens emitted per
+verification step, the bonus token included); acceptance at position i =
+tokens accepted at draft position i / drafts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from qualitycheck.core._records import Response
+from qualitycheck.core._store import RunStore
+
+__all__ = [
+    "WINDOWS_ARTIFACT",
+    "SentTally",
+    "acceptance_from_windows",
+    "acceptance_summary",
+    "parse_metrics",
+    "record_window",
+    "scrape",
+    "scrape_all",
+    "window",
+]
+
+WINDOWS_ARTIFACT = "metrics_windows"
+
+_SPEC = {
+    "vllm:spec_decode_num_drafts_total": "drafts",
+    "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens_total": "accepted_tokens",
+}
+_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+_TRAFFIC = {
+    "vllm:generation_tokens_total": "generation_tokens",
+    "vllm:request_success_total": "requests_finished",
+}
+
+
+def parse_metrics(text: str, model: str | None = None) -> dict[str, Any]:
+    """The counters we use from one /metrics page, summed over engines.
+
+    When samples carry a `model_name` label and one of them is `model`, only
+    that model's samples count (a server may host several).
+    """
+    samples = []
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name in _SPEC or s.name == _PER_POS or s.name in _TRAFFIC:
+                samples.append(s)
+    if model and any(s.labels.get("model_name") == model for s in samples):
+        samples = [s for s in samples if s.labels.get("model_name") in (model, None)]
+    spec: dict[str, Any] = {}
+    per_pos: dict[str, float] = {}
+    traffic: dict[str, float] = {}
+    for s in samples:
+        if s.name in _SPEC:
+            spec[_SPEC[s.name]] = spec.get(_SPEC[s.name], 0.0) + s.value
+        elif s.name == _PER_POS:
+            pos = s.labels.get("position", "0")
+            per_pos[pos] = per_pos.get(pos, 0.0) + s.value
+        else:
+            traffic[_TRAFFIC[s.name]] = traffic.get(_TRAFFIC[s.name], 0.0) + s.value
+    if spec or per_pos:
+        spec["per_position"] = per_pos
+    return {"spec": spec or None, **traffic}
+
+
+def scrape(server_url: str, model: str | None = None, timeout_s: float = 10.0,
+           headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """One snapshot of a server's counters; never raises (a failure is recorded in it)."""
+    url = server_url.rstrip("/") + "/metrics"
+    snap: dict[str, Any] = {"url": url, "t": time.time(), "ok": False, "error": None}
+    try:
+        resp = httpx.get(url, timeout=timeout_s, headers=headers)
+        if resp.status_code != 200:
+            snap["error"] = f"HTTP {resp.status_code}"
+            return snap
+        snap.update(parse_metrics(resp.text, model))
+        snap["ok"] = True
+    except httpx.HTTPError as exc:
+        snap["error"] = f"{type(exc).__name__}: {exc}"
+    except ValueError as exc:  # the page is not Prometheus text
+        snap["error"] = f"not Prometheus text: {exc}"
+    return snap
+
+
+def scrape_all(targets: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Snapshot every target (`Target` objects keyed by side), with the target's own auth."""
+    out = {}
+    for name, t in targets.items():
+        out[name] = scrape(t.server_url, t.model, headers=t.auth_headers())
+    return out
+
+
+@dataclass
+class SentTally:
+    """What we sent to each target during one window (fed by the runner's on_response)."""
+
+    requests: dict[str, int] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+    ok: dict[str, int] = field(default_factory=dict)
+    output_tokens: dict[str, int] = field(default_factory=dict)
+
+    def __call__(self, r: Response) -> None:
+        t = r.target
+        self.requests[t] = self.requests.get(t, 0) + 1
+        self.attempts[t] = self.attempts.get(t, 0) + r.attempts
+        if r.ok:
+            self.ok[t] = self.ok.get(t, 0) + 1
+            self.output_tokens[t] = self.output_tokens.get(t, 0) + (r.usage.completion_tokens or 0)
+
+    def for_target(self, t: str) -> dict[str, int]:
+        return {"requests": self.requests.get(t, 0), "attempts": self.attempts.get(t, 0),
+                "ok": self.ok.get(t, 0), "output_tokens": self.output_tokens.get(t, 0)}
+
+
+def window(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], sent: SentTally,
+           category: str | None = None) -> dict[str, Any]:
+    """One attributable stretch of generation: scrapes around it and what we sent."""
+    return {"category": category, "before": before, "after": after,
+            "sent": {t: sent.for_target(t) for t in sorted(set(before) | set(after))}}
+
+
+def record_window(store: RunStore, w: dict[str, Any]) -> None:
+    """Append a window to the run's list (a resumed run adds its own windows)."""
+    windows = store.artifact(WINDOWS_ARTIFACT, [])
+    windows.append(w)
+    store.put_artifact(WINDOWS_ARTIFACT, windows)
+
+
+# ---------------------------------------------------------------- deltas
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """Counter deltas of one target over one window, or why there are none."""
+    if not before.get("ok") or not after.get("ok"):
+        why = before.get("error") if not before.get("ok") else after.get("error")
+        return None, f"/metrics unavailable ({why})"
+    out: dict[str, Any] = {}
+    for key in ("generation_tokens", "requests_finished"):
+        if key in before and key in after:
+            out[key] = after[key] - before[key]
+    sb, sa = before.get("spec"), after.get("spec")
+    if sa is None:
+        out["spec"] = None
+        return out, None
+    sb = sb or {}
+    spec = {k: sa.get(k, 0.0) - sb.get(k, 0.0) for k in ("drafts", "draft_tokens", "accepted_tokens")}
+    pb, pa = sb.get("per_position", {}), sa.get("per_position", {})
+    spec["per_position"] = {p: pa[p] - pb.get(p, 0.0) for p in pa}
+    if any(v < 0 for k, v in spec.items() if k != "per_position") or any(v < 0 for v in out.values() if isinstance(v, float)):
+        return None, "counters went down during the run (server restarted?)"
+    out["spec"] = spec
+    return out, None
+
+
+def _other_traffic(d: dict[str, Any], sent: dict[str, int]) -> str | None:
+    """A reason to believe someone else's requests moved this server's counters, or None."""
+    if not sent.get("requests"):
+        return None
+    finished = d.get("requests_finished")
+    if finished is not None and finished > sent.get("attempts", 0):
+        return f"server finished {finished:g} requests while we sent {sent['attempts']}"
+    gen = d.get("generation_tokens")
+    ours = sent.get("output_tokens", 0)
+    failed = sent.get("attempts", 0) - sent.get("ok", 0)
+    if gen is not None and ours and not failed and gen > ours * 1.01 + 1:
+        return f"server generated {gen:g} tokens while our answers hold {ours}"
+    return None
+
+
+def _rates(spec: dict[str, Any]) -> dict[str, Any]:
+    drafts, draft_tokens, accepted = spec["drafts"], spec["draft_tokens"], spec["accepted_tokens"]
+    positions = sorted(spec["per_position"], key=lambda p: int(p) if str(p).isdigit() else 0)
+    return {
+        "rate": accepted / draft_tokens if draft_tokens else None,
+        "mean_accepted_length": 1 + accepted / drafts if drafts else None,
+        "draft_tokens": int(draft_tokens),
+        "accepted_tokens": int(accepted),
+        "drafts": int(drafts),
+        "by_position": [spec["per_position"][p] / drafts if drafts else None for p in positions],
+    }
+
+
+def _empty() -> dict[str, Any]:
+    return {"rate": None, "mean_accepted_length": None, "draft_tokens": None, "accepted_tokens": None,
+            "drafts": None, "by_position": []}
+
+
+def _add(total: dict[str, Any], spec: dict[str, Any]) -> None:
+    for k in ("drafts", "draft_tokens", "accepted_tokens"):
+        total[k] = total.get(k, 0.0) + spec[k]
+    pp = total.setdefault("per_position", {})
+    for p, v in spec["per_position"].items():
+        pp[p] = pp.get(p, 0.0) + v
+
+
+def acceptance_from_windows(windows: list[dict[str, Any]], side: str = "candidate", reference: str = "baseline") -> dict[str, Any]:
+    """Contract 3 `acceptance` from the recorded windows (see the module docstring for definitions)."""
+    warnings: list[str] = []
+    total: dict[str, Any] = {}
+    by_cat: dict[str, dict[str, Any]] = {}
+    candidate_speculating = False
+    reference_speculating = False
+    unavailable = False
+    used = 0
+    for w in windows:
+        sent = w.get("sent", {})
+        if not sent.get(side, {}).get("requests"):
+            continue  # a resumed run that had nothing left to send
+        label = f" (category {w['category']})" if w.get("category") else ""
+        if reference in w.get("before", {}):
+            d_ref, _ = _delta(w["before"][reference], w["after"].get(reference, {}))
+            if d_ref and d_ref.get("spec") and d_ref["spec"]["draft_tokens"] > 0:
+                reference_speculating = True
+        if side not in w.get("before", {}):
+            continue
+        d, why = _delta(w["before"][side], w["after"].get(side, {}))
+        if d is None:
+            unavailable = True
+            warnings.append(f"{side} {why}{label}: acceptance not measured")
+            continue
+        if (reason := _other_traffic(d, sent.get(side, {}))) is not None:
+            warnings.append(f"{side} counters moved by other traffic{label}: {reason}; acceptance includes it")
+        if d["spec"] is None:
+            continue
+        used += 1
+        if d["spec"]["draft_tokens"] > 0:
+            candidate_speculating = True
+        _add(total, d["spec"])
+        if w.get("category"):
+            _add(by_cat.setdefault(w["category"], {}), d["spec"])
+    if total and total["draft_tokens"] > 0:
+        out = _rates(total)
+    else:
+        out = _empty()
+        if used and not unavailable:
+            warnings.append(f"{side} exposes spec-decode counters but drafted nothing: speculation inactive")
+        elif not unavailable and any(sent_n(w, side) for w in windows):
+            warnings.append(f"{side} /metrics has no vllm:spec_decode_* counters: speculative decoding is not active there")
+    if by_cat:
+        out["by_category"] = {c: (_rates(s) if s["draft_tokens"] > 0 else _empty()) for c, s in sorted(by_cat.items())}
+    if reference_speculating:
+        warnings.append(f"{reference} is speculating too (its spec-decode counters moved): the comparison is not against plain decoding")
+    out["warnings"] = warnings
+    out["speculating"] = candidate_speculating
+    out["baseline_speculating"] = reference_speculating
+    return out
+
+
+def sent_n(w: dict[str, Any], side: str) -> int:
+    return int(w.get("sent", {}).get(side, {}).get("requests", 0))
+
+
+def acceptance_summary(store: RunStore) -> dict[str, Any]:
+    """summary.json `acceptance`; all values None with a warning when nothing was scraped."""
+    windows = store.artifact(WINDOWS_ARTIFACT, [])
+    if not windows:
+        out = _empty()
+        out.update(warnings=["no /metrics scrapes recorded for this run: acceptance not measured"],
+                   speculating=False, baseline_speculating=False)
+        return out
+    return acceptance_from_windows(windows)

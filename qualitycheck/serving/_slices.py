@@ -1,0 +1,101 @@
+"""Results sliced by what a case looks like, besides its category.
+
+Speculation breaks unevenly: long outputs drift more, sampled cases differ by
+design, a system prompt changes the template path, one route or tenant may
+carry all the damage. Each slice reports its cases, how often the two sides
+answered identically, and every check's pass rate on both sides, read from
+the store's scores. Lengths come from the baseline's usage (the reference
+side); a case without a baseline answer falls into the "unknown" bucket.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qualitycheck.core._cases import Case
+from qualitycheck.core._store import RunStore
+
+__all__ = ["OUTPUT_BUCKETS", "PROMPT_BUCKETS", "TEMPERATURE_BUCKETS", "bucket", "slices_summary"]
+
+OUTPUT_BUCKETS = ((32, "1-32"), (128, "33-128"), (512, "129-512"), (None, ">512"))
+PROMPT_BUCKETS = ((128, "1-128"), (512, "129-512"), (2048, "513-2048"), (None, ">2048"))
+TEMPERATURE_BUCKETS = ((0.0, "0 (greedy)"), (0.5, "(0, 0.5]"), (1.0, "(0.5, 1]"), (None, ">1"))
+
+
+def bucket(value: float | None, edges: tuple[tuple[float | None, str], ...]) -> str:
+    """The label of the first bucket whose upper edge (inclusive) holds `value`."""
+    if value is None:
+        return "unknown"
+    for upper, label in edges:
+        if upper is None or value <= upper:
+            return label
+    return edges[-1][1]
+
+
+def _slice_keys(case: Case, prompt_tokens: int | None, output_tokens: int | None) -> dict[str, str]:
+    temp = case.params.get("temperature", 0.0)
+    keys = {
+        "output_length": bucket(output_tokens, OUTPUT_BUCKETS),
+        "prompt_length": bucket(prompt_tokens, PROMPT_BUCKETS),
+        "temperature": bucket(float(temp) if isinstance(temp, (int, float)) else None, TEMPERATURE_BUCKETS),
+        "system_prompt": "yes" if case.messages and any(m.get("role") in ("system", "developer") for m in case.messages) else "no",
+        "route": case.route,
+    }
+    for k, v in case.tags.items():
+        if k != "route":
+            keys[f"tag:{k}"] = v
+    return keys
+
+
+def slices_summary(store: RunStore) -> dict[str, dict[str, dict[str, Any]]]:
+    """summary.json `slices`: {dimension: {bucket: {cases, identical_rate, checks: {check: {...}}}}}.
+
+    Read one case at a time (`by_case`) and folded straight into the
+    per-bucket totals, so memory is the number of buckets, not of cases.
+    """
+    acc: dict[tuple[str, str], dict[str, Any]] = {}
+    for rec in store.by_case():
+        prompt_tokens = output_tokens = None
+        for r in rec.responses:  # the first usable baseline repeat gives the lengths
+            if r.target == "baseline" and r.ok:
+                prompt_tokens, output_tokens = r.usage.prompt_tokens, r.usage.completion_tokens
+                break
+        pairs = identical = 0
+        by_rep: dict[int, dict[str, Any]] = {}
+        for r in rec.responses:
+            by_rep.setdefault(r.repeat, {})[r.target] = r
+        for pair in by_rep.values():
+            b, c = pair.get("baseline"), pair.get("candidate")
+            if b is not None and c is not None and b.ok and c.ok:
+                pairs += 1
+                identical += b.text == c.text
+        checks: dict[str, dict[str, list[int]]] = {}  # check -> side -> [pass, decided]
+        for sc in rec.scores:
+            if sc.status in ("pass", "fail"):
+                cell = checks.setdefault(sc.check, {}).setdefault(sc.target, [0, 0])
+                cell[0] += sc.status == "pass"
+                cell[1] += 1
+        for dim, label in _slice_keys(rec.case, prompt_tokens, output_tokens).items():
+            a = acc.setdefault((dim, label), {"cases": 0, "pairs": 0, "identical": 0, "checks": {}})
+            a["cases"] += 1
+            a["pairs"] += pairs
+            a["identical"] += identical
+            for check, sides in checks.items():
+                ch = a["checks"].setdefault(check, {})
+                for side, (p, n) in sides.items():
+                    tot = ch.setdefault(side, [0, 0])
+                    tot[0] += p
+                    tot[1] += n
+
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for (dim, label), a in sorted(acc.items()):
+        checks_out = {}
+        for check, sides in sorted(a["checks"].items()):
+            checks_out[check] = {f"{side}_pass_rate": (p / n if n else None) for side, (p, n) in sorted(sides.items())}
+            checks_out[check]["n"] = max(n for _, n in sides.values())
+        out.setdefault(dim, {})[label] = {
+            "cases": a["cases"],
+            "identical_rate": a["identical"] / a["pairs"] if a["pairs"] else None,
+            "checks": checks_out,
+        }
+    return out

@@ -1,0 +1,120 @@
+"""The comparisons of a whole run, reduced in one pass to what the summary's statistics read.
+
+A 100,000-case run has 100,000 comparison records, each with the format
+features of every side; holding them took gigabytes. The statistics need
+far less: per (category, check) each case's decided outcomes, per category
+the text-agreement counts and the similarity and divergence values, per
+format feature the paired values, per route the error counts. `RunDigest`
+keeps exactly those, as shared tuples and packed arrays, and is fed one
+case's records at a time by `compare.compare_run`.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any
+
+from qualitycheck.verdict._compare import CaseComparison
+from qualitycheck.verdict._stats import CaseOutcome, DriftSamples, add_case_outcomes, add_drift
+
+__all__ = ["RunDigest", "TextTally"]
+
+
+@dataclass
+class TextTally:
+    """How often the candidate's (and the control's) text equals the baseline's, in one category."""
+
+    cases: int = 0
+    pairs: int = 0
+    identical: int = 0
+    similarity: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
+    divergence: array = field(default_factory=lambda: array("q"))  # type: ignore[type-arg]
+    aa_pairs: int = 0
+    aa_identical: int = 0
+    rep_pairs: int = 0
+    rep_identical: int = 0
+    paired: int = 0
+    """(case, repeat)s where the candidate and the control were both compared with the baseline."""
+    paired_candidate_diverged: int = 0
+    candidate_only: int = 0
+    """Of those: the candidate diverged and the control did not."""
+    control_only: int = 0
+
+    def add(self, c: CaseComparison) -> None:
+        if c.identical is not None:
+            self.pairs += 1
+            self.identical += c.identical
+            if c.similarity is not None:
+                self.similarity.append(c.similarity)
+            if c.divergence_char is not None:
+                self.divergence.append(c.divergence_char)
+        if c.control_identical is not None:
+            self.aa_pairs += 1
+            self.aa_identical += c.control_identical
+            if c.identical is not None:
+                self.paired += 1
+                self.paired_candidate_diverged += not c.identical
+                self.candidate_only += (not c.identical) and c.control_identical
+                self.control_only += c.identical and not c.control_identical
+        if c.baseline_repeat_identical is not None:
+            self.rep_pairs += 1
+            self.rep_identical += c.baseline_repeat_identical
+
+
+@dataclass
+class RunDigest:
+    """Everything the summary needs from the comparisons; `add` takes one case's records at a time."""
+
+    outcomes: dict[str, dict[str, list[CaseOutcome]]] = field(default_factory=dict)
+    """category → check → per-case outcomes (cases decided on both sides)."""
+    text: dict[str, TextTally] = field(default_factory=dict)
+    drift: dict[str, dict[str, DriftSamples]] = field(default_factory=dict)
+    """category → format feature → paired values."""
+    route_errors: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    """route → target → {count: failed requests, requests}."""
+
+    def add(self, reps: Sequence[CaseComparison]) -> None:
+        """Take every record of one case (all its repeats); a case must not be added twice."""
+        if not reps:
+            return
+        cat = reps[0].category
+        add_case_outcomes(self.outcomes, reps)
+        tally = self.text.get(cat)
+        if tally is None:
+            tally = self.text[cat] = TextTally()
+        tally.cases += 1
+        drift = self.drift.setdefault(cat, {})
+        for c in reps:
+            tally.add(c)
+            if "baseline" in c.format and "candidate" in c.format:
+                add_drift(drift, c.format["baseline"], c.format["candidate"], c.format.get("control"))
+            per = self.route_errors.setdefault(c.route, {})
+            for side, ok in (("baseline", c.baseline_ok), ("candidate", c.candidate_ok), ("control", c.control_ok)):
+                if ok is None:
+                    continue
+                d = per.setdefault(side, {"count": 0, "requests": 0})
+                d["requests"] += 1
+                d["count"] += not ok
+
+    @classmethod
+    def of(cls, comps: Iterable[CaseComparison]) -> RunDigest:
+        """The digest of records already in case order (as the store yields them)."""
+        digest = cls()
+        for _, reps in groupby(comps, key=lambda c: c.case_id):
+            digest.add(list(reps))
+        return digest
+
+    def text_json(self, category: str) -> dict[str, Any]:
+        """The category's text-agreement figures as summary.json shows them."""
+        t = self.text.get(category) or TextTally()
+        div = sorted(t.divergence)
+        return {
+            "identical_rate": t.identical / t.pairs if t.pairs else None,
+            "pairs": t.pairs,
+            "similarity_mean": sum(t.similarity) / len(t.similarity) if t.similarity else None,
+            "first_divergence_char_median": div[len(div) // 2] if div else None,
+            "control_identical_rate": t.aa_identical / t.aa_pairs if t.aa_pairs else None,
+        }

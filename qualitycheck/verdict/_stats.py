@@ -1,0 +1,547 @@
+"""Paired statistics per (category, check), the A/A noise floor, and format drift.
+
+Every number here is paired: the same case answered by the baseline and the
+candidate. Pass rates are averaged per case first (a case with repeats counts
+once, with its pass rate), so a sampled case cannot outvote a greedy one.
+
+- delta and its CI: paired bootstrap over cases (scipy, seeded → reproducible)
+- p-value: exact McNemar on the discordant pairs (statsmodels); with repeats,
+  the exact sign test on per-case pass-rate changes (scipy), its generalisation
+- non-inferiority: the CI against a margin per check
+- minimum detectable effect: paired t-test power (statsmodels) for this N
+- Holm across every (category, check) cell (statsmodels)
+- noise floor: how often the baseline disagrees with itself (control target
+  or repeats); cases that do are *flaky* and kept apart from regressions,
+  and the regression count is judged against the flips noise alone would
+  produce (a binomial allowance at level alpha)
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestPower
+
+from qualitycheck.verdict._compare import CaseComparison, group_by_case
+
+__all__ = [
+    "ALPHA",
+    "CaseClassification",
+    "CaseOutcome",
+    "CheckStats",
+    "DriftSamples",
+    "NoiseFloor",
+    "add_drift",
+    "check_stats",
+    "add_case_outcomes",
+    "classify_cases",
+    "format_drift",
+    "holm",
+    "minimum_detectable_effect",
+    "noise_floor",
+    "non_inferiority",
+    "outcomes_by_category",
+    "paired_bootstrap_ci",
+    "paired_p_value",
+    "quality_stats",
+    "regression_allowance",
+    "simulate_gate",
+]
+
+ALPHA = 0.05
+POWER = 0.8
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_BATCH_VALUES = 250_000
+"""Resampled values held at once by the bootstrap (2 MB of float64; scipy keeps a few such arrays)."""
+DECIDED = ("pass", "fail")
+
+
+@dataclass(frozen=True, slots=True)
+class CaseOutcome:
+    """One case's decided outcomes (True = pass) for one check, per target over repeats.
+
+    `control` holds the control target's outcomes at the same repeats as the
+    baseline; empty when there is no control.
+    """
+
+    case_id: str
+    route: str
+    baseline: tuple[bool, ...]
+    candidate: tuple[bool, ...]
+    control: tuple[bool, ...] = ()
+    control_pairs: tuple[tuple[bool, bool], ...] = ()
+    """(baseline, control) outcomes at the same repeat: the A/A pairs."""
+
+    @property
+    def b_rate(self) -> float:
+        return sum(self.baseline) / len(self.baseline)
+
+    @property
+    def c_rate(self) -> float:
+        return sum(self.candidate) / len(self.candidate)
+
+
+_SHARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+"""Outcome tuples repeat endlessly ((True,), (False,), ...): one shared copy each keeps 100,000 cases small."""
+
+
+def _shared(t: tuple[Any, ...]) -> tuple[Any, ...]:
+    return _SHARED.setdefault(t, t) if len(t) <= 8 else t
+
+
+def add_case_outcomes(into: dict[str, dict[str, list[CaseOutcome]]], reps: Sequence[CaseComparison]) -> None:
+    """Add one case's decided outcomes over its repeats to category → check → outcomes.
+
+    A check the case did not decide on both sides adds nothing, but its list
+    exists, so a check no case decided still shows (n = 0) instead of vanishing.
+    """
+    if not reps:
+        return
+    case_id, route = reps[0].case_id, reps[0].route
+    per_check = into.setdefault(reps[0].category, {})
+    for n in sorted({n for r in reps for n in r.checks}):
+        outs = per_check.setdefault(n, [])
+        b: list[bool] = []
+        c: list[bool] = []
+        k: list[bool] = []
+        pairs: list[tuple[bool, bool]] = []
+        for r in reps:
+            o = r.checks.get(n)
+            if o is None:
+                continue
+            if o.baseline in DECIDED:
+                b.append(o.baseline == "pass")
+            if o.candidate in DECIDED:
+                c.append(o.candidate == "pass")
+            if o.control in DECIDED:
+                k.append(o.control == "pass")
+                if o.baseline in DECIDED:
+                    pairs.append((o.baseline == "pass", o.control == "pass"))
+        if b and c:
+            outs.append(CaseOutcome(case_id, route, _shared(tuple(b)), _shared(tuple(c)), _shared(tuple(k)),
+                                    _shared(tuple(pairs))))
+
+
+def outcomes_by_category(comps: Iterable[CaseComparison]) -> dict[str, dict[str, list[CaseOutcome]]]:
+    """category → check → per-case outcomes, keeping only cases decided on both sides.
+
+    Holds every comparison at once: for a whole run the summary streams
+    through `digest.RunDigest` instead, which keeps only these outcomes.
+    """
+    out: dict[str, dict[str, list[CaseOutcome]]] = {}
+    for reps in group_by_case(comps).values():
+        add_case_outcomes(out, reps)
+    return out
+
+
+# ---------------------------------------------------------------- noise floor
+@dataclass(frozen=True)
+class NoiseFloor:
+    """How often the baseline disagrees with itself for one (category, check)."""
+
+    measured_by: str | None
+    """'control', 'repeats', or None when the run cannot tell (no control, one repeat)."""
+    pairs: int = 0
+    """A/A pairs compared (baseline vs control at the same repeat, or repeat vs repeat)."""
+    disagreements: int = 0
+    flaky: tuple[str, ...] = ()
+    """Cases whose baseline disagreed with itself."""
+
+    @property
+    def flip_rate(self) -> float | None:
+        """Share of A/A pairs that decided differently."""
+        return self.disagreements / self.pairs if self.pairs else None
+
+
+
+def noise_floor(outcomes: Sequence[CaseOutcome]) -> NoiseFloor:
+    """Measure A/A disagreement from the control target, or else from baseline repeats."""
+    if any(o.control_pairs for o in outcomes):
+        pairs = sum(len(o.control_pairs) for o in outcomes)
+        dis = sum(sum(b != k for b, k in o.control_pairs) for o in outcomes)
+        flaky = tuple(o.case_id for o in outcomes if any(b != k for b, k in o.control_pairs) or len(set(o.baseline)) > 1)
+        return NoiseFloor("control", pairs, dis, flaky)
+    if any(len(o.baseline) > 1 for o in outcomes):
+        pairs = dis = 0
+        for o in outcomes:
+            r, k = len(o.baseline), sum(o.baseline)
+            pairs += r * (r - 1) // 2
+            dis += k * (r - k)
+        flaky = tuple(o.case_id for o in outcomes if len(set(o.baseline)) > 1)
+        return NoiseFloor("repeats", pairs, dis, flaky)
+    return NoiseFloor(None)
+
+
+def regression_allowance(eligible: int, floor: NoiseFloor, alpha: float = ALPHA) -> int:
+    """The most regressions among `eligible` cases that the measured noise alone explains at level `alpha`.
+
+    Noise flips a passing case to failing at some rate q; the A/A pairs see
+    disagreements at rate 2q (either direction). Comparing the two counts as
+    Poisson rates, conditionally on their sum the regressions R are
+    Binomial(R + D, E / (E + 2P)) under "no regression beyond noise"
+    (E eligible cases, P A/A pairs, D disagreements). The allowance is the
+    largest R this exact test does not reject, so it is calibrated even
+    when the control saw no disagreement at all, and shrinks as the control
+    grows (more repeats, more pairs). Without a measured floor it is 0.
+    """
+    if floor.measured_by is None or eligible <= 0 or floor.pairs <= 0:
+        return 0
+    p0 = eligible / (eligible + 2 * floor.pairs)
+    allowed = 0
+    for r in range(1, eligible + 1):
+        if sps.binomtest(r, r + floor.disagreements, p0, alternative="greater").pvalue < alpha:
+            break
+        allowed = r
+    return allowed
+
+
+# ---------------------------------------------------------------- tests
+def paired_bootstrap_ci(
+    baseline: Sequence[float], candidate: Sequence[float], *, seed: int = 0, level: float = 0.95,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> tuple[float, float]:
+    """Percentile CI of mean(candidate) - mean(baseline), resampling whole cases."""
+    b = np.asarray(baseline, dtype=float)
+    c = np.asarray(candidate, dtype=float)
+    d = c - b
+    if len(d) == 0:
+        return (float("nan"), float("nan"))
+    if np.all(d == d[0]):
+        return (float(d[0]), float(d[0]))
+    # resampled in batches of at most ~BOOTSTRAP_BATCH_VALUES values: 2000 resamples of 100,000 cases
+    # at once would take 1.6 GB. The generator draws the same indices however they are batched.
+    batch = max(1, min(resamples, BOOTSTRAP_BATCH_VALUES // len(d)))
+    res = sps.bootstrap((d,), np.mean, n_resamples=resamples, confidence_level=level, method="percentile",
+                        rng=np.random.default_rng(seed), vectorized=True, batch=batch)
+    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+def paired_p_value(outcomes: Sequence[CaseOutcome]) -> float | None:
+    """Two-sided exact test of 'no change' on the discordant cases.
+
+    One repeat: McNemar exact on the 2×2 table. Repeats: the exact sign test
+    on cases whose pass rate went down vs up (McNemar is its binary case).
+    """
+    if not outcomes:
+        return None
+    down = sum(o.c_rate < o.b_rate for o in outcomes)
+    up = sum(o.c_rate > o.b_rate for o in outcomes)
+    if down + up == 0:
+        return 1.0
+    if all(len(o.baseline) == 1 and len(o.candidate) == 1 for o in outcomes):
+        both = sum(o.baseline[0] and o.candidate[0] for o in outcomes)
+        neither = sum(not o.baseline[0] and not o.candidate[0] for o in outcomes)
+        return float(mcnemar([[both, down], [up, neither]], exact=True).pvalue)
+    return float(sps.binomtest(down, down + up, 0.5).pvalue)
+
+
+def minimum_detectable_effect(n: int, discordance: float, alpha: float = ALPHA, power: float = POWER) -> float | None:
+    """Smallest pass-rate drop this N detects with `power` at two-sided `alpha`.
+
+    Per-case differences have variance ≈ π + δ for a drop δ made of extra
+    pass→fail flips on top of a discordance π already present. With k the
+    standardised effect a paired t-test detects at this N (statsmodels),
+    the drop must be δ = k·sqrt(π + δ): δ = (k² + sqrt(k⁴ + 4k²π)) / 2.
+    """
+    if n < 2:
+        return None
+    d = TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative="two-sided")
+    k2 = float(d) ** 2
+    delta = (k2 + np.sqrt(k2 * k2 + 4 * k2 * discordance)) / 2
+    return float(min(delta, 1.0))
+
+
+def non_inferiority(ci: tuple[float, float], margin: float | None) -> str | None:
+    """non_inferior when the whole CI lies above -margin, inferior when below, else inconclusive."""
+    if margin is None or any(np.isnan(x) for x in ci):
+        return None
+    if ci[0] > -margin:
+        return "non_inferior"
+    if ci[1] < -margin:
+        return "inferior"
+    return "inconclusive"
+
+
+def holm(p_values: Sequence[float | None], alpha: float = ALPHA) -> list[float | None]:
+    """Holm-adjusted p-values, None where the input is None."""
+    idx = [i for i, p in enumerate(p_values) if p is not None]
+    out: list[float | None] = [None] * len(p_values)
+    if idx:
+        adj = multipletests([p_values[i] for i in idx], alpha=alpha, method="holm")[1]
+        for i, p in zip(idx, adj, strict=True):
+            out[i] = float(p)
+    return out
+
+
+# ---------------------------------------------------------------- per check
+@dataclass
+class CheckStats:
+    """The comparison of one check in one category (the `Comparison` record of DESIGN.md)."""
+
+    category: str
+    check: str
+    n: int
+    baseline_pass_rate: float | None
+    candidate_pass_rate: float | None
+    control_pass_rate: float | None
+    delta: float | None
+    ci: tuple[float, float] | None
+    p_value: float | None
+    regressions: list[str]
+    improvements: list[str]
+    flaky: list[str]
+    flaky_regressions: list[str]
+    noise: NoiseFloor
+    allowance: int
+    mde: float | None
+    margin: float | None
+    non_inferiority: str | None
+    p_value_holm: float | None = None
+    routes: dict[str, list[str]] = field(default_factory=dict)
+    """route → regression case ids (for per-route guardrails)."""
+
+    @property
+    def regressions_beyond_floor(self) -> int:
+        return max(0, len(self.regressions) - self.allowance)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "baseline_pass_rate": self.baseline_pass_rate,
+            "candidate_pass_rate": self.candidate_pass_rate,
+            **({"control_pass_rate": self.control_pass_rate} if self.control_pass_rate is not None else {}),
+            "delta": self.delta,
+            "ci": list(self.ci) if self.ci else None,
+            "p_value": self.p_value,
+            "p_value_holm": self.p_value_holm,
+            "regressions": self.regressions,
+            "improvements": self.improvements,
+            "flaky": self.flaky,
+            "flaky_regressions": self.flaky_regressions,
+            "noise_floor": {"measured_by": self.noise.measured_by, "pairs": self.noise.pairs,
+                            "flip_rate": self.noise.flip_rate},
+            "regression_allowance": self.allowance,
+            "regressions_beyond_floor": self.regressions_beyond_floor,
+            "mde": self.mde,
+            "non_inferiority": {"margin": self.margin, "verdict": self.non_inferiority} if self.margin is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class CaseClassification:
+    """Which cases regressed, improved or are flaky for one (category, check), and the noise allowance."""
+
+    regressions: list[str]
+    improvements: list[str]
+    flaky: list[str]
+    flaky_regressions: list[str]
+    routes: dict[str, list[str]]
+    noise: NoiseFloor
+    allowance: int
+
+    @property
+    def regressions_beyond_floor(self) -> int:
+        return max(0, len(self.regressions) - self.allowance)
+
+
+def classify_cases(outcomes: Sequence[CaseOutcome], alpha: float = ALPHA) -> CaseClassification:
+    """The gate's quality decision input: regressions among cases the baseline agrees with itself on.
+
+    A case regresses when its pass rate drops by more than half (one repeat:
+    pass → fail). Flaky cases never count; their drops are listed apart. The
+    allowance is how many regressions the measured noise floor alone would
+    produce among the cases the baseline passes, at level `alpha`.
+    """
+    floor = noise_floor(outcomes)
+    flaky = set(floor.flaky)
+    regressions: list[str] = []
+    improvements: list[str] = []
+    flaky_reg: list[str] = []
+    routes: dict[str, list[str]] = {}
+    eligible = 0
+    for o in outcomes:
+        drop = o.b_rate - o.c_rate
+        if o.case_id in flaky:
+            if drop > 0.5:
+                flaky_reg.append(o.case_id)
+            continue
+        if o.b_rate > 0.5:
+            eligible += 1
+        if drop > 0.5:
+            regressions.append(o.case_id)
+            routes.setdefault(o.route, []).append(o.case_id)
+        elif -drop > 0.5:
+            improvements.append(o.case_id)
+    return CaseClassification(regressions, improvements, sorted(flaky), flaky_reg, routes, floor,
+                              regression_allowance(eligible, floor, alpha))
+
+
+def check_stats(
+    category: str, check: str, outcomes: Sequence[CaseOutcome], *, margin: float | None = None,
+    seed: int = 0, alpha: float = ALPHA,
+) -> CheckStats:
+    """Everything the gate and the report need for one (category, check)."""
+    cls = classify_cases(outcomes, alpha)
+    n = len(outcomes)
+    b = [o.b_rate for o in outcomes]
+    c = [o.c_rate for o in outcomes]
+    k = [sum(o.control) / len(o.control) for o in outcomes if o.control]
+    ci = paired_bootstrap_ci(b, c, seed=seed) if n else None
+    discordance = float(np.mean([abs(x - y) for x, y in zip(b, c, strict=True)])) if n else 0.0
+    return CheckStats(
+        category=category, check=check, n=n,
+        baseline_pass_rate=float(np.mean(b)) if n else None,
+        candidate_pass_rate=float(np.mean(c)) if n else None,
+        control_pass_rate=float(np.mean(k)) if k else None,
+        delta=float(np.mean(c) - np.mean(b)) if n else None,
+        ci=ci, p_value=paired_p_value(outcomes),
+        regressions=cls.regressions, improvements=cls.improvements,
+        flaky=cls.flaky, flaky_regressions=cls.flaky_regressions, noise=cls.noise,
+        allowance=cls.allowance,
+        mde=minimum_detectable_effect(n, discordance, alpha), margin=margin,
+        non_inferiority=non_inferiority(ci, margin) if ci else None,
+        routes=cls.routes,
+    )
+
+
+def quality_stats(
+    outcomes: Mapping[str, Mapping[str, Sequence[CaseOutcome]]], *, margins: dict[str, float] | None = None,
+    seed: int = 0, alpha: float = ALPHA,
+) -> dict[str, dict[str, CheckStats]]:
+    """category → check → CheckStats from per-case outcomes, with Holm-adjusted p-values across all cells."""
+    margins = margins or {}
+    out: dict[str, dict[str, CheckStats]] = {}
+    for cat, by_check in sorted(outcomes.items()):
+        for check, outs in sorted(by_check.items()):
+            out.setdefault(cat, {})[check] = check_stats(cat, check, outs, margin=margins.get(check), seed=seed, alpha=alpha)
+    cells = [s for per in out.values() for s in per.values()]
+    for s, p in zip(cells, holm([s.p_value for s in cells], alpha), strict=True):
+        s.p_value_holm = p
+    return out
+
+
+# ---------------------------------------------------------------- format drift
+class DriftSamples:
+    """One format feature's paired values in one category, as packed doubles (8 bytes a value).
+
+    `b`/`c` pair the baseline with the candidate on every case both answered;
+    `kb`/`k` pair the baseline with the control where the control answered.
+    """
+
+    __slots__ = ("b", "c", "kb", "k")
+
+    def __init__(self) -> None:
+        self.b, self.c, self.kb, self.k = array("d"), array("d"), array("d"), array("d")
+
+
+def add_drift(into: dict[str, DriftSamples], fb: Mapping[str, Any], fc: Mapping[str, Any], fk: Mapping[str, Any] | None) -> None:
+    """Add one (case, repeat)'s format features of each side; non-numeric features are not compared."""
+    for name, vb in fb.items():
+        vc = fc.get(name)
+        if not _numeric(vb) or not _numeric(vc):
+            continue
+        d = into.get(name)
+        if d is None:
+            d = into[name] = DriftSamples()
+        d.b.append(float(vb))
+        d.c.append(float(vc))
+        if fk is not None and _numeric(fk.get(name)):
+            d.kb.append(float(vb))
+            d.k.append(float(fk[name]))
+
+
+def format_drift(samples: Mapping[str, Mapping[str, DriftSamples]], alpha: float = ALPHA) -> dict[str, dict[str, dict[str, Any]]]:
+    """category → feature → rates on each side, the paired p-value and a drift flag.
+
+    Booleans become rates, numbers means. A feature is flagged when the paired
+    test (McNemar exact for booleans, Wilcoxon signed-rank for numbers) is
+    significant at `alpha` and the change exceeds the control's own change
+    (the A/A noise floor; zero without a control).
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for cat, feats in sorted(samples.items()):
+        for name, d in sorted(feats.items()):
+            b, c = np.frombuffer(d.b, dtype=np.float64), np.frombuffer(d.c, dtype=np.float64)
+            boolean = set(np.unique(np.concatenate([b, c]))) <= {0.0, 1.0}
+            noise = abs(float(np.mean(d.k) - np.mean(d.kb))) if d.k else 0.0
+            delta = float(c.mean() - b.mean())
+            p = _paired_feature_p(b, c, boolean)
+            entry: dict[str, Any] = {"baseline": float(b.mean()), "candidate": float(c.mean()), "delta": delta,
+                                     "kind": "rate" if boolean else "mean", "p_value": p,
+                                     "noise": noise if d.k else None,
+                                     "flag": bool(p is not None and p < alpha and abs(delta) > noise)}
+            if d.k:
+                entry["control"] = float(np.mean(d.k))
+            out.setdefault(cat, {})[name] = entry
+    return out
+
+
+def _numeric(v: Any) -> bool:
+    return isinstance(v, (bool, int, float)) and not (isinstance(v, float) and np.isnan(v))
+
+
+def _paired_feature_p(b: np.ndarray, c: np.ndarray, boolean: bool) -> float | None:
+    if len(b) == 0:
+        return None
+    if boolean:
+        down = int(np.sum((b == 1) & (c == 0)))
+        up = int(np.sum((b == 0) & (c == 1)))
+        if down + up == 0:
+            return 1.0
+        return float(mcnemar([[0, down], [up, 0]], exact=True).pvalue)
+    d = c - b
+    if np.all(d == 0):
+        return 1.0
+    return float(sps.wilcoxon(b, c, zero_method="wilcox").pvalue)
+
+
+# ---------------------------------------------------------------- simulation
+def _simulated_outcomes(rng: np.random.Generator, n: int, pass_rate: float, noise: float, drop: float,
+                        with_control: bool) -> list[CaseOutcome]:
+    """Paired outcomes: each case has a pass probability near 0 or 1 (stable) or
+    in between (noisy); the candidate loses `drop` of the cases outright."""
+    noisy = rng.random(n) < 2 * noise
+    p_case = np.where(rng.random(n) < pass_rate, 1.0, 0.0)
+    p_case = np.where(noisy, 0.5, p_case)
+    base = rng.random(n) < p_case
+    ctrl = rng.random(n) < p_case
+    cand_p = p_case.copy()
+    broken = np.flatnonzero((p_case == 1.0))
+    k = int(round(drop * n))
+    if k:
+        cand_p[rng.choice(broken, size=min(k, len(broken)), replace=False)] = 0.0
+    cand = rng.random(n) < cand_p
+    return [
+        CaseOutcome(f"c{i}", "r", (bool(base[i]),), (bool(cand[i]),),
+                    (bool(ctrl[i]),) if with_control else (),
+                    ((bool(base[i]), bool(ctrl[i])),) if with_control else ())
+        for i in range(n)
+    ]
+
+
+def simulate_gate(
+    *, n: int = 300, pass_rate: float = 0.8, noise: float = 0.01, drop: float = 0.0, trials: int = 500,
+    max_cases: int = 0, with_control: bool = True, alpha: float = ALPHA, seed: int = 0,
+) -> float:
+    """Share of simulated runs in which the quality guardrail fails the category.
+
+    With drop=0 (A/A) this is the false-alarm rate; with drop=0.02 it is the
+    power to see a 2-percentage-point regression. `noise` is the A/A
+    disagreement rate: a share 2·noise of the cases are coin flips on every
+    target (batching non-determinism), the rest are stable.
+    The decision is the gate's own: regressions beyond the noise allowance
+    greater than `max_cases`.
+    """
+    rng = np.random.default_rng(seed)
+    fails = 0
+    for _ in range(trials):
+        outs = _simulated_outcomes(rng, n, pass_rate, noise, drop, with_control)
+        fails += classify_cases(outs, alpha).regressions_beyond_floor > max_cases
+    return fails / trials
