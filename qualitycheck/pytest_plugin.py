@@ -22,28 +22,26 @@ from typing import Any
 
 import pytest
 
+from qualitycheck.cli._options import REPORT_OPTIONS, RUN_OPTIONS, TARGET_OPTIONS, add_options, config_overrides, dest
+
 __all__ = ["QualitycheckItem", "pytest_addoption", "pytest_configure"]
 
 SUMMARY_KEY = pytest.StashKey[dict[str, Any]]()
 SUMMARY_PATH_KEY = pytest.StashKey[str]()
-_RUN_OPTS = ("qc_baseline", "qc_candidate", "qc_control", "qc_model", "qc_suite", "qc_out", "qc_config")
+_PREFIX = "--qc-"
+_GATE_OPTIONS = (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS)
+"""The `qualitycheck run` flags, declared once in the CLI and added here with the `--qc-` prefix."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("qualitycheck", "qualitycheck gate (speculative decoding candidate vs baseline)")
-    group.addoption("--qc-baseline", metavar="URL", help="baseline endpoint; with --qc-candidate, runs the suite as a gate")
-    group.addoption("--qc-candidate", metavar="URL", help="speculative candidate endpoint")
-    group.addoption("--qc-control", metavar="URL", help="second baseline endpoint for the A/A noise floor")
-    group.addoption("--qc-model", metavar="NAME", help="served model name")
-    group.addoption("--qc-suite", action="append", metavar="PATH", help="suite file or folder (repeatable)")
-    group.addoption("--qc-out", metavar="DIR", help="run folder for the generated run (default: reports/pytest-<time>)")
-    group.addoption("--qc-config", metavar="FILE", help="qualitycheck config file (targets, guardrails)")
+    add_options(group.addoption, _GATE_OPTIONS, _PREFIX)
     group.addoption("--qc-run", metavar="DIR", help="gate a stored run folder without calling endpoints")
 
 
 def qc_requested(config: pytest.Config) -> bool:
     """True when any --qc- option was given (the plugin stays inert otherwise)."""
-    return bool(config.getoption("qc_run") or any(config.getoption(o) for o in _RUN_OPTS))
+    return bool(config.getoption("qc_run") or any(config.getoption(dest(o, _PREFIX)) for o in _GATE_OPTIONS))
 
 
 def _run_or_regate(config: pytest.Config) -> Path:
@@ -58,9 +56,8 @@ def _run_or_regate(config: pytest.Config) -> Path:
             folder = Path(opt("qc_run"))
             redo(folder, "gate", opt("qc_config"))
             return folder
-        overrides = {"baseline.url": opt("qc_baseline"), "candidate.url": opt("qc_candidate"),
-                     "control.url": opt("qc_control"), "model": opt("qc_model")}
-        cfg = load_config(opt("qc_config"), overrides)
+        values = {dest(o, _PREFIX): opt(dest(o, _PREFIX)) for o in _GATE_OPTIONS}
+        cfg = load_config(opt("qc_config"), config_overrides(values, _GATE_OPTIONS, _PREFIX))
         suites = opt("qc_suite") or cfg.suites
         if not suites:
             raise ConfigError([Problem(cfg.source or "command line", None, "--qc-suite", "no suite given (--qc-suite PATH or `suites:` in --qc-config)")])

@@ -1,51 +1,26 @@
-"""The `preflight` and `sweep` subcommands (Contract 2); cli.py registers them.
+"""What each `qualitycheck` subcommand does, once its arguments are parsed (Contract 2).
 
-Kept here so the command line of the serving part sits next to the code it
-drives, and cli.py stays a list of thin commands. Heavy imports happen only
-when a command runs.
+Thin: each command turns its flags into a config and calls a stage. Heavy
+imports happen only inside the command that needs them, so `--help` and
+`validate` stay fast. Exit codes are named once, here.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from qualitycheck.cli._options import REPORT_OPTIONS, RUN_OPTIONS, SWEEP_OPTIONS, TARGET_OPTIONS, config_overrides
 from qualitycheck.core._errors import ConfigError, Problem
 
-__all__ = ["add_preflight_parser", "add_sweep_parser", "cmd_preflight", "cmd_sweep"]
+__all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_INCOMPLETE", "EXIT_INPUT", "EXIT_PASS"]
 
-EXIT_PASS, EXIT_FAIL, EXIT_INCOMPLETE = 0, 1, 3
+EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INCOMPLETE = 0, 1, 2, 3
 ESSENTIAL_CHECKS = ("served_model", "tokenize")
-"""Without these two answers nothing was proven: the command cannot say 'all match'."""
-
-
-def add_preflight_parser(sub: Any) -> None:
-    p = sub.add_parser("preflight", help="same model, chat template (/tokenize) and stop tokens on both servers? exit 0 yes, 1 no")
-    p.add_argument("-c", "--config", help="config file (default: ./qualitycheck.yaml if present)")
-    p.add_argument("--baseline", metavar="URL", help="baseline endpoint")
-    p.add_argument("--candidate", metavar="URL", help="candidate endpoint")
-    p.add_argument("--model", help="served model name for both targets")
-    p.add_argument("--suite", action="append", metavar="PATH", help="suite file or folder (repeatable): every case is tokenized on both")
-    p.add_argument("--json", action="store_true", help="print the structured record instead of lines")
-
-
-def add_sweep_parser(sub: Any) -> None:
-    p = sub.add_parser("sweep", help="the suite over several candidates (labelled by k) and concurrency levels")
-    p.add_argument("-c", "--config", help="config file (default: ./qualitycheck.yaml if present)")
-    p.add_argument("--baseline", metavar="URL", help="baseline endpoint (or --baseline-launch)")
-    p.add_argument("--baseline-launch", metavar="TEMPLATE", help="command that starts the baseline server ({port}, {model})")
-    p.add_argument("--candidate", action="append", default=[], metavar="K=URL", help="a running candidate labelled with its k (repeatable)")
-    p.add_argument("--launch", metavar="TEMPLATE", help="command that starts a candidate ({k}, {port}, {model}); one per --k value")
-    p.add_argument("--k", metavar="K,K,...", help="k values for --launch, e.g. 1,2,3,5,8")
-    p.add_argument("--model", help="served model name")
-    p.add_argument("--suite", action="append", metavar="PATH", help="suite file or folder (repeatable)")
-    p.add_argument("--concurrency", default="1,4,8", metavar="N,N,...", help="concurrency levels. Default: %(default)r")
-    p.add_argument("--out", help="output folder (default: reports/sweep-<timestamp>)")
-    p.add_argument("--max-tokens", type=int, help="default max_tokens for cases that set none")
-    p.add_argument("--repeats", type=int, help="answers per case per cell")
-    p.add_argument("--timeout", type=float, help="seconds per request")
+"""Without these two answers preflight proved nothing: it cannot say 'all match'."""
 
 
 def _suites(a: argparse.Namespace, cfg: Any) -> list[str]:
@@ -55,6 +30,53 @@ def _suites(a: argparse.Namespace, cfg: Any) -> list[str]:
     return list(suites)
 
 
+def cmd_validate(a: argparse.Namespace) -> int:
+    from qualitycheck.core._cases import load_suite
+    from qualitycheck.judge._judge import judge_dirs, load_judges, validate_judge_checks
+
+    cases = load_suite(a.paths)
+    validate_judge_checks(cases, load_judges(judge_dirs()))
+    cats: dict[str, int] = {}
+    for c in cases:
+        cats[c.category] = cats.get(c.category, 0) + 1
+    print(f"{len(cases)} cases OK in {len(cats)} categories: " + ", ".join(f"{k} {v}" for k, v in sorted(cats.items())))
+    return EXIT_PASS
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from qualitycheck.core._config import load_config
+    from qualitycheck.pipeline._run import run
+
+    cfg = load_config(a.config, config_overrides(vars(a), (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS)))
+    missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
+    if missing:
+        raise ConfigError([Problem(cfg.source or "command line", None, n, f"no {n} target (--{n} URL or `{n}:` in the config)") for n in missing])
+    suites = _suites(a, cfg)
+    out = Path(a.out) if a.out else Path("reports") / time.strftime("%Y%m%d-%H%M%S")
+    return run(cfg, suites, out)
+
+
+def cmd_stage(a: argparse.Namespace) -> int:
+    from qualitycheck.pipeline._run import redo
+
+    if a.report_max_cases is not None and a.report_max_cases < 1:
+        raise ConfigError([Problem("command line", None, "--report-max-cases",
+                                   f"expected a whole number of at least 1, got {a.report_max_cases}")])
+    return redo(Path(a.dir), a.command, a.config, report_max_cases=a.report_max_cases)
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    from qualitycheck.pipeline._demo import run_demo
+
+    return run_demo(Path(a.out) if a.out else None)
+
+
+def cmd_merge(a: argparse.Namespace) -> int:
+    from qualitycheck.pipeline._merge import merge_runs
+
+    return merge_runs(a.dirs, a.out)
+
+
 def cmd_preflight(a: argparse.Namespace) -> int:
     import json
 
@@ -62,7 +84,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
     from qualitycheck.core._config import load_config
     from qualitycheck.generation._preflight import format_preflight, run_preflight
 
-    cfg = load_config(a.config, {"baseline.url": a.baseline, "candidate.url": a.candidate, "model": a.model})
+    cfg = load_config(a.config, config_overrides(vars(a), TARGET_OPTIONS))
     missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
     if missing:
         raise ConfigError([Problem(cfg.source or "command line", None, f"--{m}", "required (a URL, with --model)") for m in missing])
@@ -80,15 +102,11 @@ def cmd_preflight(a: argparse.Namespace) -> int:
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
-    import time
-
     from qualitycheck.core._cases import load_suite
     from qualitycheck.core._config import load_config
     from qualitycheck.pipeline._sweep import SweepCandidate, parse_candidate, parse_levels, print_table, run_sweep
 
-    overrides = {"baseline.url": a.baseline, "model": a.model, "run.max_tokens": a.max_tokens,
-                 "run.repeats": a.repeats, "run.timeout_s": a.timeout}
-    cfg = load_config(a.config, overrides)
+    cfg = load_config(a.config, config_overrides(vars(a), SWEEP_OPTIONS))
     if cfg.baseline is None and not a.baseline_launch:
         raise ConfigError([Problem("command line", None, "--baseline", "required: a URL, or --baseline-launch TEMPLATE")])
     model = a.model or (cfg.baseline.model if cfg.baseline else None)
@@ -110,3 +128,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     print_table(result)
     print(f"qualitycheck: sweep written to {out / 'sweep.json'} and {out / 'sweep.html'}", file=sys.stderr)
     return EXIT_PASS
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "score": cmd_stage, "report": cmd_stage, "gate": cmd_stage,
+            "preflight": cmd_preflight, "sweep": cmd_sweep, "demo": cmd_demo, "merge": cmd_merge}

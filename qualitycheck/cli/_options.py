@@ -1,0 +1,143 @@
+"""Command-line options, declared once for the `qualitycheck` command and the pytest gate.
+
+The same settings reach a run from `qualitycheck run --baseline URL` and from
+`pytest --qc-baseline URL`; declaring them twice let the two drift (help
+texts, types, which config key a flag overrides). Following pytest-benchmark's
+`add_*_options(addoption, prefix)`, each group is declared here once and added
+by whoever parses: the CLI passes `parser.add_argument` with the prefix `--`,
+the pytest plugin passes `group.addoption` with `--qc-`. Each option names the
+config key it overrides, so turning parsed values into config overrides is
+one function (`config_overrides`) for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from qualitycheck.core._errors import ConfigError, Problem
+
+__all__ = [
+    "Option",
+    "REPORT_OPTIONS",
+    "PREFLIGHT_OPTIONS",
+    "RUN_OPTIONS",
+    "SWEEP_OPTIONS",
+    "TARGET_OPTIONS",
+    "add_options",
+    "config_overrides",
+    "dest",
+]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One flag: its name without prefix, how it parses, and the config key it overrides."""
+
+    flag: str
+    help: str
+    key: str | None = None
+    """Dotted config key the value overrides (`run.max_tokens`); None when the flag is not a config setting."""
+    metavar: str | None = None
+    type: Callable[[str], Any] | None = None
+    action: str | None = None
+    """`append` (repeatable) or `store_true` (a switch)."""
+    value: Any = None
+    """For a switch: the config value it sets when given (`--no-stream` sets `run.stream` to False)."""
+    short: str | None = None
+    """A short form, for the `qualitycheck` command only (pytest reserves single letters)."""
+
+
+def dest(option: Option, prefix: str) -> str:
+    """The attribute a parsed value lands on: `--qc-max-tokens` → `qc_max_tokens`."""
+    return (prefix.lstrip("-") + option.flag).replace("-", "_")
+
+
+TARGET_OPTIONS = (
+    Option("config", "config file (default: ./qualitycheck.yaml if present)", metavar="FILE", short="-c"),
+    Option("baseline", "baseline endpoint (OpenAI-compatible base URL)", key="baseline.url", metavar="URL"),
+    Option("candidate", "speculative candidate endpoint", key="candidate.url", metavar="URL"),
+    Option("control", "second baseline for the A/A noise floor", key="control.url", metavar="URL"),
+    Option("model", "served model name for every target without its own", key="model", metavar="NAME"),
+    Option("suite", "suite file or folder (repeatable)", metavar="PATH", action="append"),
+)
+"""Which endpoints and cases: shared by `run`, the pytest gate, and (in part) `preflight` and `sweep`."""
+
+RUN_OPTIONS = (
+    Option("out", "run folder (default: reports/<timestamp>); an existing run of the same suites and targets is resumed",
+           metavar="DIR"),
+    Option("concurrency", "requests in flight per target", key="run.concurrency", metavar="N", type=int),
+    Option("repeats", "answers per case and target (for sampled cases and the noise floor)", key="run.repeats",
+           metavar="N", type=int),
+    Option("timeout", "seconds per request", key="run.timeout_s", metavar="S", type=float),
+    Option("retries", "retries per request on 429/5xx/timeouts/resets", key="run.retries", metavar="N", type=int),
+    Option("max-tokens", "default max_tokens for cases that set none", key="run.max_tokens", metavar="N", type=int),
+    Option("seed", "seed for the statistics (bootstrap)", key="run.seed", metavar="N", type=int),
+    Option("judge", "judge endpoint (OpenAI-compatible)", key="judge.url", metavar="URL"),
+    Option("judge-model", "judge model name (default: --model)", key="judge.model", metavar="NAME"),
+    Option("shard", "run only shard I of N (stable hash of case ids)", key="run.shard", metavar="I/N"),
+    Option("no-preflight", "skip the model/template/stop-token preflight", key="run.preflight",
+           action="store_true", value=False),
+    Option("acceptance-by-category", "run categories one after another and scrape /metrics between them",
+           key="run.acceptance_by_category", action="store_true", value=True),
+    Option("no-stream", "non-streaming requests (no TTFT/ITL)", key="run.stream", action="store_true", value=False),
+)
+"""How a run generates: `run` and the pytest gate."""
+
+REPORT_OPTIONS = (
+    Option("report-max-cases",
+           "cases report.html embeds in full, regressions and errors first (default 5000; all stay in the store)",
+           key="run.report_max_cases", metavar="N", type=int),
+)
+
+
+def _pick(options: Iterable[Option], *flags: str) -> tuple[Option, ...]:
+    by_flag = {o.flag: o for o in options}
+    return tuple(by_flag[f] for f in flags)
+
+
+PREFLIGHT_OPTIONS = _pick(TARGET_OPTIONS, "config", "baseline", "candidate", "model", "suite")
+SWEEP_OPTIONS = _pick((*TARGET_OPTIONS, *RUN_OPTIONS), "config", "baseline", "model", "suite", "max-tokens", "repeats", "timeout")
+"""`sweep` names its candidates itself (K=URL, or a launch template per k) and sweeps concurrency."""
+
+
+def add_options(addoption: Callable[..., Any], options: Iterable[Option], prefix: str = "--") -> None:
+    """Add `options` through `addoption` (argparse's `add_argument` or pytest's `addoption`)."""
+    for o in options:
+        names = [prefix + o.flag] + ([o.short] if o.short and prefix == "--" else [])
+        kwargs: dict[str, Any] = {"help": o.help, "dest": dest(o, prefix)}
+        if o.action is not None:
+            kwargs["action"] = o.action
+        if o.action != "store_true":
+            kwargs["metavar"] = o.metavar
+        if o.type is not None:
+            kwargs["type"] = o.type
+        addoption(*names, **kwargs)
+
+
+def config_overrides(values: Mapping[str, Any], options: Iterable[Option], prefix: str = "--") -> dict[str, Any]:
+    """Parsed values → the dotted config overrides `load_config` applies (None: not given, the file decides)."""
+    out: dict[str, Any] = {}
+    for o in options:
+        if o.key is None:
+            continue
+        v = values.get(dest(o, prefix))
+        if o.action == "store_true":
+            v = o.value if v else None
+        out[o.key] = v
+    if not out.get("judge.url"):
+        out["judge.model"] = None  # a judge model alone names no judge; like every target, the judge defaults to --model
+    if out.get("run.shard"):
+        _check_shard(str(out["run.shard"]), prefix + "shard")
+    return out
+
+
+def _check_shard(s: str, flag: str) -> None:
+    try:
+        i, n = (int(x) for x in s.split("/"))
+        ok = 1 <= i <= n
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError([Problem("command line", None, flag, f"expected I/N with 1 <= I <= N, got {s!r}")])
