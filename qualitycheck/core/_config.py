@@ -7,8 +7,6 @@ CLI flags override the file, field by field.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -101,15 +99,6 @@ class Target(BaseModel):
             return os.environ.get(self.api_key_env, "")
         return "EMPTY"
 
-    def identity(self) -> dict[str, Any]:
-        """What makes two targets the same for resume; header values are left out (secrets)."""
-        return {
-            "url": self.public_url,
-            "model": self.model,
-            "extra_body": self.extra_body,
-            "header_names": sorted(self.headers),
-        }
-
 
 class JudgeTarget(Target):
     pass
@@ -163,10 +152,6 @@ class Config(BaseModel):
 
     def targets(self) -> dict[str, Target]:
         return {n: t for n in TARGET_NAMES if (t := getattr(self, n)) is not None}
-
-    def fingerprint(self) -> str:
-        ident = {n: t.identity() for n, t in self.targets().items()}
-        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _problems(exc: ValidationError, path: str, finder: Any) -> list[Problem]:

@@ -296,14 +296,6 @@ class RunStore:
         """Stage outputs that are not per response: metrics scrapes, preflight, comparisons."""
         self._db.execute("INSERT OR REPLACE INTO artifacts VALUES (?,?)", (name, json.dumps(value, default=str)))
 
-    def put_artifact_json(self, name: str, parts: Iterable[str]) -> None:
-        """Store a JSON list from already-serialised items, without building the list of dicts first.
-
-        For per-case records (comparisons) whose dicts would cost far more
-        memory than their JSON text on a large run.
-        """
-        self._db.execute("INSERT OR REPLACE INTO artifacts VALUES (?,?)", (name, "[" + ",".join(parts) + "]"))
-
     def artifact(self, name: str, default: Any = None) -> Any:
         row = self._db.execute("SELECT body FROM artifacts WHERE name=?", (name,)).fetchone()
         return json.loads(row[0]) if row else default

@@ -38,7 +38,6 @@ if TYPE_CHECKING:
         RunStats as RunStats,
         generate as generate,
         in_shard as in_shard,
-        select_shard as select_shard,
         work_items as work_items,
     )
 
@@ -60,7 +59,6 @@ _HOME = {
     "preflight_into_store": "_measure",
     "request_fingerprint": "_client",
     "run_preflight": "_preflight",
-    "select_shard": "_runner",
     "work_items": "_runner",
 }
 

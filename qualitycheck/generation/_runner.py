@@ -24,7 +24,7 @@ from qualitycheck.core._config import Config
 from qualitycheck.core._records import Response
 from qualitycheck.core._store import RunStore, StoredOutcomes
 
-__all__ = ["Progress", "RunStats", "generate", "in_shard", "select_shard", "work_items"]
+__all__ = ["Progress", "RunStats", "generate", "in_shard", "work_items"]
 
 
 @dataclass
@@ -46,13 +46,6 @@ class Progress:
     def advance(self, target: str, ok: bool) -> None: ...
 
     def stop(self) -> None: ...
-
-
-def select_shard(cases: list[Case], shard: str | None) -> list[Case]:
-    """Stable split by a hash of the case id, independent of suite order."""
-    if not shard:
-        return cases
-    return [c for c in cases if in_shard(c.id, shard)]
 
 
 def in_shard(case_id: str, shard: str | None) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from qualitycheck.cli._main import main
-from qualitycheck.generation._runner import select_shard
+from qualitycheck.generation._runner import in_shard
 from qualitycheck.core._cases import load_suite
 from qualitycheck.core._store import RunStore
 from qualitycheck.testserver import TestServer
@@ -56,7 +56,7 @@ def test_two_shards_merged_equal_one_run(tmp_path: Path, servers: tuple[TestServ
     s = suite(tmp_path)
     single_code = run(b, c, s, tmp_path / "single")
     codes = [run(b, c, s, tmp_path / f"shard{i}", "--shard", f"{i}/2") for i in (1, 2)]
-    sizes = [len(select_shard(load_suite([s]), f"{i}/2")) for i in (1, 2)]
+    sizes = [sum(in_shard(c.id, f"{i}/2") for c in load_suite([s])) for i in (1, 2)]
     assert all(sizes) and sum(sizes) == 21  # both shards hold cases, together all of them
     merged_code = main(["merge", str(tmp_path / "shard1"), str(tmp_path / "shard2"), "--out", str(tmp_path / "merged")])
     assert merged_code == single_code and set(codes) <= {0, 1}
