@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -78,11 +79,16 @@ def test_pyproject_declares_every_import_and_nothing_else() -> None:
 @pytest.fixture(scope="module")
 def clean_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A virtualenv made from the base interpreter, with only `pip install .` in it."""
-    venv = tmp_path_factory.mktemp("clean") / "venv"
+    work = tmp_path_factory.mktemp("clean")
+    venv = work / "venv"
+    # pip builds a plain `pip install .` in the source folder (build/, *.egg-info): build a copy instead
+    source = work / "src"
+    shutil.copytree(ROOT, source, symlinks=True,
+                    ignore=shutil.ignore_patterns(".git", "build", "reports", "tests", "*.egg-info", "__pycache__", ".venv"))
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=300)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(ROOT)],
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(source)],
                    check=True, timeout=900, env=env)
     yield venv
 
