@@ -1,8 +1,9 @@
-"""Serving metrics: latency percentiles, speculative acceptance, preflight, slices.
+"""Serving metrics: latency percentiles, speculative acceptance, slices.
 
-Everything here reads either the run store (latency, slices, acceptance from
-recorded /metrics windows) or the servers' own introspection endpoints
-(/metrics, /tokenize, /v1/models, /version), never the answers' quality.
+Everything here reads the run store (latency, slices, acceptance from the
+/metrics windows recorded around generation), never an endpoint and never
+the answers' quality; the preflight and the scrapes that talk to servers
+belong to `generation`.
 Definitions of every number are in the submodules' docstrings and in
 docs/stages/serving.md.
 """
@@ -21,24 +22,18 @@ from qualitycheck.serving._acceptance import (
     window,
 )
 from qualitycheck.serving._latency import cost_per_1k, itl_per_token, latency_summary, side_latency, tpot_s
-from qualitycheck.generation._preflight import Check, PreflightResult, format_preflight, preflight, run_preflight
 from qualitycheck.serving._slices import slices_summary
 
 __all__ = [
-    "Check",
-    "PreflightResult",
     "SentTally",
     "WINDOWS_ARTIFACT",
     "acceptance_from_windows",
     "acceptance_summary",
     "cost_per_1k",
-    "format_preflight",
     "itl_per_token",
     "latency_summary",
     "parse_metrics",
-    "preflight",
     "record_window",
-    "run_preflight",
     "scrape",
     "scrape_all",
     "side_latency",

@@ -10,7 +10,7 @@ import httpx
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Target
-from qualitycheck.serving import format_preflight, preflight, run_preflight
+from qualitycheck.generation import format_preflight, preflight, run_preflight
 from qualitycheck.testserver import TestServer
 
 CASES = [
