@@ -90,6 +90,8 @@ class TestServer:
     faults: list[Fault] = field(default_factory=list)
     version: str = "0.0-test"
     return_token_ids: bool = True
+    strict_model: bool = False
+    """Answer 404 with vLLM's error body to a request naming another model (off: any name is served)."""
     log: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -189,6 +191,9 @@ class TestServer:
         with self._lock:
             self.log.append({"path": request.path, "body": body, "t": time.time(),
                              "auth": request.headers.get("Authorization")})
+        if self.strict_model and body.get("model") != self.model:
+            return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                                "type": "NotFoundError", "param": "model", "code": 404}}, status=404)
         fault = self._fault(prompt)
         if fault and fault.kind == "status":
             headers = {"Retry-After": fault.retry_after} if fault.retry_after else None

@@ -102,7 +102,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
-    from qualitycheck.core._cases import load_suite
+    from qualitycheck.core._cases import SuiteCases, scan_suite
     from qualitycheck.core._config import load_config
     from qualitycheck.pipeline._sweep import SweepCandidate, parse_candidate, parse_levels, print_table, run_sweep
 
@@ -122,11 +122,17 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     if not candidates:
         raise ConfigError([Problem("command line", None, "--candidate", "give at least one K=URL, or --launch TEMPLATE with --k")])
     levels = parse_levels(a.concurrency)
-    cases = load_suite(_suites(a, cfg))
+    suites = _suites(a, cfg)
+    scan = scan_suite(suites)  # every problem of the suite before any server starts
+    cases = SuiteCases(suites, count=scan.count)
     out = Path(a.out) if a.out else Path("reports") / time.strftime("sweep-%Y%m%d-%H%M%S")
-    result = run_sweep(cfg, cases, _suites(a, cfg), candidates, levels, out, baseline_template=a.baseline_launch, model=model)
+    result = run_sweep(cfg, cases, suites, candidates, levels, out, baseline_template=a.baseline_launch, model=model)
     print_table(result)
     print(f"qualitycheck: sweep written to {out / 'sweep.json'} and {out / 'sweep.html'}", file=sys.stderr)
+    if result["failed_cells"]:
+        print(f"qualitycheck: {len(result['failed_cells'])} sweep cell(s) failed: {', '.join(result['failed_cells'])} "
+              "(error kinds in the table above and in sweep.json)", file=sys.stderr)
+        return EXIT_INCOMPLETE
     return EXIT_PASS
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config, Target
 from qualitycheck.core._errors import ConfigError, Problem
-from qualitycheck.core._store import RunStore
+from qualitycheck.core._store import RunStore, StoredCases
 
 __all__ = ["SweepCandidate", "parse_candidate", "parse_levels", "recommend", "render_html", "run_sweep"]
 
@@ -63,38 +64,54 @@ def parse_levels(text: str, flag: str = "--concurrency") -> list[int]:
 # ---------------------------------------------------------------- running cells
 
 
-def _cell(out: Path, name: str, side: str, target: Target, cases: list[Case], cfg: Config, suites: list[str],
-          concurrency: int, http_clients: dict[str, Any] | None) -> dict[str, Any]:
-    """Generate one (target, concurrency) cell into its own store and measure it."""
+def _cell(out: Path, name: str, side: str, target: Target, cases: Iterable[Case], cfg: Config, suites: list[str],
+          concurrency: int, http_clients: dict[str, Any] | None, max_error_rate: float) -> dict[str, Any]:
+    """Generate one (target, concurrency) cell into its own store and measure it, reading the store back as a stream."""
+    from qualitycheck.generation._measure import measured_generate
     from qualitycheck.pipeline._run import manifest_for, redacted_config
     from qualitycheck.serving._acceptance import WINDOWS_ARTIFACT, acceptance_from_windows
+    from qualitycheck.serving._errors import ErrorTally
     from qualitycheck.serving._latency import side_latency
-    from qualitycheck.generation._measure import measured_generate
 
     run = cfg.run.model_copy(update={"concurrency": concurrency, "preflight": False, "acceptance_by_category": False})
     cell_cfg = Config.model_validate({side: target.model_dump(), "run": run.model_dump()})
-    store = RunStore.create(out / "cells" / name, manifest_for(cases, cell_cfg, suites), cases)
+    folder = out / "cells" / name
+    store = RunStore.create(folder, manifest_for(cases, cell_cfg, suites), cases)
     try:
         store.put_artifact("config", redacted_config(cell_cfg))
-        stats = measured_generate(store, cases, cell_cfg, http_clients=http_clients)
+        stats = measured_generate(store, StoredCases(store), cell_cfg, http_clients=http_clients)
         if stats.interrupted:
             from qualitycheck.core._errors import RunIncompleteError
 
             raise RunIncompleteError(f"sweep interrupted in cell {name}; run the same command again to resume")
-        responses = list(store.responses())
-        latency = side_latency(responses, cfg.run.gpu_hour_usd).get(side, {})
+        latency = side_latency(store.responses(), cfg.run.gpu_hour_usd).get(side, {})
+        errors = ErrorTally.of(r for r in store.responses() if not r.ok)
         acceptance = acceptance_from_windows(store.artifact(WINDOWS_ARTIFACT, []), side=side, reference="none")
-        texts = {(r.case_id, r.repeat): r.text for r in responses if r.ok}
     finally:
         store.close()
-    return {"latency": latency, "acceptance": acceptance, "texts": texts}
+    rate = latency.get("error_rate")
+    failed = None
+    if rate is None or rate > max_error_rate:
+        what = "no request was answered" if rate is None else f"error rate {rate:.1%} above the maximum {max_error_rate:.1%}"
+        failed = {"reason": what, "error_kinds": [k.model_dump() for k in errors.kinds()]}
+    return {"latency": latency, "acceptance": acceptance, "store": folder, "failed": failed}
 
 
-def run_sweep(cfg: Config, cases: list[Case], suites: list[str], candidates: list[SweepCandidate],
+def run_sweep(cfg: Config, cases: Iterable[Case], suites: list[str], candidates: list[SweepCandidate],
               levels: list[int], out: Path, *, baseline_template: str | None = None,
               model: str | None = None, http_clients: dict[str, Any] | None = None, log: Any = None) -> dict[str, Any]:
-    """Every cell, then the comparison with the baseline and the recommendation; writes sweep.json/html."""
+    """Every cell, then the comparison with the baseline and the recommendation; writes sweep.json/html.
+
+    `cases` is re-iterable (each cell's store is filled from it); nothing
+    holds the suite or a cell's answers, so a sweep's memory does not grow
+    with the number of cases. A cell whose error rate exceeds the config's
+    `max_error_rate` (1% by default) is marked failed with its error kinds
+    and never feeds the recommendation.
+    """
     from qualitycheck.engines._launcher import launch_template
+    from qualitycheck.verdict._gate import parse_guardrails
+
+    max_error_rate = float(parse_guardrails(cfg).thresholds.get("max_error_rate", 0.01))
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     model = model or (cfg.baseline.model if cfg.baseline else None) or (cfg.candidate.model if cfg.candidate else None)
@@ -105,8 +122,8 @@ def run_sweep(cfg: Config, cases: list[Case], suites: list[str], candidates: lis
 
     def each_level(label: str, side: str, target: Target, into: dict[int, dict[str, Any]]) -> None:
         for c in levels:
-            log(f"sweep: {label} at concurrency {c} ({len(cases)} cases) → {target.url}")
-            into[c] = _cell(out, f"{label}-c{c}", side, target, cases, cfg, suites, c, http_clients)
+            log(f"sweep: {label} at concurrency {c} → {target.url}")
+            into[c] = _cell(out, f"{label}-c{c}", side, target, cases, cfg, suites, c, http_clients, max_error_rate)
 
     def with_server(label: str, template: str, side: str, into: dict[int, dict[str, Any]]) -> None:
         k = label.removeprefix("k")
@@ -152,9 +169,21 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den else None
 
 
-def _identical(a: dict[Any, str], b: dict[Any, str]) -> float | None:
-    keys = set(a) & set(b)
-    return sum(a[k] == b[k] for k in keys) / len(keys) if keys else None
+def _identical(base: Path, cand: Path) -> float | None:
+    """Share of (case, repeat)s answered by both cells whose texts are equal: a merge of two stores read in case order."""
+    with RunStore.open(base) as b, RunStore.open(cand) as c:
+        right = ((r.case_id, r.repeat, r.text) for r in c.responses() if r.ok)
+        other = next(right, None)
+        pairs = same = 0
+        for r in b.responses():
+            if not r.ok:
+                continue
+            while other is not None and other[:2] < (r.case_id, r.repeat):
+                other = next(right, None)
+            if other is not None and other[:2] == (r.case_id, r.repeat):
+                pairs += 1
+                same += other[2] == r.text
+    return same / pairs if pairs else None
 
 
 def _assemble(base: dict[int, dict[str, Any]], cands: dict[str, tuple[str, dict[int, dict[str, Any]]]], levels: list[int], cfg: Config) -> dict[str, Any]:
@@ -162,7 +191,7 @@ def _assemble(base: dict[int, dict[str, Any]], cands: dict[str, tuple[str, dict[
     for c in levels:
         if c in base:
             cells.append({"label": "baseline", "k": None, "concurrency": c, "latency": base[c]["latency"], "acceptance": None,
-                          "identical_rate": None, "tpot_speedup": None, "throughput_ratio": None})
+                          "identical_rate": None, "tpot_speedup": None, "throughput_ratio": None, "failed": base[c]["failed"]})
     for label, (k, by_level) in cands.items():
         for c in levels:
             cell = by_level[c]
@@ -176,12 +205,14 @@ def _assemble(base: dict[int, dict[str, Any]], cands: dict[str, tuple[str, dict[
                 "latency": lat,
                 "acceptance": {key: acc.get(key) for key in ("rate", "mean_accepted_length", "draft_tokens", "accepted_tokens",
                                                               "drafts", "by_position", "warnings", "speculating")},
-                "identical_rate": _identical(b["texts"], cell["texts"]) if b else None,
+                "identical_rate": _identical(b["store"], cell["store"]) if b else None,
                 "tpot_speedup": _ratio((bl.get("tpot_ms") or {}).get("p50"), (lat.get("tpot_ms") or {}).get("p50")),
                 "throughput_ratio": _ratio(lat.get("output_tokens_per_s"), bl.get("output_tokens_per_s")),
+                "failed": cell["failed"],
             })
     result = {"format_version": 1, "levels": levels, "labels": list(cands),
-              "gpu_hour_usd": cfg.run.gpu_hour_usd, "cells": cells}
+              "gpu_hour_usd": cfg.run.gpu_hour_usd, "cells": cells,
+              "failed_cells": [f"{c['label']}@{c['concurrency']}" for c in cells if c.get("failed")]}
     result["recommendation"] = recommend(cells, levels)
     return result
 
@@ -196,6 +227,7 @@ def recommend(cells: list[dict[str, Any]], levels: list[int], max_extra_error_ra
     (ties: the smaller k, which drafts less work).
     """
     base_err = {c["concurrency"]: (c["latency"].get("error_rate") or 0.0) for c in cells if c["label"] == "baseline"}
+    base_failed = {c["concurrency"] for c in cells if c["label"] == "baseline" and c.get("failed")}
     per_label: dict[str, dict[str, Any]] = {}
     for c in cells:
         if c["label"] == "baseline":
@@ -203,7 +235,11 @@ def recommend(cells: list[dict[str, Any]], levels: list[int], max_extra_error_ra
         d = per_label.setdefault(c["label"], {"speedups": {}, "excluded": None, "k": c["k"]})
         d["speedups"][c["concurrency"]] = c["tpot_speedup"]
         err = c["latency"].get("error_rate")
-        if err is not None and err > base_err.get(c["concurrency"], 0.0) + max_extra_error_rate:
+        if c.get("failed"):
+            d["excluded"] = d["excluded"] or f"cell failed at concurrency {c['concurrency']}: {c['failed']['reason']}"
+        elif c["concurrency"] in base_failed:
+            d["excluded"] = d["excluded"] or f"the baseline failed at concurrency {c['concurrency']}: nothing to compare with"
+        elif err is not None and err > base_err.get(c["concurrency"], 0.0) + max_extra_error_rate:
             d["excluded"] = f"error rate {err:.1%} at concurrency {c['concurrency']}"
     summary: dict[str, Any] = {}
     for label, d in per_label.items():
@@ -228,7 +264,8 @@ def recommend(cells: list[dict[str, Any]], levels: list[int], max_extra_error_ra
     eligible = [lbl for lbl in summary if not summary[lbl]["excluded"] and (summary[lbl]["speedup_at_lowest"] or 0) > 1.0]
     best = min(eligible, key=key) if eligible else None
     if best is None:
-        reason = "no candidate beats the baseline's median TPOT at the lowest concurrency without extra errors"
+        reason = ("no candidate beats the baseline's median TPOT at the lowest concurrency without extra errors"
+                  + ("; some cells failed (see failed_cells)" if base_failed or any(c.get("failed") for c in cells) else ""))
     else:
         s = summary[best]
         reason = (f"{best}: median TPOT {s['speedup_at_lowest']:.2f}x faster than the baseline at concurrency {levels[0]}"
@@ -344,15 +381,55 @@ TPOT excludes the first token; ITL is per token (multi-token chunks divided by t
 """
 
 
-def print_table(result: dict[str, Any]) -> None:
+_TERMINAL_METRICS: list[tuple[str, Any, int]] = [
+    ("acceptance rate", lambda c: (c.get("acceptance") or {}).get("rate"), 2),
+    ("accepted tokens/step", lambda c: (c.get("acceptance") or {}).get("mean_accepted_length"), 2),
+    ("TTFT p50 ms", lambda c: c["latency"].get("ttft_ms", {}).get("p50"), 1),
+    ("TTFT p95 ms", lambda c: c["latency"].get("ttft_ms", {}).get("p95"), 1),
+    ("TPOT p50 ms", lambda c: c["latency"].get("tpot_ms", {}).get("p50"), 2),
+    ("TPOT p95 ms", lambda c: c["latency"].get("tpot_ms", {}).get("p95"), 2),
+    ("ITL p50 ms", lambda c: c["latency"].get("itl_ms", {}).get("p50"), 2),
+    ("output tokens/s", lambda c: c["latency"].get("output_tokens_per_s"), 1),
+    ("error rate", lambda c: c["latency"].get("error_rate"), 3),
+    ("TPOT speedup", lambda c: c.get("tpot_speedup"), 2),
+    ("identical to baseline", lambda c: c.get("identical_rate"), 2),
+]
+_NAME_WIDTH = 24
+_LEVEL_WIDTH = 10
+
+
+def print_table(result: dict[str, Any], console: Any = None) -> None:
+    """The sweep on a terminal: one table per target, metrics down, concurrency levels across.
+
+    CI logs and pipes are 80 columns wide; thirteen metrics across would
+    collapse the headers there, while a handful of concurrency levels fits.
+    Levels beyond what the width holds continue in a further table.
+    """
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="qualitycheck sweep (times in ms)")
-    for h in HEADERS:
-        table.add_column(h, justify="right")
-    for row in _rows(result):
-        table.add_row(*row)
-    console = Console(stderr=False)
-    console.print(table)
-    console.print(f"recommended: {result['recommendation']['recommended'] or 'none'} — {result['recommendation']['reason']}")
+    console = console or Console(stderr=False)
+    per_table = max(1, (console.width - _NAME_WIDTH - 4) // (_LEVEL_WIDTH + 3))
+    by = {(c["label"], c["concurrency"]): c for c in result["cells"]}
+    for label in ["baseline", *result["labels"]]:
+        levels = [lvl for lvl in result["levels"] if (label, lvl) in by]
+        for start in range(0, len(levels), per_table):
+            shown = levels[start:start + per_table]
+            table = Table(title=f"sweep: {label}", title_justify="left")
+            table.add_column("concurrency", min_width=_NAME_WIDTH, no_wrap=True)
+            for lvl in shown:
+                table.add_column(str(lvl), justify="right", min_width=_LEVEL_WIDTH, no_wrap=True)
+            for name, fn, digits in _TERMINAL_METRICS:
+                values = [fn(by[(label, lvl)]) for lvl in shown]
+                if label == "baseline" and all(v is None for v in values):
+                    continue  # acceptance, speedup and identity are the candidates' figures
+                table.add_row(name, *(_fmt(v, digits) for v in values))
+            console.print(table)
+        for lvl in levels:
+            failed = by[(label, lvl)].get("failed")
+            if failed:
+                console.print(f"[bold red]FAILED[/] {label} at concurrency {lvl}: {failed['reason']}", highlight=False)
+                for k in failed["error_kinds"][:5]:
+                    console.print(f"  {k['kind']} × {k['count']}: {k['message']}", highlight=False, markup=False)
+    rec = result["recommendation"]
+    console.print(f"recommended: {rec['recommended'] or 'none'} — {rec['reason']}", highlight=False, markup=False)

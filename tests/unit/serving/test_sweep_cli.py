@@ -105,3 +105,49 @@ def test_sweep_launches_each_candidate_from_the_template_and_stops_it(tmp_path: 
     assert all(s._loop is not None and not s._thread.is_alive() for s in live)  # type: ignore[union-attr]
     result = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert result["labels"] == ["k1", "k3"]
+
+
+def test_a_sweep_whose_cells_all_fail_says_why_and_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A template serving another model name used to write error-rate-1.0 cells, 'recommended: none' and exit 0."""
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
+    out = tmp_path / "sweep"
+    with TestServer(default=ANSWER) as b, TestServer(default=ANSWER, model="other", strict_model=True) as k3:
+        rc = main(["sweep", "--baseline", b.url, "--candidate", f"3={k3.url}", "--model", "test-model",
+                   "--suite", str(suite), "--concurrency", "1,2", "--out", str(out)])
+    assert rc == 3
+    result = json.loads((out / "sweep.json").read_text())
+    failed = [c for c in result["cells"] if c["failed"]]
+    assert result["failed_cells"] == ["k3@1", "k3@2"] and len(failed) == 2
+    kinds = failed[0]["failed"]["error_kinds"]
+    assert kinds == [{"kind": "http_404", "count": 3, "message": "HTTP 404: The model `test-model` does not exist."}]
+    assert result["recommendation"]["recommended"] is None
+    assert result["recommendation"]["per_candidate"]["k3"]["excluded"].startswith("cell failed at concurrency 1")
+    captured = capsys.readouterr()
+    assert "FAILED k3 at concurrency 1" in captured.out and "http_404 × 3" in captured.out
+    assert "2 sweep cell(s) failed: k3@1, k3@2" in captured.err
+
+
+def test_the_sweep_table_reads_at_80_columns(tmp_path: Path) -> None:
+    """CI logs are 80 columns: no header collapses to 'TT…', every metric and level is shown whole."""
+    import io
+
+    from rich.console import Console
+
+    from qualitycheck.pipeline._sweep import _TERMINAL_METRICS, print_table
+
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(2))
+    out = tmp_path / "sweep"
+    with TestServer(default=ANSWER) as b, TestServer(default=ANSWER, speculative={"k": 3, "acceptance": 0.5}) as k3:
+        assert main(["sweep", "--baseline", b.url, "--candidate", f"3={k3.url}", "--model", "test-model",
+                     "--suite", str(suite), "--concurrency", "1,2,4,8,16,32,64", "--out", str(out)]) == 0
+    result = json.loads((out / "sweep.json").read_text())
+    buf = io.StringIO()
+    print_table(result, Console(file=buf, width=80, force_terminal=False, color_system=None))
+    text = buf.getvalue()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in text
+    for name, _, _ in _TERMINAL_METRICS:
+        assert name in text
+    for level in ("1", "2", "4", "8", "16", "32", "64"):
+        assert any(f" {level} " in line or line.rstrip().endswith(f" {level}") for line in lines if "concurrency" in line)
