@@ -93,7 +93,7 @@ class RunStore:
         return store
 
     @classmethod
-    def create(cls, folder: str | Path, manifest: dict[str, Any], cases: list[Case]) -> RunStore:
+    def create(cls, folder: str | Path, manifest: dict[str, Any], cases: Iterable[Case]) -> RunStore:
         """Start a run, or resume one whose manifest matches; refuse any other run."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)

@@ -15,9 +15,10 @@ across different endpoints or a case counted twice would be meaningless.
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +34,30 @@ _DERIVED = {"comparisons"}
 """Artifacts that finish() rebuilds from the merged records; copying them would only go stale."""
 
 
-def _case_order(cases: list[Case], suite_files: list[str]) -> list[Case]:
-    """The order one unsharded run would have stored: suite argument, then file, then line."""
-    def rank(c: Case) -> tuple[int, str, int]:
+class _MergedCases:
+    """The shards' cases in the order one unsharded run would have stored them, read again on every pass.
+
+    Each shard stores its cases in suite order (suite argument, then file,
+    then line), so the merged order is a merge of the shards' streams by that
+    key: no shard's cases are ever all in memory.
+    """
+
+    def __init__(self, stores: Sequence[RunStore], suite_files: list[str]):
+        self._stores = stores
+        self._suite_files = suite_files
+
+    def _rank(self, c: Case) -> tuple[int, str, int]:
         f = c.file or ""
-        for i, s in enumerate(suite_files):
+        for i, s in enumerate(self._suite_files):
             if f == s or f.startswith(s.rstrip("/") + "/"):
                 return i, f, c.line or 0
-        return len(suite_files), f, c.line or 0
+        return len(self._suite_files), f, c.line or 0
 
-    return sorted(cases, key=rank)
+    def __iter__(self) -> Iterator[Case]:
+        return heapq.merge(*(s.iter_cases() for s in self._stores), key=self._rank)
+
+    def __len__(self) -> int:
+        return sum(s.case_count() for s in self._stores)
 
 
 def _check_compatible(folders: Sequence[Path], stores: Sequence[RunStore]) -> None:
@@ -61,12 +76,12 @@ def _check_compatible(folders: Sequence[Path], stores: Sequence[RunStore]) -> No
             problems.append(f"shards split the suite differently: {', '.join(map(str, shards))}")
     owner: dict[str, Path] = {}
     overlaps: list[str] = []
-    for folder, store in zip(folders, stores):
-        for c in store.cases():
-            if c.id in owner:
-                overlaps.append(c.id)
+    for folder, store in zip(folders, stores, strict=True):
+        for cid in store.case_labels():  # ids only: a few dozen bytes a case, never whole cases
+            if cid in owner:
+                overlaps.append(cid)
             else:
-                owner[c.id] = folder
+                owner[cid] = folder
     if overlaps:
         problems.append(f"{len(overlaps)} case(s) appear in more than one shard (e.g. {overlaps[0]!r}); shards must be disjoint")
     if problems:
@@ -139,7 +154,7 @@ def merge_runs(folders: Sequence[str | Path], out: str | Path) -> int:
             for f in s.manifest.get("suite_files", []):
                 if f not in suite_files:
                     suite_files.append(f)
-        cases = _case_order([c for s in stores for c in s.cases()], suite_files)
+        cases = _MergedCases(stores, suite_files)
         manifest = manifest_for(cases, cfg, suite_files)
         manifest["targets"] = stores[0].manifest.get("targets", manifest["targets"])
         manifest["merged_from"] = [str(f) for f in folders]

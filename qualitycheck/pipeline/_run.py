@@ -8,6 +8,7 @@ run folder redo their part without calling an endpoint.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,10 @@ __all__ = ["finish", "manifest_for", "redo", "run"]
 EXIT_FOR_VERDICT = {"pass": 0, "fail": 1, "inconclusive": 1}
 
 
-def manifest_for(cases: list[Case], cfg: Config, suites: list[str]) -> dict[str, Any]:
-    return _manifest(suite_fingerprint((c.id, c.content_hash()) for c in cases), len(cases), cfg, suites)
+def manifest_for(cases: Iterable[Case], cfg: Config, suites: list[str]) -> dict[str, Any]:
+    """The manifest of cases read in one pass (only their ids and content hashes are kept)."""
+    pairs = [(c.id, c.content_hash()) for c in cases]
+    return _manifest(suite_fingerprint(pairs), len(pairs), cfg, suites)
 
 
 def _manifest(fingerprint: str, count: int, cfg: Config, suites: list[str]) -> dict[str, Any]:
