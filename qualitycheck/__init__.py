@@ -10,6 +10,10 @@ from qualitycheck.core._errors import QualitycheckError
 from qualitycheck.core._records import Response, Score
 from qualitycheck.core._store import RunStore, load_run
 
+# Declares the built-in check families in `core`'s registry. Python runs this
+# front before any submodule, so no case is validated before they exist.
+import qualitycheck.scoring  # noqa: F401  # isort: skip
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -12,26 +12,19 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from qualitycheck.core._checks import Checks, LoadContext, check_registry
 from qualitycheck.core._errors import Problem, SuiteError
 
 __all__ = [
     "Case",
     "Checks",
-    "ContainsCheck",
-    "ExactCheck",
-    "JsonCheck",
-    "JudgeCheck",
-    "RegexCheck",
-    "SqlCheck",
-    "UnitTestsCheck",
     "SuiteCases",
     "SuiteScan",
-    "YamlCheck",
     "iter_suite",
     "load_suite",
     "scan_suite",
@@ -40,128 +33,6 @@ __all__ = [
 ]
 
 SUITE_SUFFIXES = (".jsonl", ".yaml", ".yml")
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ExactCheck(_Spec):
-    """`expected` None means "candidate must equal baseline" (`exact: true`)."""
-
-    expected: str | None = None
-    strip: bool = True
-    ignore_case: bool = False
-    collapse_whitespace: bool = False
-    strip_trailing_punctuation: bool = False
-
-
-class JsonCheck(_Spec):
-    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
-    schema_file: str | None = None
-
-    @model_validator(mode="after")
-    def _one_schema(self) -> JsonCheck:
-        if self.schema_ is not None and self.schema_file is not None:
-            raise ValueError("give either schema or schema_file, not both")
-        return self
-
-
-class SqlCheck(_Spec):
-    dialect: str = "sqlite"
-    db: str | None = None
-    """Path of a .sql fixture (schema + rows), relative to the suite file."""
-    reference: str | None = None
-    ordered: bool | None = None
-    """Compare row order; default: only when the reference has ORDER BY."""
-
-
-class UnitTestsCheck(_Spec):
-    language: Literal["python"] = "python"
-    tests: str
-    entry_point: str | None = None
-    setup: str = ""
-    """Code run before the answer (imports the tests need)."""
-    timeout_s: float = 10.0
-
-
-class JudgeCheck(_Spec):
-    mode: str = "pairwise"
-    """A judge definition in judges/: pairwise, rubric, reference, or a user's own."""
-    rubric: str | None = None
-    reference: str | None = None
-
-
-class YamlCheck(_Spec):
-    format: Literal["yaml", "toml", "ini", "json"] = "yaml"
-    required_keys: list[str] = Field(default_factory=list)
-    """Dotted paths that must exist in the parsed document."""
-
-
-class RegexCheck(_Spec):
-    pattern: str
-    mode: Literal["search", "fullmatch"] = "search"
-    ignore_case: bool = False
-    multiline: bool = False
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, v: str) -> str:
-        import re
-
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from None
-        return v
-
-
-class ContainsCheck(_Spec):
-    all: list[str] = Field(default_factory=list)
-    any: list[str] = Field(default_factory=list)
-    none: list[str] = Field(default_factory=list)
-    ignore_case: bool = True
-
-
-class Checks(_Spec):
-    """What to verify on an answer; each key is one family of scorers."""
-
-    exact: ExactCheck | None = None
-    json_: JsonCheck | None = Field(default=None, alias="json")
-    sql: SqlCheck | None = None
-    unit_tests: UnitTestsCheck | None = None
-    judge: JudgeCheck | None = None
-    yaml_: YamlCheck | None = Field(default=None, alias="yaml")
-    regex: RegexCheck | None = None
-    contains: ContainsCheck | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthands(cls, data: Any) -> Any:
-        """Accept the short forms of Contract 1 (`exact: "Paris"`, `exact: true`, ...)."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        ex = data.get("exact")
-        if isinstance(ex, str):
-            data["exact"] = {"expected": ex}
-        elif ex is True:
-            data["exact"] = {}
-        elif ex is False or ex is None:
-            data.pop("exact", None)
-        for key in ("json", "yaml"):
-            if data.get(key) is True:
-                data[key] = {}
-        if isinstance(data.get("regex"), str):
-            data["regex"] = {"pattern": data["regex"]}
-        c = data.get("contains")
-        if isinstance(c, str):
-            data["contains"] = {"all": [c]}
-        elif isinstance(c, list):
-            data["contains"] = {"all": c}
-        if isinstance(data.get("judge"), str):
-            data["judge"] = {"mode": data["judge"]}
-        return data
 
 
 class Case(BaseModel):
@@ -225,30 +96,8 @@ class Case(BaseModel):
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
     def check_names(self) -> list[str]:
-        """The scorer names this case runs (json → json_parse + json_schema, ...)."""
-        c = self.checks
-        names: list[str] = []
-        if c.exact is not None:
-            names.append("exact")
-        if c.json_ is not None:
-            names.append("json_parse")
-            if c.json_.schema_ is not None or c.json_.schema_file is not None:
-                names.append("json_schema")
-        if c.sql is not None:
-            names.append("sql_parse")
-            if c.sql.db and c.sql.reference:
-                names.append("sql_result")
-        if c.unit_tests is not None:
-            names.append("unit_tests")
-        if c.judge is not None:
-            names.append("judge")
-        if c.yaml_ is not None:
-            names.append(f"{c.yaml_.format}_parse" if c.yaml_.format != "yaml" else "yaml_parse")
-        if c.regex is not None:
-            names.append("regex")
-        if c.contains is not None:
-            names.append("contains")
-        return names
+        """The check names this case's scores carry (json → json_parse + json_schema, ...), as its families declare them."""
+        return self.checks.names()
 
 
 # ---------------------------------------------------------------- loading
@@ -408,45 +257,20 @@ def _read_yaml(path: Path, problems: list[Problem]) -> list[tuple[int, Any, Any]
 
 
 def _check_files(case: Case, path: Path, line: int, problems: list[Problem]) -> Case:
-    """Resolve schema files and SQL fixtures relative to the suite file."""
-    base = path.parent
+    """Each family's load-time check: files relative to the suite file (schemas, SQL fixtures, user modules)."""
     updates: dict[str, Any] = {}
-    js = case.checks.json_
-    if js is not None and js.schema_file is not None:
-        f = (base / js.schema_file)
-        try:
-            schema = json.loads(f.read_text(encoding="utf-8"))
-            updates["json"] = JsonCheck.model_validate({"schema": schema})
-        except OSError as exc:
-            problems.append(Problem(str(path), line, "checks.json.schema_file", f"cannot read {f}: {exc.strerror}"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            problems.append(Problem(str(path), line, "checks.json.schema_file", f"{f} is not JSON: {exc}"))
-    if js is not None and isinstance(js.schema_, dict):
-        from jsonschema import SchemaError, validators
-
-        try:
-            validators.validator_for(js.schema_, default=validators.Draft202012Validator).check_schema(js.schema_)
-        except SchemaError as exc:
-            problems.append(Problem(str(path), line, "checks.json.schema", f"not a valid JSON Schema: {exc.message}"))
-    sql = case.checks.sql
-    if sql is not None:
-        import sqlglot
-
-        try:
-            sqlglot.Dialect.get_or_raise(sql.dialect)
-        except ValueError as exc:
-            problems.append(Problem(str(path), line, "checks.sql.dialect", str(exc)))
-        if sql.db is not None:
-            f = base / sql.db
-            if not f.is_file():
-                problems.append(Problem(str(path), line, "checks.sql.db", f"fixture {f} does not exist"))
-            else:
-                updates["sql"] = sql.model_copy(update={"db": str(f.resolve())})
+    for key, spec in case.checks.items():
+        fam = check_registry[key]
+        if fam.load is None:
+            continue
+        ctx = LoadContext(path.parent)
+        new = fam.load(spec, ctx)
+        for fld, msg in ctx.problems:
+            problems.append(Problem(str(path), line, f"checks.{key}" + (fld if fld.startswith("[") or not fld else f".{fld}"), msg))
+        if new is not spec:
+            updates[key] = new
     if updates:
-        data = case.checks.model_dump(by_alias=True, exclude_none=True)
-        for k, v in updates.items():
-            data[k] = v.model_dump(by_alias=True, exclude_none=True)
-        case = case.model_copy(update={"checks": Checks.model_validate(data)})
+        case = case.model_copy(update={"checks": case.checks.replace(**updates)})
     return case
 
 
@@ -530,7 +354,7 @@ def scan_suite(paths: Iterable[str | Path], keep: Callable[[Case], bool] | None 
         if keep is None or keep(case):
             seen.set_hash(case.id, case.content_hash())
             count += 1
-            judged = judged or case.checks.judge is not None
+            judged = judged or "judge" in case.checks
     _raise_if(problems)
     return SuiteScan(count, seen.fingerprint(), judged)
 

@@ -13,15 +13,27 @@ harness's own report after the last test counts as a pass.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
-from qualitycheck.core._cases import UnitTestsCheck
+from qualitycheck.core._cases import Case
 from qualitycheck.core._records import Response
+from qualitycheck.scoring._base import CheckSpec, Outcome, Scorer, check_family
 from qualitycheck.scoring._extract import fences
 from qualitycheck.scoring._sandbox import Limits, run_python
-from qualitycheck.scoring._registry import Outcome
 
-__all__ = ["UnitTestsScorer", "extract_code"]
+__all__ = ["UnitTestsCheck", "UnitTestsScorer", "extract_code"]
+
+
+class UnitTestsCheck(CheckSpec):
+    """The answer's code with `tests` run after it, in the sandbox."""
+
+    language: Literal["python"] = "python"
+    tests: str
+    entry_point: str | None = None
+    setup: str = ""
+    """Code run before the answer (imports the tests need)."""
+    timeout_s: float = 10.0
 
 _PY_LANGS = {"python", "py", "python3", "py3", ""}
 
@@ -134,3 +146,8 @@ class UnitTestsScorer:
             detail["error"] = f"the program ended before the tests finished (exit code {r.exit_code})"
             detail["exit_code"] = r.exit_code
         return Outcome("fail", False, detail)
+
+
+@check_family("unit_tests", spec=UnitTestsCheck, names=("unit_tests",))
+def unit_tests_family(spec: UnitTestsCheck, case: Case) -> Sequence[Scorer]:
+    return [UnitTestsScorer(spec)]

@@ -7,12 +7,72 @@ reference written by hand and an answer are compared on the same terms.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Any, Literal
 
-from qualitycheck.core._cases import ContainsCheck, ExactCheck, RegexCheck
+from pydantic import Field, field_validator, model_validator
+
+from qualitycheck.core._cases import Case
 from qualitycheck.core._records import Response
-from qualitycheck.scoring._registry import Outcome
+from qualitycheck.scoring._base import CheckSpec, Outcome, Scorer, check_family
 
-__all__ = ["ContainsScorer", "ExactScorer", "RegexScorer", "normalise"]
+__all__ = ["ContainsCheck", "ContainsScorer", "ExactCheck", "ExactScorer", "RegexCheck", "RegexScorer", "normalise"]
+
+
+class ExactCheck(CheckSpec):
+    """`expected` None means "candidate must equal baseline" (`exact: true`); `exact: "Paris"` sets it."""
+
+    expected: str | None = None
+    strip: bool = True
+    ignore_case: bool = False
+    collapse_whitespace: bool = False
+    strip_trailing_punctuation: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"expected": data}
+        return {} if data is True else data
+
+
+class RegexCheck(CheckSpec):
+    """`regex: "..."` is the pattern with the defaults."""
+
+    pattern: str
+    mode: Literal["search", "fullmatch"] = "search"
+    ignore_case: bool = False
+    multiline: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"pattern": data} if isinstance(data, str) else data
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return v
+
+
+class ContainsCheck(CheckSpec):
+    """`contains: "x"` and `contains: [..]` mean every one of them (`all`)."""
+
+    all: list[str] = Field(default_factory=list)
+    any: list[str] = Field(default_factory=list)
+    none: list[str] = Field(default_factory=list)
+    ignore_case: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"all": [data]}
+        return {"all": data} if isinstance(data, list) else data
 
 _TRAILING_PUNCT = ".,;:!?。！？"
 _SNIPPET = 60
@@ -120,3 +180,18 @@ class ContainsScorer:
         if forbidden:
             detail["forbidden_found"] = forbidden
         return Outcome("fail" if detail else "pass", not detail, detail)
+
+
+@check_family("exact", spec=ExactCheck, names=("exact",))
+def exact_family(spec: ExactCheck, case: Case) -> Sequence[Scorer]:
+    return [ExactScorer(spec)]
+
+
+@check_family("regex", spec=RegexCheck, names=("regex",))
+def regex_family(spec: RegexCheck, case: Case) -> Sequence[Scorer]:
+    return [RegexScorer(spec)]
+
+
+@check_family("contains", spec=ContainsCheck, names=("contains",))
+def contains_family(spec: ContainsCheck, case: Case) -> Sequence[Scorer]:
+    return [ContainsScorer(spec)]

@@ -1,164 +1,73 @@
 """Scorers are built once per case from its `checks`, then called per response.
 
-A family (one key of `Checks`) turns its spec into one or more scorers, one
-per check name (`json` → `json_parse` + `json_schema`). Because everything a
-scorer needs is in the stored case, `qualitycheck score DIR` rebuilds the
-same scorers from the run store and never calls an endpoint.
+Each family (one key of `checks`) is declared once, in its own module, with
+`check_family` (spec, check names, scorer factory); importing this module
+imports the built-in families, and that registers them. A family turns its
+spec into one scorer per check name (`json` → `json_parse` + `json_schema`).
+Because everything a scorer needs is in the stored case, `qualitycheck score
+DIR` rebuilds the same scorers from the run store and never calls an
+endpoint.
 
-The judge family is scored by its own stage (it calls an endpoint), so it is
-deliberately absent here.
+The judge family is declared but has no factory: it calls an endpoint and
+is scored by its own stage.
 """
 
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Any
 
+# isort: off
+# The built-in families, in the order a case's checks are listed and scored
+# (importing a module declares its families, in the order they are written).
+import qualitycheck.scoring._exact  # exact, regex, contains
+import qualitycheck.scoring._structured  # json, yaml
+import qualitycheck.scoring._sql
+import qualitycheck.scoring._code  # unit_tests
+import qualitycheck.scoring._judged  # judge
+import qualitycheck.scoring._python  # noqa: F401
+# isort: on
 from qualitycheck.core._cases import Case
-from qualitycheck.core._records import Response, Score, ScoreStatus
+from qualitycheck.core._checks import check_registry
+from qualitycheck.core._records import Response, Score
+from qualitycheck.scoring._base import BASELINE, BrokenScorer, Outcome, Scorer
 
 __all__ = [
-    "BASELINE",
-    "FAMILIES",
-    "Outcome",
-    "Scorer",
     "build_scorers",
     "score_case",
     "score_store",
 ]
 
-BASELINE = "baseline"
-"""Target that pairwise checks (`exact: true`, same-as-baseline) compare against."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a scorer decided about one answer, before it is tied to a response."""
-
-    status: ScoreStatus
-    value: Any = None
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-class Scorer(Protocol):
-    """One check, configured from a case; `score` is called once per response.
-
-    `baseline` is the baseline target's answer for the same repeat, or None
-    when there is none (or when `answer` is the baseline's own).
-    """
-
-    check: str
-
-    def score(self, answer: Response, baseline: Response | None) -> Outcome: ...
-
-
-class _Broken:
-    """Stands in for a family whose spec cannot be turned into a scorer.
-
-    Every response then scores `error` with the reason, so a bad fixture
-    shows up in the report instead of silently dropping a check.
-    """
-
-    def __init__(self, check: str, reason: str):
-        self.check = check
-        self.reason = reason
-
-    def score(self, answer: Response, baseline: Response | None) -> Outcome:
-        return Outcome("error", None, {"reason": self.reason})
-
-
-def _exact(case: Case) -> list[Scorer]:
-    from qualitycheck.scoring._exact import ExactScorer
-
-    return [ExactScorer(case.checks.exact)]  # type: ignore[arg-type]
-
-
-def _json(case: Case) -> list[Scorer]:
-    from qualitycheck.scoring._structured import JsonParseScorer, JsonSchemaScorer
-
-    spec = case.checks.json_
-    out: list[Scorer] = [JsonParseScorer()]
-    if spec is not None and spec.schema_ is not None:
-        out.append(JsonSchemaScorer(spec.schema_))
-    return out
-
-
-def _config_formats(case: Case) -> list[Scorer]:
-    from qualitycheck.scoring._structured import ConfigParseScorer
-
-    return [ConfigParseScorer(case.checks.yaml_)]  # type: ignore[arg-type]
-
-
-def _sql(case: Case) -> list[Scorer]:
-    from qualitycheck.scoring._sql import SqlParseScorer, SqlResultScorer
-
-    spec = case.checks.sql
-    assert spec is not None
-    out: list[Scorer] = [SqlParseScorer(spec)]
-    if spec.db and spec.reference:
-        try:
-            out.append(SqlResultScorer(spec))
-        except Exception as exc:  # the fixture or reference is broken; parsing can still be judged
-            out.append(_Broken("sql_result", f"cannot set up the sql_result check: {type(exc).__name__}: {exc}"))
-    return out
-
-
-def _unit_tests(case: Case) -> list[Scorer]:
-    from qualitycheck.scoring._code import UnitTestsScorer
-
-    return [UnitTestsScorer(case.checks.unit_tests)]  # type: ignore[arg-type]
-
-
-def _regex(case: Case) -> list[Scorer]:
-    from qualitycheck.scoring._exact import RegexScorer
-
-    return [RegexScorer(case.checks.regex)]  # type: ignore[arg-type]
-
-
-def _contains(case: Case) -> list[Scorer]:
-    from qualitycheck.scoring._exact import ContainsScorer
-
-    return [ContainsScorer(case.checks.contains)]  # type: ignore[arg-type]
-
-
-FAMILIES: dict[str, Callable[[Case], list[Scorer]]] = {
-    "exact": _exact,
-    "json_": _json,
-    "sql": _sql,
-    "unit_tests": _unit_tests,
-    "yaml_": _config_formats,
-    "regex": _regex,
-    "contains": _contains,
-}
-"""`Checks` attribute → factory of that family's scorers (judge has its own stage)."""
-
-_CHECKS_OF = {
-    "exact": ("exact",),
-    "json_": ("json_parse", "json_schema"),
-    "sql": ("sql_parse", "sql_result"),
-    "unit_tests": ("unit_tests",),
-    "regex": ("regex",),
-    "contains": ("contains",),
-}
-
 
 def build_scorers(case: Case) -> list[Scorer]:
-    """Every deterministic scorer the case asks for, in `check_names()` order."""
-    wanted = [n for n in case.check_names() if n != "judge"]
+    """Every deterministic scorer the case asks for, in `check_names()` order.
+
+    A family whose factory raises, or builds scorers other than the names
+    it declares for this spec, becomes one `error` scorer per declared name:
+    the case's other checks still run, and the summary's check names always
+    match `Case.check_names()`.
+    """
     out: list[Scorer] = []
-    for attr, factory in FAMILIES.items():
-        if getattr(case.checks, attr) is None:
+    for key, spec in case.checks.items():
+        fam = check_registry[key]
+        if fam.build is None:  # scored by its own stage (the judge)
             continue
+        names = fam.names_of(spec)
         try:
-            out.extend(factory(case))
+            built = list(fam.build(spec, case))
         except Exception as exc:  # a fixture that will not load must not stop the other checks
-            names = _CHECKS_OF.get(attr) or (f"{case.checks.yaml_.format}_parse",)  # type: ignore[union-attr]
-            reason = f"cannot set up the {attr.rstrip('_')} check: {type(exc).__name__}: {exc}"
-            out.extend(_Broken(n, reason) for n in names if n in wanted)
-    order = {n: i for i, n in enumerate(wanted)}
-    return sorted(out, key=lambda s: order.get(s.check, len(order)))
+            reason = f"cannot set up the {key} check: {type(exc).__name__}: {exc}"
+            out.extend(BrokenScorer(n, reason) for n in names)
+            continue
+        got = [s.check for s in built]
+        if sorted(got) != sorted(names):
+            reason = f"the {key} family ({fam.origin}) built scorers {got} but declares {names} for this spec"
+            out.extend(BrokenScorer(n, reason) for n in names)
+            continue
+        order = {n: i for i, n in enumerate(names)}
+        out.extend(sorted(built, key=lambda s: order[s.check]))
+    return out
 
 
 def score_case(case: Case, responses: Iterable[Response], scorers: list[Scorer] | None = None) -> list[Score]:

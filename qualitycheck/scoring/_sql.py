@@ -18,16 +18,28 @@ import sqlite3
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from qualitycheck.core._cases import SqlCheck
+from qualitycheck.core._cases import Case
 from qualitycheck.core._records import Response
+from qualitycheck.scoring._base import BASELINE, BrokenScorer, CheckSpec, LoadContext, Outcome, Scorer, check_family
 from qualitycheck.scoring._extract import fences
-from qualitycheck.scoring._registry import BASELINE, Outcome
 
-__all__ = ["SqlParseScorer", "SqlResultScorer", "extract_sql", "normalised_tree"]
+__all__ = ["SqlCheck", "SqlParseScorer", "SqlResultScorer", "extract_sql", "normalised_tree"]
+
+
+class SqlCheck(CheckSpec):
+    """`sql_parse` always; `sql_result` too when both `db` and `reference` are given."""
+
+    dialect: str = "sqlite"
+    db: str | None = None
+    """Path of a .sql fixture (schema + rows), relative to the suite file."""
+    reference: str | None = None
+    ordered: bool | None = None
+    """Compare row order; default: only when the reference has ORDER BY."""
 
 QUERY_TIMEOUT_S = 5.0
 MAX_ROWS = 100_000
@@ -264,3 +276,38 @@ class SqlResultScorer:
         detail["only_in_answer_count"] = sum(extra.values())
         detail["only_in_reference_count"] = sum(missing.values())
         return Outcome("fail", False, detail)
+
+
+# ------------------------------------------------------------ the family
+
+
+def _sql_names(spec: SqlCheck) -> list[str]:
+    return ["sql_parse", "sql_result"] if spec.db and spec.reference else ["sql_parse"]
+
+
+def _load_sql(spec: SqlCheck, ctx: LoadContext) -> SqlCheck:
+    """The dialect must be one sqlglot knows; `db` is resolved against the suite file's folder."""
+    import sqlglot
+
+    try:
+        sqlglot.Dialect.get_or_raise(spec.dialect)
+    except ValueError as exc:
+        ctx.problem("dialect", str(exc))
+    if spec.db is not None:
+        f = ctx.folder / spec.db
+        if not f.is_file():
+            ctx.problem("db", f"fixture {f} does not exist")
+        else:
+            spec = spec.model_copy(update={"db": str(f.resolve())})
+    return spec
+
+
+@check_family("sql", spec=SqlCheck, names=("sql_parse", "sql_result"), produces=_sql_names, load=_load_sql)
+def sql_family(spec: SqlCheck, case: Case) -> Sequence[Scorer]:
+    out: list[Scorer] = [SqlParseScorer(spec)]
+    if spec.db and spec.reference:
+        try:
+            out.append(SqlResultScorer(spec))
+        except Exception as exc:  # the fixture or reference is broken; parsing can still be judged
+            out.append(BrokenScorer("sql_result", f"cannot set up the sql_result check: {type(exc).__name__}: {exc}"))
+    return out

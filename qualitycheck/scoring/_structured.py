@@ -11,19 +11,53 @@ from __future__ import annotations
 import configparser
 import json
 import tomllib
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import yaml
+from pydantic import Field, model_validator
 
-from qualitycheck.core._cases import YamlCheck
+from qualitycheck.core._cases import Case
 from qualitycheck.core._records import Response
+from qualitycheck.scoring._base import BASELINE, CheckSpec, LoadContext, Outcome, Scorer, check_family
 from qualitycheck.scoring._extract import JsonFound, fences, find_json, loads_strict_json
-from qualitycheck.scoring._registry import BASELINE, Outcome
 
-__all__ = ["ConfigParseScorer", "JsonParseScorer", "JsonSchemaScorer", "canonical_json", "json_path"]
+__all__ = ["ConfigParseScorer", "JsonCheck", "JsonParseScorer", "JsonSchemaScorer", "YamlCheck", "canonical_json", "json_path"]
 
 MAX_SCHEMA_ERRORS = 10
 _MSG_CHARS = 300
+
+
+class JsonCheck(CheckSpec):
+    """`json: true` checks that the answer holds JSON; a schema (inline or a file) adds `json_schema`."""
+
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    schema_file: str | None = None
+    """A JSON Schema file relative to the suite file; the loader inlines it as `schema`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {} if data is True else data
+
+    @model_validator(mode="after")
+    def _one_schema(self) -> JsonCheck:
+        if self.schema_ is not None and self.schema_file is not None:
+            raise ValueError("give either schema or schema_file, not both")
+        return self
+
+
+class YamlCheck(CheckSpec):
+    """A config-file answer; its check is named after the format (`yaml_parse`, `toml_parse`, ...)."""
+
+    format: Literal["yaml", "toml", "ini", "json"] = "yaml"
+    required_keys: list[str] = Field(default_factory=list)
+    """Dotted paths that must exist in the parsed document."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {} if data is True else data
 
 
 def canonical_json(value: Any) -> str:
@@ -174,3 +208,49 @@ class ConfigParseScorer:
             detail["missing_keys"] = missing
             return Outcome("fail", mode, detail)
         return Outcome("pass", mode, detail)
+
+
+# ------------------------------------------------------------ the families
+
+
+def _json_names(spec: JsonCheck) -> list[str]:
+    return ["json_parse", "json_schema"] if spec.schema_ is not None or spec.schema_file is not None else ["json_parse"]
+
+
+def _load_json(spec: JsonCheck, ctx: LoadContext) -> JsonCheck:
+    """Inline a `schema_file` (relative to the suite file) and check that the schema is one."""
+    if spec.schema_file is not None:
+        f = ctx.folder / spec.schema_file
+        try:
+            spec = JsonCheck.model_validate({"schema": json.loads(f.read_text(encoding="utf-8"))})
+        except OSError as exc:
+            ctx.problem("schema_file", f"cannot read {f}: {exc.strerror}")
+            return spec
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            ctx.problem("schema_file", f"{f} is not JSON: {exc}")
+            return spec
+        field = "schema_file"
+    else:
+        field = "schema"
+    if isinstance(spec.schema_, dict):
+        from jsonschema import SchemaError, validators
+
+        try:
+            validators.validator_for(spec.schema_, default=validators.Draft202012Validator).check_schema(spec.schema_)
+        except SchemaError as exc:
+            ctx.problem(field, f"not a valid JSON Schema: {exc.message}")
+    return spec
+
+
+@check_family("json", spec=JsonCheck, names=("json_parse", "json_schema"), produces=_json_names, load=_load_json)
+def json_family(spec: JsonCheck, case: Case) -> Sequence[Scorer]:
+    out: list[Scorer] = [JsonParseScorer()]
+    if spec.schema_ is not None:
+        out.append(JsonSchemaScorer(spec.schema_))
+    return out
+
+
+@check_family("yaml", spec=YamlCheck, names=("yaml_parse", "toml_parse", "ini_parse", "json_parse"),
+              produces=lambda spec: [f"{spec.format}_parse"])
+def config_family(spec: YamlCheck, case: Case) -> Sequence[Scorer]:
+    return [ConfigParseScorer(spec)]
