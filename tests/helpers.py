@@ -38,6 +38,13 @@ def raw_chat_server(handler: Callable[[Any], Awaitable[Any]]) -> Iterator[str]:
     For bytes the scripted TestServer will not send (odd streams, echoed
     secrets); yields the base URL and stops the server on exit.
     """
+    with raw_server(handler, method="POST", path="/v1/chat/completions") as url:
+        yield url
+
+
+@contextmanager
+def raw_server(handler: Callable[[Any], Awaitable[Any]], method: str = "*", path: str = "/{tail:.*}") -> Iterator[str]:
+    """A bare aiohttp server on loopback answering `method` `path` (by default every request) with `handler`."""
     from aiohttp import web
 
     ready = threading.Event()
@@ -46,7 +53,7 @@ def raw_chat_server(handler: Callable[[Any], Awaitable[Any]]) -> Iterator[str]:
     def run() -> None:
         loop = asyncio.new_event_loop()
         app = web.Application()
-        app.router.add_post("/v1/chat/completions", handler)
+        app.router.add_route(method, path, handler)
         runner = web.AppRunner(app, access_log=None)
         loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -16,12 +16,20 @@ if TYPE_CHECKING:
         Endpoint as Endpoint,
         RequestPlan as RequestPlan,
         build_request as build_request,
-        request_fingerprint as request_fingerprint,
     )
     from qualitycheck.generation._measure import (
         PREFLIGHT_ARTIFACT as PREFLIGHT_ARTIFACT,
         measured_generate as measured_generate,
         preflight_into_store as preflight_into_store,
+    )
+    from qualitycheck.generation._metrics import (
+        WINDOWS_ARTIFACT as WINDOWS_ARTIFACT,
+        SentTally as SentTally,
+        parse_metrics as parse_metrics,
+        record_window as record_window,
+        scrape as scrape,
+        scrape_all as scrape_all,
+        window as window,
     )
     from qualitycheck.generation._preflight import (
         Check as Check,
@@ -50,15 +58,21 @@ _HOME = {
     "RequestPlan": "_client",
     "RichProgress": "_progress",
     "RunStats": "_runner",
+    "SentTally": "_metrics",
+    "WINDOWS_ARTIFACT": "_metrics",
     "build_request": "_client",
     "format_preflight": "_preflight",
     "generate": "_runner",
     "in_shard": "_runner",
     "measured_generate": "_measure",
+    "parse_metrics": "_metrics",
     "preflight": "_preflight",
     "preflight_into_store": "_measure",
-    "request_fingerprint": "_client",
+    "record_window": "_metrics",
     "run_preflight": "_preflight",
+    "scrape": "_metrics",
+    "scrape_all": "_metrics",
+    "window": "_metrics",
     "work_items": "_runner",
 }
 

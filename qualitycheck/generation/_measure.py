@@ -18,10 +18,10 @@ from typing import Any
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
-from qualitycheck.generation._runner import Progress, RunStats, generate
 from qualitycheck.core._store import RunStore
-from qualitycheck.serving._acceptance import SentTally, record_window, scrape_all, window
+from qualitycheck.generation._metrics import SentTally, record_window, scrape_all, window
 from qualitycheck.generation._preflight import format_preflight, run_preflight
+from qualitycheck.generation._runner import Progress, RunStats, generate
 
 __all__ = ["PREFLIGHT_ARTIFACT", "measured_generate", "preflight_into_store"]
 
@@ -33,7 +33,7 @@ def preflight_into_store(store: RunStore, cases: Iterable[Case], cfg: Config) ->
     if not cfg.run.preflight or cfg.baseline is None or cfg.candidate is None:
         return None
     result = run_preflight(cfg.baseline, cfg.candidate, cases, concurrency=cfg.run.concurrency,
-                           timeout_s=min(cfg.run.timeout_s, 30.0))
+                           timeout_s=min(cfg.run.timeout_s, 30.0), retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
     record = result.to_dict()
     store.put_artifact(PREFLIGHT_ARTIFACT, record)
     if not result.ok:
@@ -80,11 +80,11 @@ def measured_generate(store: RunStore, cases: Iterable[Case], cfg: Config, *, pr
         done = store.stored_outcomes()  # one for every window: their cases are disjoint
         try:
             for category, group in _groups(cases, cfg.run.acceptance_by_category):
-                before = await asyncio.to_thread(scrape_all, targets)
+                before = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
                 tally = SentTally()
                 stats = await generate(store, group, cfg, progress=progress, http_clients=http_clients,
                                        on_response=tally, done=done)
-                after = await asyncio.to_thread(scrape_all, targets)
+                after = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
                 record_window(store, window(before, after, tally, category))
                 _merge(total, stats)
                 if stats.interrupted:

@@ -19,10 +19,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Target
+from qualitycheck.core._config import RunOptions, Target
+from qualitycheck.core._http import HttpClient, Outcome, shared_session
 
 __all__ = ["Check", "PreflightResult", "format_preflight", "preflight", "run_preflight"]
 
@@ -66,31 +67,23 @@ class PreflightResult:
 
 
 class _Server:
-    """GET/POST helpers that turn every failure into (None, reason)."""
+    """GET/POST through the HTTP layer; every failure becomes (None, "<url>: <the error's message>")."""
 
-    def __init__(self, target: Target, client: httpx.AsyncClient):
-        self.t = target
-        self.c = client
-        self.headers = target.auth_headers()
+    def __init__(self, http: HttpClient):
+        self.t = http.target
+        self.http = http
 
     async def get(self, path: str, root: bool = True) -> tuple[Any, str | None]:
-        base = self.t.server_url if root else self.t.base_url
-        return await self._call("GET", base + path)
+        url = (self.t.server_url if root else self.t.base_url) + path
+        return _result(url, await self.http.get_json(url))
 
     async def post(self, path: str, body: dict[str, Any]) -> tuple[Any, str | None]:
-        return await self._call("POST", self.t.server_url + path, body)
+        url = self.t.server_url + path
+        return _result(url, await self.http.post_json(url, body))
 
-    async def _call(self, method: str, url: str, body: Any = None) -> tuple[Any, str | None]:
-        try:
-            resp = await self.c.request(method, url, json=body, headers=self.headers)
-        except httpx.HTTPError as exc:
-            return None, f"{url}: {type(exc).__name__}: {exc}"
-        if resp.status_code != 200:
-            return None, f"{url}: HTTP {resp.status_code} {resp.text[:200]}"
-        try:
-            return resp.json(), None
-        except ValueError:
-            return None, f"{url}: answer is not JSON"
+
+def _result(url: str, out: Outcome[Any]) -> tuple[Any, str | None]:
+    return (out.value, None) if out.error is None else (None, f"{url}: {out.error.message}")
 
 
 async def _model_check(b: _Server, c: _Server) -> list[Check]:
@@ -201,7 +194,7 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
             if first_error is None or order < first_error[0]:
                 first_error = (order, f"{case.id}: {err or 'no tokens in answer'}")
         elif tb != tc:
-            first = next((i for i, (x, y) in enumerate(zip(tb, tc)) if x != y), min(len(tb), len(tc)))
+            first = next((i for i, (x, y) in enumerate(zip(tb, tc, strict=False)) if x != y), min(len(tb), len(tc)))
             differing[key] = (order, {"cases": users, "baseline_count": len(tb), "candidate_count": len(tc),
                                       "first_difference": first})
 
@@ -242,13 +235,23 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
     return Check("tokenize", True, f"identical token ids for all {n} cases ({distinct} distinct inputs)")
 
 
+_RUN_DEFAULTS = RunOptions()
+
+
 async def preflight(baseline: Target, candidate: Target, cases: Iterable[Case], *, concurrency: int = 8,
-                    timeout_s: float = 30.0, transport: httpx.AsyncBaseTransport | None = None) -> PreflightResult:
-    """Every check, both servers asked the same questions at the same time."""
+                    timeout_s: float = 30.0, retries: int = _RUN_DEFAULTS.retries,
+                    backoff_s: float = _RUN_DEFAULTS.backoff_s,
+                    session: aiohttp.ClientSession | None = None) -> PreflightResult:
+    """Every check, both servers asked the same questions at the same time.
+
+    Calls are retried and their errors read like generation's (`core._http`);
+    `session` may be shared with other callers, otherwise one is opened here.
+    """
     result = PreflightResult(baseline.url, candidate.url, baseline.model if baseline.model == candidate.model
                              else f"{baseline.model} / {candidate.model}")
-    async with httpx.AsyncClient(timeout=timeout_s, transport=transport) as client:
-        b, c = _Server(baseline, client), _Server(candidate, client)
+    async with shared_session(session, 2 * concurrency + 8, timeout_s) as shared:
+        b, c = (_Server(HttpClient(t, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, session=shared))
+                for t in (baseline, candidate))
         models, version, tok_info, server_info, tokenize = await asyncio.gather(
             _model_check(b, c),
             _version_check(b, c),

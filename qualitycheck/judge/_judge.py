@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -42,6 +42,11 @@ from qualitycheck.core._config import Config, JudgeTarget
 from qualitycheck.core._errors import ConfigError, Problem, SuiteError
 from qualitycheck.core._records import Response, Score
 from qualitycheck.core._store import RunStore
+
+if TYPE_CHECKING:  # aiohttp is imported with the first judge call, not with the judge definitions
+    import aiohttp
+
+    from qualitycheck.core._http import HttpClient
 
 __all__ = [
     "CACHE_NAME",
@@ -394,9 +399,14 @@ class JudgeCache:
 
 @dataclass
 class _Caller:
-    """One judge endpoint with its cache, concurrency bound and counters."""
+    """One judge endpoint with its cache, concurrency bound and counters.
 
-    client: Any
+    Calls go through the one HTTP layer (`core._http`): non-streaming chat
+    completions, retried on the same statuses and faults as generation
+    (`run.retries`), errors redacted and worded the same way.
+    """
+
+    http: HttpClient
     target: JudgeTarget
     cache: JudgeCache
     retries: int
@@ -406,8 +416,6 @@ class _Caller:
 
     async def ask(self, judge: JudgeDefinition, inputs: dict[str, str]) -> dict[str, Any]:
         """One judgement: cached, or asked up to 1 + retries times until it parses."""
-        import openai
-
         key = JudgeCache.key(self.target, judge, inputs)
         hit = self.cache.get(key)
         if hit is not None:
@@ -415,17 +423,17 @@ class _Caller:
             return {**hit, "cached": True}
         last = ""
         attempts = 1 + self.retries
+        url = self.target.base_url + "/chat/completions"
         for attempt in range(1, attempts + 1):
-            messages = render(judge, inputs, secrets.token_hex(8))
+            body = {"model": self.target.model, "messages": render(judge, inputs, secrets.token_hex(8)),
+                    **judge.params, **self.target.extra_body}
             async with self.sem:
                 self.calls += 1
-                try:
-                    resp = await self.client.chat.completions.create(
-                        model=self.target.model, messages=messages,
-                        extra_body={**judge.params, **self.target.extra_body})
-                    last = (resp.choices[0].message.content or "") if resp.choices else ""
-                except openai.OpenAIError as exc:
-                    return {"error": f"judge endpoint failed: {type(exc).__name__}: {exc}"[:500], "attempts": attempt, "cached": False}
+                out = await self.http.post_json(url, body)
+            if out.error is not None:
+                return {"error": f"judge endpoint failed: {out.error.kind}: {out.error.message}"[:500],
+                        "attempts": attempt, "cached": False}
+            last = _answer_text(out.value)
             parsed = judge.parse(last)
             if parsed is not None:
                 rec = {"marker": parsed[0], "verdict": parsed[1], "raw": last, "attempts": attempt}
@@ -433,6 +441,15 @@ class _Caller:
                 return {**rec, "cached": False}
         return {"error": f"judge answer unparseable after {attempts} attempts", "raw": last,
                 "attempts": attempts, "cached": False}
+
+
+def _answer_text(body: Any) -> str:
+    """The first choice's message content; an answer without one reads as empty (and so unparseable)."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else ""
 
 
 _FROM_CANDIDATE_FIRST = {"a": "win", "b": "loss", "tie": "tie"}
@@ -512,15 +529,15 @@ def _pair_scores(case: Case, repeat: int, outcome: dict[str, Any]) -> list[Score
 
 
 async def _judge_run(store: RunStore, cfg: Config, judges: dict[str, JudgeDefinition], cases: dict[str, Case],
-                     http_client: Any = None) -> tuple[list[Score], dict[str, Any]]:
-    import openai
+                     http_client: aiohttp.ClientSession | None = None) -> tuple[list[Score], dict[str, Any]]:
+    from qualitycheck.core._http import HttpClient
 
     assert cfg.judge is not None
     target = cfg.judge
-    client = openai.AsyncOpenAI(base_url=target.base_url, api_key=target.api_key() or "EMPTY", default_headers=target.auth_headers(),
-                                max_retries=cfg.run.retries, timeout=cfg.run.timeout_s, http_client=http_client)
+    http = HttpClient(target, timeout_s=cfg.run.timeout_s, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s,
+                      limit=cfg.run.concurrency, session=http_client)
     cache = JudgeCache(store.folder / CACHE_NAME)
-    caller = _Caller(client, target, cache, cfg.run.judge_retries, asyncio.Semaphore(cfg.run.concurrency))
+    caller = _Caller(http, target, cache, cfg.run.judge_retries, asyncio.Semaphore(cfg.run.concurrency))
     jobs: list[tuple[Case, int, Any]] = []
     scores: list[Score] = []
     identical = no_answer = 0
@@ -556,7 +573,7 @@ async def _judge_run(store: RunStore, cfg: Config, judges: dict[str, JudgeDefini
                     jobs.append((case, rep, _judge_pair(caller, judge, case, b.text, c.text)))  # type: ignore[union-attr]
         outcomes = await asyncio.gather(*(j[2] for j in jobs))
     finally:
-        await client.close()
+        await http.aclose()
         cache.close()
     for (case, rep, _), out in zip(jobs, outcomes):
         scores += _pair_scores(case, rep, out)
@@ -580,7 +597,7 @@ def _not_configured(store: RunStore, cases: dict[str, Case]) -> dict[str, Any]:
     return {"calls": 0, "cache_hits": 0, "pairs": 0, "not_configured": len(cases)}
 
 
-def score_judge(store: RunStore, cfg: Config, *, http_client: Any = None) -> dict[str, Any]:
+def score_judge(store: RunStore, cfg: Config, *, http_client: aiohttp.ClientSession | None = None) -> dict[str, Any]:
     """Judge every divergent pair of the run and replace the store's `judge` scores.
 
     Returns what the stage did (calls sent, cache hits, pairs); it is also

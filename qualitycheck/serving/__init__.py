@@ -3,41 +3,25 @@
 Everything here reads the run store (latency, slices, acceptance from the
 /metrics windows recorded around generation), never an endpoint and never
 the answers' quality; the preflight and the scrapes that talk to servers
-belong to `generation`.
+belong to `generation`, over the one HTTP layer in `core._http`.
 Definitions of every number are in the submodules' docstrings and in
 docs/stages/serving.md.
 """
 
 from __future__ import annotations
 
-from qualitycheck.serving._acceptance import (
-    WINDOWS_ARTIFACT,
-    SentTally,
-    acceptance_from_windows,
-    acceptance_summary,
-    parse_metrics,
-    record_window,
-    scrape,
-    scrape_all,
-    window,
-)
+from qualitycheck.serving._acceptance import WINDOWS_ARTIFACT, acceptance_from_windows, acceptance_summary
 from qualitycheck.serving._latency import cost_per_1k, itl_per_token, latency_summary, side_latency, tpot_s
 from qualitycheck.serving._slices import slices_summary
 
 __all__ = [
-    "SentTally",
     "WINDOWS_ARTIFACT",
     "acceptance_from_windows",
     "acceptance_summary",
     "cost_per_1k",
     "itl_per_token",
     "latency_summary",
-    "parse_metrics",
-    "record_window",
-    "scrape",
-    "scrape_all",
     "side_latency",
     "slices_summary",
     "tpot_s",
-    "window",
 ]

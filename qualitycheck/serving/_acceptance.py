@@ -1,13 +1,14 @@
-"""Speculative-decoding acceptance from each server's Prometheus /metrics.
+"""Speculative-decoding acceptance from the /metrics windows stored with a run.
 
 vLLM's `vllm:spec_decode_*` counters are global to the server, so the run
-attributes them by deltas: a scrape of every target before and after
-generation (a "window"; one per category when acceptance is wanted per
-category). Each window also records what we sent in it, so that counters
-moved by someone else's traffic are caught (their request or generated-token
-count grew by more than ours) and reported as a warning rather than silently
-mixed in. A server without /metrics gives None values: the gate then reports
-`min_acceptance_rate` as not evaluated, never as passed.
+attributes them by deltas: generation scrapes every target before and after
+it sends (a "window"; one per category when acceptance is wanted per
+category) and stores the windows (`generation._metrics`). This module only
+reads them back: no HTTP here. Each window also records what we sent in it,
+so that counters moved by someone else's traffic are caught (their request
+or generated-token count grew by more than ours) and reported as a warning
+rather than silently mixed in. A server without /metrics gives None values:
+the gate then reports `min_acceptance_rate` as not evaluated, never as passed.
 
 Definitions (vLLM's): acceptance rate = accepted tokens / draft tokens;
 mean accepted length = 1 + accepted tokens / drafts (tokens emitted per
@@ -17,132 +18,18 @@ tokens accepted at draft position i / drafts.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
-from qualitycheck.core._records import Response
 from qualitycheck.core._store import RunStore
 
 __all__ = [
     "WINDOWS_ARTIFACT",
-    "SentTally",
     "acceptance_from_windows",
     "acceptance_summary",
-    "parse_metrics",
-    "record_window",
-    "scrape",
-    "scrape_all",
-    "window",
 ]
 
 WINDOWS_ARTIFACT = "metrics_windows"
-
-_SPEC = {
-    "vllm:spec_decode_num_drafts_total": "drafts",
-    "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens_total": "accepted_tokens",
-}
-_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-_TRAFFIC = {
-    "vllm:generation_tokens_total": "generation_tokens",
-    "vllm:request_success_total": "requests_finished",
-}
-
-
-def parse_metrics(text: str, model: str | None = None) -> dict[str, Any]:
-    """The counters we use from one /metrics page, summed over engines.
-
-    When samples carry a `model_name` label and one of them is `model`, only
-    that model's samples count (a server may host several).
-    """
-    samples = []
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name in _SPEC or s.name == _PER_POS or s.name in _TRAFFIC:
-                samples.append(s)
-    if model and any(s.labels.get("model_name") == model for s in samples):
-        samples = [s for s in samples if s.labels.get("model_name") in (model, None)]
-    spec: dict[str, Any] = {}
-    per_pos: dict[str, float] = {}
-    traffic: dict[str, float] = {}
-    for s in samples:
-        if s.name in _SPEC:
-            spec[_SPEC[s.name]] = spec.get(_SPEC[s.name], 0.0) + s.value
-        elif s.name == _PER_POS:
-            pos = s.labels.get("position", "0")
-            per_pos[pos] = per_pos.get(pos, 0.0) + s.value
-        else:
-            traffic[_TRAFFIC[s.name]] = traffic.get(_TRAFFIC[s.name], 0.0) + s.value
-    if spec or per_pos:
-        spec["per_position"] = per_pos
-    return {"spec": spec or None, **traffic}
-
-
-def scrape(server_url: str, model: str | None = None, timeout_s: float = 10.0,
-           headers: dict[str, str] | None = None) -> dict[str, Any]:
-    """One snapshot of a server's counters; never raises (a failure is recorded in it)."""
-    url = server_url.rstrip("/") + "/metrics"
-    snap: dict[str, Any] = {"url": url, "t": time.time(), "ok": False, "error": None}
-    try:
-        resp = httpx.get(url, timeout=timeout_s, headers=headers)
-        if resp.status_code != 200:
-            snap["error"] = f"HTTP {resp.status_code}"
-            return snap
-        snap.update(parse_metrics(resp.text, model))
-        snap["ok"] = True
-    except httpx.HTTPError as exc:
-        snap["error"] = f"{type(exc).__name__}: {exc}"
-    except ValueError as exc:  # the page is not Prometheus text
-        snap["error"] = f"not Prometheus text: {exc}"
-    return snap
-
-
-def scrape_all(targets: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Snapshot every target (`Target` objects keyed by side), with the target's own auth."""
-    out = {}
-    for name, t in targets.items():
-        out[name] = scrape(t.server_url, t.model, headers=t.auth_headers())
-    return out
-
-
-@dataclass
-class SentTally:
-    """What we sent to each target during one window (fed by the runner's on_response)."""
-
-    requests: dict[str, int] = field(default_factory=dict)
-    attempts: dict[str, int] = field(default_factory=dict)
-    ok: dict[str, int] = field(default_factory=dict)
-    output_tokens: dict[str, int] = field(default_factory=dict)
-
-    def __call__(self, r: Response) -> None:
-        t = r.target
-        self.requests[t] = self.requests.get(t, 0) + 1
-        self.attempts[t] = self.attempts.get(t, 0) + r.attempts
-        if r.ok:
-            self.ok[t] = self.ok.get(t, 0) + 1
-            self.output_tokens[t] = self.output_tokens.get(t, 0) + (r.usage.completion_tokens or 0)
-
-    def for_target(self, t: str) -> dict[str, int]:
-        return {"requests": self.requests.get(t, 0), "attempts": self.attempts.get(t, 0),
-                "ok": self.ok.get(t, 0), "output_tokens": self.output_tokens.get(t, 0)}
-
-
-def window(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], sent: SentTally,
-           category: str | None = None) -> dict[str, Any]:
-    """One attributable stretch of generation: scrapes around it and what we sent."""
-    return {"category": category, "before": before, "after": after,
-            "sent": {t: sent.for_target(t) for t in sorted(set(before) | set(after))}}
-
-
-def record_window(store: RunStore, w: dict[str, Any]) -> None:
-    """Append a window to the run's list (a resumed run adds its own windows)."""
-    windows = store.artifact(WINDOWS_ARTIFACT, [])
-    windows.append(w)
-    store.put_artifact(WINDOWS_ARTIFACT, windows)
+"""The store artifact generation records the /metrics windows under (`generation._metrics`)."""
 
 
 # ---------------------------------------------------------------- deltas

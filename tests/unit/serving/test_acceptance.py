@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import httpx
+import asyncio
+import json
+import urllib.request
+
 import pytest
 
 from qualitycheck.core._config import Target
 from qualitycheck.core._records import Response, Usage
-from qualitycheck.serving import SentTally, acceptance_from_windows, parse_metrics, scrape, scrape_all, window
+from qualitycheck.generation import SentTally, parse_metrics, scrape, scrape_all, window
+from qualitycheck.serving import acceptance_from_windows
 from qualitycheck.testserver import TestServer
 
 VLLM_PAGE = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
@@ -108,13 +112,15 @@ def test_counter_reset_is_not_a_negative_rate():
 def test_scrapes_of_test_servers_around_traffic():
     with TestServer(model="m") as b, TestServer(model="m", speculative={"k": 3, "acceptance": 0.7}) as c:
         targets = {"baseline": Target(url=b.url + "/v1", model="m"), "candidate": Target(url=c.url, model="m")}
-        before = scrape_all(targets)
+        before = asyncio.run(scrape_all(targets))
         tally = SentTally()
         for srv, side in ((b, "baseline"), (c, "candidate")):
-            r = httpx.post(srv.url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-            n = r.json()["usage"]["completion_tokens"]
+            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+            req = urllib.request.Request(srv.url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                n = json.loads(r.read())["usage"]["completion_tokens"]
             tally(Response(case_id="x", target=side, fingerprint="f", usage=Usage(completion_tokens=n)))
-        after = scrape_all(targets)
+        after = asyncio.run(scrape_all(targets))
         expected = dict(c.counters)
     a = acceptance_from_windows([window(before, after, tally)])
     assert a["draft_tokens"] == expected["draft_tokens"] and a["accepted_tokens"] == expected["accepted"]
@@ -123,5 +129,5 @@ def test_scrapes_of_test_servers_around_traffic():
 
 
 def test_scrape_of_a_dead_server_records_the_error():
-    s = scrape("http://127.0.0.1:9", timeout_s=1)
+    s = asyncio.run(scrape(Target(url="http://127.0.0.1:9", model="m"), timeout_s=1))
     assert s["ok"] is False and "Connect" in s["error"]

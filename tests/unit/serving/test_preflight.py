@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import threading
 from typing import Any
 
-import httpx
+from aiohttp import web
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Target
 from qualitycheck.generation import format_preflight, preflight, run_preflight
 from qualitycheck.testserver import TestServer
+from tests.helpers import raw_server
 
 CASES = [
     Case(id="chat-1", category="qa", messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]),
@@ -78,27 +79,26 @@ def test_unreachable_candidate_is_not_checked_not_passed():
 def _vllm_like(eos: str, generation_config: str) -> Any:
     """Answers like vLLM with the tokenizer-info endpoint and dev mode on."""
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        path = request.url.path
+    async def handler(request: web.Request) -> web.Response:
+        path = request.path
         if path == "/v1/models":
-            return httpx.Response(200, json={"data": [{"id": "m", "root": "/w/m", "max_model_len": 1024}]})
+            return web.json_response({"data": [{"id": "m", "root": "/w/m", "max_model_len": 1024}]})
         if path == "/tokenize":
-            return httpx.Response(200, json={"count": 2, "max_model_len": 1024, "tokens": [1, 2]})
+            return web.json_response({"count": 2, "max_model_len": 1024, "tokens": [1, 2]})
         if path == "/tokenizer_info":
-            return httpx.Response(200, json={"tokenizer_class": "GPT2TokenizerFast", "eos_token": eos, "chat_template": "t"})
+            return web.json_response({"tokenizer_class": "GPT2TokenizerFast", "eos_token": eos, "chat_template": "t"})
         if path == "/server_info":
-            return httpx.Response(200, json={"vllm_config": {"model_config": {"generation_config": generation_config, "dtype": "float32"}}})
+            return web.json_response({"vllm_config": {"model_config": {"generation_config": generation_config, "dtype": "float32"}}})
         if path == "/version":
-            return httpx.Response(200, json={"version": "0.32.0"})
-        return httpx.Response(404)
+            return web.json_response({"version": "0.32.0"})
+        return web.Response(status=404)
 
     return handler
 
 
 def test_stop_tokens_and_generation_defaults_compared_where_exposed():
-    handlers = {"b": _vllm_like("<|im_end|>", "auto"), "c": _vllm_like("</s>", "vllm")}
-    transport = httpx.MockTransport(lambda req: handlers[req.url.host](req))
-    res = asyncio.run(preflight(Target(url="http://b", model="m"), Target(url="http://c", model="m"), CASES[:1], transport=transport))
+    with raw_server(_vllm_like("<|im_end|>", "auto")) as b, raw_server(_vllm_like("</s>", "vllm")) as c:
+        res = asyncio.run(preflight(Target(url=b, model="m"), Target(url=c, model="m"), CASES[:1]))
     checks = _by_name(res)
     assert checks["tokenize"].passed is True and checks["engine_version"].passed is True
     stop = checks["tokenizer_and_stop_tokens"]
@@ -112,22 +112,28 @@ def test_tokenize_streams_a_one_pass_iterable_with_bounded_requests_in_flight():
     """The cases may come one at a time (a generator); distinct inputs are asked once, a few at a time."""
     calls = {"b": 0, "c": 0}
     in_flight = {"now": 0, "max": 0}
+    lock = threading.Lock()  # each server answers on a thread of its own
 
-    async def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path != "/tokenize":
-            return httpx.Response(404)
-        calls[request.url.host] += 1
-        in_flight["now"] += 1
-        in_flight["max"] = max(in_flight["max"], in_flight["now"])
-        await asyncio.sleep(0.001)
-        in_flight["now"] -= 1
-        content = json.loads(request.content)["messages"][0]["content"]
-        drift = request.url.host == "c" and content in ("q3", "q7")
-        return httpx.Response(200, json={"tokens": [1, 2, 3] if drift else [1, 2]})
+    def tokenizer(side: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            if request.path != "/tokenize":
+                return web.Response(status=404)
+            with lock:
+                calls[side] += 1
+                in_flight["now"] += 1
+                in_flight["max"] = max(in_flight["max"], in_flight["now"])
+            await asyncio.sleep(0.001)
+            with lock:
+                in_flight["now"] -= 1
+            content = (await request.json())["messages"][0]["content"]
+            drift = side == "c" and content in ("q3", "q7")
+            return web.json_response({"tokens": [1, 2, 3] if drift else [1, 2]})
+
+        return handler
 
     cases = (Case(id=f"k{i}", category="qa", messages=[{"role": "user", "content": f"q{i % 20}"}]) for i in range(60))
-    res = asyncio.run(preflight(Target(url="http://b", model="m"), Target(url="http://c", model="m"), cases,
-                                concurrency=4, transport=httpx.MockTransport(handler)))
+    with raw_server(tokenizer("b")) as b, raw_server(tokenizer("c")) as c:
+        res = asyncio.run(preflight(Target(url=b, model="m"), Target(url=c, model="m"), cases, concurrency=4))
     tok = _by_name(res)["tokenize"]
     assert calls == {"b": 20, "c": 20} and in_flight["max"] <= 2 * 4
     assert tok.passed is False and tok.detail.startswith("6/60 cases tokenize differently")
@@ -139,15 +145,15 @@ def test_a_tokenize_answer_of_the_wrong_shape_is_an_error_never_a_silent_pass():
     """One input's odd answer must not vanish with its task: the check names it instead of passing."""
     cases = [Case(id=f"c{i}", category="qa", prompt=f"p{i}") for i in range(6)]
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        if not request.url.path.endswith("/tokenize"):
-            return httpx.Response(404)
-        if json.loads(request.content).get("prompt") == "p0":
-            return httpx.Response(200, json=[1, 2, 3])
-        return httpx.Response(200, json={"tokens": [1, 2]})
+    async def handler(request: web.Request) -> web.Response:
+        if not request.path.endswith("/tokenize"):
+            return web.Response(status=404)
+        if (await request.json()).get("prompt") == "p0":
+            return web.json_response([1, 2, 3])
+        return web.json_response({"tokens": [1, 2]})
 
-    res = asyncio.run(preflight(Target(url="http://b", model="m"), Target(url="http://c", model="m"), cases,
-                                concurrency=2, transport=httpx.MockTransport(handler)))
+    with raw_server(handler) as b, raw_server(handler) as c:
+        res = asyncio.run(preflight(Target(url=b, model="m"), Target(url=c, model="m"), cases, concurrency=2))
     tok = _by_name(res)["tokenize"]
     assert tok.passed is not True
     assert "c0" in tok.detail and "JSON object" in tok.detail

@@ -1,0 +1,152 @@
+"""Prometheus /metrics around generation: scrape every target, record windows in the store.
+
+vLLM's `vllm:spec_decode_*` counters are global to the server, so the run
+attributes them by deltas: a scrape of every target before and after
+generation (a "window"; one per category when acceptance is wanted per
+category), with what we sent in it (`SentTally`), so that counters moved by
+someone else's traffic can be caught. `serving._acceptance` reads the
+windows back; this module is the only one that talks to /metrics, through
+the one HTTP layer (`core._http`): the same auth, retries, redaction and
+error messages as generation. A scrape never raises: a failure is recorded
+in the snapshot and acceptance is then reported as not measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from qualitycheck.core._config import RunOptions, Target
+from qualitycheck.core._http import HttpClient, shared_session
+from qualitycheck.core._records import Response
+from qualitycheck.core._store import RunStore
+
+__all__ = [
+    "WINDOWS_ARTIFACT",
+    "SentTally",
+    "parse_metrics",
+    "record_window",
+    "scrape",
+    "scrape_all",
+    "window",
+]
+
+WINDOWS_ARTIFACT = "metrics_windows"
+"""The store artifact holding the windows; `serving._acceptance` reads it under the same name."""
+
+_RUN_DEFAULTS = RunOptions()
+_SCRAPE_TIMEOUT_S = 10.0
+
+_SPEC = {
+    "vllm:spec_decode_num_drafts_total": "drafts",
+    "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens_total": "accepted_tokens",
+}
+_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+_TRAFFIC = {
+    "vllm:generation_tokens_total": "generation_tokens",
+    "vllm:request_success_total": "requests_finished",
+}
+
+
+def parse_metrics(text: str, model: str | None = None) -> dict[str, Any]:
+    """The counters we use from one /metrics page, summed over engines.
+
+    When samples carry a `model_name` label and one of them is `model`, only
+    that model's samples count (a server may host several).
+    """
+    samples = []
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name in _SPEC or s.name == _PER_POS or s.name in _TRAFFIC:
+                samples.append(s)
+    if model and any(s.labels.get("model_name") == model for s in samples):
+        samples = [s for s in samples if s.labels.get("model_name") in (model, None)]
+    spec: dict[str, Any] = {}
+    per_pos: dict[str, float] = {}
+    traffic: dict[str, float] = {}
+    for s in samples:
+        if s.name in _SPEC:
+            spec[_SPEC[s.name]] = spec.get(_SPEC[s.name], 0.0) + s.value
+        elif s.name == _PER_POS:
+            pos = s.labels.get("position", "0")
+            per_pos[pos] = per_pos.get(pos, 0.0) + s.value
+        else:
+            traffic[_TRAFFIC[s.name]] = traffic.get(_TRAFFIC[s.name], 0.0) + s.value
+    if spec or per_pos:
+        spec["per_position"] = per_pos
+    return {"spec": spec or None, **traffic}
+
+
+async def scrape(target: Target, *, timeout_s: float = _SCRAPE_TIMEOUT_S, retries: int = _RUN_DEFAULTS.retries,
+                 backoff_s: float = _RUN_DEFAULTS.backoff_s,
+                 session: aiohttp.ClientSession | None = None) -> dict[str, Any]:
+    """One snapshot of a target's counters, with the target's own auth; never raises."""
+    url = target.server_url + "/metrics"
+    snap: dict[str, Any] = {"url": url, "t": time.time(), "ok": False, "error": None}
+    http = HttpClient(target, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, session=session)
+    try:
+        out = await http.get_text(url)
+    finally:
+        await http.aclose()
+    if out.error is not None:
+        snap["error"] = out.error.message
+        return snap
+    try:
+        snap.update(parse_metrics(out.value or "", target.model))
+    except ValueError as exc:  # the page is not Prometheus text
+        snap["error"] = f"not Prometheus text: {exc}"
+        return snap
+    snap["ok"] = True
+    return snap
+
+
+async def scrape_all(targets: dict[str, Target], *, timeout_s: float = _SCRAPE_TIMEOUT_S,
+                     retries: int = _RUN_DEFAULTS.retries, backoff_s: float = _RUN_DEFAULTS.backoff_s,
+                     session: aiohttp.ClientSession | None = None) -> dict[str, dict[str, Any]]:
+    """Snapshot every target (keyed by side) at the same time."""
+    async with shared_session(session, len(targets), timeout_s) as shared:
+        snaps = await asyncio.gather(*(scrape(t, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
+                                              session=shared) for t in targets.values()))
+    return dict(zip(targets, snaps, strict=True))
+
+
+@dataclass
+class SentTally:
+    """What we sent to each target during one window (fed by the runner's on_response)."""
+
+    requests: dict[str, int] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+    ok: dict[str, int] = field(default_factory=dict)
+    output_tokens: dict[str, int] = field(default_factory=dict)
+
+    def __call__(self, r: Response) -> None:
+        t = r.target
+        self.requests[t] = self.requests.get(t, 0) + 1
+        self.attempts[t] = self.attempts.get(t, 0) + r.attempts
+        if r.ok:
+            self.ok[t] = self.ok.get(t, 0) + 1
+            self.output_tokens[t] = self.output_tokens.get(t, 0) + (r.usage.completion_tokens or 0)
+
+    def for_target(self, t: str) -> dict[str, int]:
+        return {"requests": self.requests.get(t, 0), "attempts": self.attempts.get(t, 0),
+                "ok": self.ok.get(t, 0), "output_tokens": self.output_tokens.get(t, 0)}
+
+
+def window(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], sent: SentTally,
+           category: str | None = None) -> dict[str, Any]:
+    """One attributable stretch of generation: scrapes around it and what we sent."""
+    return {"category": category, "before": before, "after": after,
+            "sent": {t: sent.for_target(t) for t in sorted(set(before) | set(after))}}
+
+
+def record_window(store: RunStore, w: dict[str, Any]) -> None:
+    """Append a window to the run's list (a resumed run adds its own windows)."""
+    windows = store.artifact(WINDOWS_ARTIFACT, [])
+    windows.append(w)
+    store.put_artifact(WINDOWS_ARTIFACT, windows)
