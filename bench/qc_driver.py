@@ -5,7 +5,7 @@ single target at exactly concurrency 1 (the CLI always sends pairs), and
 the generation wall/CPU time without interpreter start-up and reports.
 Responses go to a real run store, exactly as in `qualitycheck run`.
 
-Run: `python bench/qc_driver.py URL N CONCURRENCY [--timings] [--no-stream] [--sdk]`;
+Run: `python bench/qc_driver.py URL N CONCURRENCY [--timings] [--no-stream]`;
 prints a JSON line {wall_s, cpu_s, ok, timings: {id: [t1, t2, ...]}}.
 """
 
@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from qualitycheck.core._cases import Case  # noqa: E402
-from qualitycheck.core._config import Config  # noqa: E402
-from qualitycheck.generation._runner import generate  # noqa: E402
-from qualitycheck.core._store import RunStore, StoredCases  # noqa: E402
+from qualitycheck.core._cases import Case
+from qualitycheck.core._config import Config
+from qualitycheck.core._store import RunStore, StoredCases
+from qualitycheck.generation._runner import generate
 
 
 def bench_cases(n: int) -> Iterator[Case]:
@@ -42,8 +42,6 @@ def main() -> None:
     ap.add_argument("concurrency", type=int)
     ap.add_argument("--timings", action="store_true")
     ap.add_argument("--no-stream", action="store_true")
-    ap.add_argument("--sdk", action="store_true",
-                    help="send through openai.AsyncOpenAI + DefaultAioHttpClient (the client's injected-httpx path, as before the rewrite)")
     a = ap.parse_args()
     cfg = Config.model_validate({
         "baseline": {"url": a.url, "model": "bench"},
@@ -53,15 +51,7 @@ def main() -> None:
         store = RunStore.create(Path(tmp), {"cases": a.n, "targets": {}, "repeats": 1}, bench_cases(a.n))
         cases = StoredCases(store)  # as `qualitycheck run` does: read back from the store, never listed
         t0, c0 = time.perf_counter(), time.process_time()
-        async def go() -> object:
-            clients = None
-            if a.sdk:
-                import openai
-
-                clients = {"baseline": openai.DefaultAioHttpClient(timeout=cfg.run.timeout_s)}
-            return await generate(store, cases, cfg, http_clients=clients)
-
-        stats = asyncio.run(go())
+        stats = asyncio.run(generate(store, cases, cfg))
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         timings = {}
         ok = 0

@@ -159,7 +159,7 @@ def _generation_span(folder: Path) -> tuple[float, float]:
 def overhead(tmp: Path, n: int, reps: int) -> None:
     """qualitycheck run vs the bare aiohttp client, N requests at concurrency 64, real-server mode."""
     suite = bench_suite(tmp / "overhead.jsonl", n // 2)
-    qc, bare, gen, sdk, spans, before, after = [], [], [], [], [], [], []
+    qc, bare, gen, spans, before, after = [], [], [], [], [], []
     with bench_server(REAL) as url:
         run_process([PY, str(BENCH / "bare_client.py"), url, "64", "64"])  # warm caches, connections, page cache
         for r in range(reps):
@@ -177,7 +177,6 @@ def overhead(tmp: Path, n: int, reps: int) -> None:
             shutil.rmtree(out, ignore_errors=True)
             bare.append(run_process([PY, str(BENCH / "bare_client.py"), url, str(n), "64"]))
             gen.append(run_process([PY, str(BENCH / "qc_driver.py"), url, str(n), "64"], env=_cli_env()))
-            sdk.append(run_process([PY, str(BENCH / "qc_driver.py"), url, str(n), "64", "--sdk"], env=_cli_env()))
     med = statistics.median
     bare_loop = med([m.out["wall_s"] for m in bare])
     note = f"N={n} requests, c=64, server 50 ms TTFT + 2 ms x 20 chunks, median of {reps}"
@@ -187,8 +186,6 @@ def overhead(tmp: Path, n: int, reps: int) -> None:
     figure("bare_aiohttp_loop_s", bare_loop, "s")
     figure("harness_driver_ratio", med([m.out["wall_s"] for m in gen]) / bare_loop, "x",
            "runner+client+store driven in-process (one target, c=64) / bare client")
-    figure("openai_sdk_driver_ratio", med([m.out["wall_s"] for m in sdk]) / bare_loop, "x",
-           "the same runner through openai.AsyncOpenAI + DefaultAioHttpClient (the client before the rewrite) / bare client")
     qc_wall, bare_wall = med([m.wall_s for m in qc]), med([m.wall_s for m in bare])
     figure("harness_process_ratio", qc_wall / bare_wall, "x",
            f"whole processes: qualitycheck run {qc_wall:.2f} s (start-up {med(before):.2f} s before the first request, "
@@ -200,14 +197,13 @@ def overhead(tmp: Path, n: int, reps: int) -> None:
 
 def client_cpu(n: int, reps: int) -> None:
     """Client CPU per streamed request and requests/s against an instant server (request loop only)."""
-    qc, bare, sdk = [], [], []
+    qc, bare = [], []
     with bench_server(INSTANT) as url:
         run_process([PY, str(BENCH / "bare_client.py"), url, "64", "64"])
         for _ in range(reps):
             qc.append(run_process([PY, str(BENCH / "qc_driver.py"), url, str(n), "64"], env=_cli_env()).out)
             bare.append(run_process([PY, str(BENCH / "bare_client.py"), url, str(n), "64"]).out)
-            sdk.append(run_process([PY, str(BENCH / "qc_driver.py"), url, str(n), "64", "--sdk"], env=_cli_env()).out)
-    for name, runs in (("qualitycheck", qc), ("bare_aiohttp", bare), ("qualitycheck_via_openai_sdk", sdk)):
+    for name, runs in (("qualitycheck", qc), ("bare_aiohttp", bare)):
         cpu = statistics.median(r["cpu_s"] for r in runs) / n * 1000
         rps = statistics.median(n / r["wall_s"] for r in runs)
         figure(f"{name}_client_cpu_ms_per_request", cpu, "ms", f"instant server, N={n}, c=64, streamed, 20 chunks")
