@@ -4,6 +4,8 @@ and the one HTTP layer. The lowest layer: it imports no other qualitycheck packa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from qualitycheck.core._cases import (
     Case as Case,
     SuiteCases as SuiteCases,
@@ -42,6 +44,7 @@ from qualitycheck.core._errors import (
     StoreError as StoreError,
     SuiteError as SuiteError,
 )
+from qualitycheck.core._lazy import lazy_exports
 from qualitycheck.core._records import (
     ErrorInfo as ErrorInfo,
     FORMAT_VERSION as FORMAT_VERSION,
@@ -75,9 +78,12 @@ __all__ = [
     "ErrorInfo",
     "FORMAT_VERSION",
     "GroupsById",
+    "HttpClient",
+    "HttpError",
     "InputError",
     "JudgeTarget",
     "LoadContext",
+    "Outcome",
     "Problem",
     "QualitycheckError",
     "Response",
@@ -105,3 +111,13 @@ __all__ = [
     "suite_files",
     "suite_fingerprint",
 ]
+
+if TYPE_CHECKING:
+    from qualitycheck.core._http import (
+        HttpClient as HttpClient,
+        HttpError as HttpError,
+        Outcome as Outcome,
+    )
+
+# the HTTP layer pulls in aiohttp: imported on first use, so reading a suite never pays for it
+__getattr__ = lazy_exports(__name__, {"HttpClient": "_http", "HttpError": "_http", "Outcome": "_http"})
