@@ -116,7 +116,7 @@ class UnitTestsScorer:
             return Outcome("fail", False, {"error": "no code in the answer", "extracted_from": where})
         files = {"setup.py": self.spec.setup, "answer.py": code, "tests.py": self.spec.tests, "harness.py": HARNESS}
         argv = ["harness.py", *([self.spec.entry_point] if self.spec.entry_point else [])]
-        r = run_python(files, argv, self.limits)
+        r = run_python(files, argv, self.limits, trusted_main=True)  # harness.py is ours: compiled once per server
         detail: dict[str, Any] = {
             "extracted_from": where,
             "isolation": r.isolation,
