@@ -103,12 +103,15 @@ class _ShoutScorer:
         return Outcome("pass" if n >= self.spec.min_exclamations else "fail", n, {"exclamations": n})
 
 
-@pytest.fixture
-def shout_family() -> Iterator[None]:
-    @check_family("shout", spec=ShoutCheck, names=("shout",))
+def _declare_shout(names: tuple[str, ...] = ("shout",)) -> None:
+    @check_family("shout", spec=ShoutCheck, names=names)
     def shout(spec: ShoutCheck, case: Case) -> Sequence[Scorer]:
         return [_ShoutScorer(spec)]
 
+
+@pytest.fixture
+def shout_family() -> Iterator[None]:
+    _declare_shout()
     yield
     check_registry.unregister("shout")
 
@@ -133,6 +136,13 @@ def test_a_key_cannot_be_declared_twice(shout_family: None) -> None:
         @check_family("shout", spec=ShoutCheck, names=("shout",))
         def again(spec: ShoutCheck, case: Case) -> Sequence[Scorer]:
             return []
+
+
+def test_declaring_the_same_factory_again_replaces_it(shout_family: None) -> None:
+    """A module imported twice (reload, pytester's module snapshots) declares its family again."""
+    first = check_registry["shout"]
+    _declare_shout(("shout", "whisper"))
+    assert first.origin == check_registry["shout"].origin and check_registry["shout"].names == ("shout", "whisper")
 
 
 def test_a_factory_that_raises_or_builds_other_names_errors_per_declared_name(tmp_path: Path) -> None:
