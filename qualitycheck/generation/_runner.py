@@ -21,6 +21,7 @@ from typing import Any
 from qualitycheck.core._cases import Case
 from qualitycheck.generation._client import Endpoint, build_request
 from qualitycheck.core._config import Config
+from qualitycheck.core._errors import RunIncompleteError
 from qualitycheck.core._records import Response
 from qualitycheck.core._store import RunStore, StoredOutcomes
 
@@ -69,6 +70,41 @@ def work_items(cases: Iterable[Case], config: Config, done: StoredOutcomes | dic
                     need.append(name)
             if need:
                 yield case, rep, need
+
+
+FAIL_FAST_ANSWERS = 20
+FAIL_FAST_STATUSES = frozenset({400, 401, 403, 404, 422})
+"""Statuses that retrying cannot fix: a wrong model name, key, path or request shape."""
+
+
+class _FailFast:
+    """Stops a run whose target refuses its first answers all the same way.
+
+    A target that answers the first `FAIL_FAST_ANSWERS` requests with one and
+    the same non-retryable status (404 for a model name it does not serve,
+    401 for a missing key) is misconfigured, not flaky: sending the rest of
+    the suite would only store thousands of identical errors. One answer of
+    another kind (a success, another status) clears the target for the run.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[int, int | None]] = {}
+        """target → (answers seen while all refused alike, their status), until cleared (status None)."""
+
+    def refused(self, r: Response) -> str | None:
+        """The reason to stop once `r` completes a run of identical refusals, else None."""
+        n, status = self._seen.get(r.target, (0, -1))
+        if status is None or n >= FAIL_FAST_ANSWERS:
+            return None
+        err = r.error
+        if err is None or err.kind != "http_status" or err.status not in FAIL_FAST_STATUSES or (n and err.status != status):
+            self._seen[r.target] = (n, None)
+            return None
+        self._seen[r.target] = (n + 1, err.status)
+        if n + 1 < FAIL_FAST_ANSWERS:
+            return None
+        return (f"the {r.target} target answered its first {FAIL_FAST_ANSWERS} requests with HTTP {err.status} "
+                f"({err.message}); it is misconfigured (model name, key, URL?), so the run stopped")
 
 
 MAX_UNWRITTEN = 1024
@@ -133,6 +169,8 @@ async def _generate(store: RunStore, cases: Iterable[Case], config: Config, prog
     }
     sems = {name: asyncio.Semaphore(config.run.concurrency) for name in endpoints}
     writer = _StoreWriter(store)
+    fail_fast = _FailFast()
+    refused: list[str] = []
     progress.start(totals)
     t0 = time.perf_counter()
 
@@ -146,6 +184,9 @@ async def _generate(store: RunStore, cases: Iterable[Case], config: Config, prog
         progress.advance(name, r.ok)
         if on_response:
             on_response(r)
+        reason = fail_fast.refused(r)
+        if reason is not None:
+            refused.append(reason)
 
     async def pair(case: Case, rep: int, need: list[str]) -> None:
         if len(need) == 1:  # no extra task for a lone request
@@ -161,11 +202,18 @@ async def _generate(store: RunStore, cases: Iterable[Case], config: Config, prog
             await window.acquire()
             while writer.backlog() > MAX_UNWRITTEN:  # the store is behind: wait for it rather than queue without bound
                 await asyncio.sleep(0.002)
+            if refused:
+                window.release()
+                break
             task = asyncio.create_task(pair(case, rep, need))
             tasks.add(task)
             task.add_done_callback(lambda t: (tasks.discard(t), window.release()))
-        if tasks:
-            await asyncio.gather(*tasks)
+        while tasks and not refused:
+            await asyncio.wait(set(tasks), return_when=asyncio.FIRST_COMPLETED)
+        if refused:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     except asyncio.CancelledError:
         stats.interrupted = True
         for t in tasks:
@@ -177,6 +225,8 @@ async def _generate(store: RunStore, cases: Iterable[Case], config: Config, prog
         progress.stop()
         await asyncio.gather(*(e.aclose() for e in endpoints.values()), return_exceptions=True)
     writer.raise_failure()
+    if refused:
+        raise RunIncompleteError(f"{refused[0]}. Everything received is stored; fix the target and run the same command again.")
     return stats
 
 
