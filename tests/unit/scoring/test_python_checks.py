@@ -207,6 +207,7 @@ def test_rescoring_from_the_store_finds_the_module_from_any_folder(tmp_path: Pat
 
 
 def test_a_custom_check_regresses_in_summary_gate_and_report_like_a_built_in_one(tmp_path: Path) -> None:
+    """Baseline answers pass the rule and most candidate answers break it: a regression under the custom name."""
     (tmp_path / "brand_rules.py").write_text(
         "def no_competitor(answer, case, args):\n"
         "    found = [n for n in args['names'] if n in answer]\n"
@@ -214,15 +215,17 @@ def test_a_custom_check_regresses_in_summary_gate_and_report_like_a_built_in_one
     s = write_suite(tmp_path / "s.jsonl", [
         {"id": f"qa-{i}", "category": "qa", "messages": [{"role": "user", "content": f"q{i}?"}],
          "checks": {"python": [{"name": "no_competitor", "function": "brand_rules:no_competitor", "args": {"names": ["Acme"]}}]}}
-        for i in range(4)])
+        for i in range(10)])
+    broken = [f"qa-{i}" for i in range(8)]
     out = tmp_path / "run"
-    with TestServer(default="Our product fits.") as b, TestServer(default="Our product fits.", answers={"q2?": "Buy Acme."}) as c:
+    with TestServer(default="Our product fits.") as b, \
+            TestServer(default="Our product fits.", answers={f"q{i}?": "Buy Acme." for i in range(8)}) as c:
         code = main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(s), "--out", str(out),
                      "--no-preflight"])
     assert code == 1
     summary = json.loads((out / "summary.json").read_text())
     cell = summary["categories"]["qa"]["checks"]["no_competitor"]
-    assert cell["regressions"] == ["qa-2"] and cell["baseline_pass_rate"] == 1.0 and cell["candidate_pass_rate"] == 0.75
+    assert cell["regressions"] == broken and cell["baseline_pass_rate"] == 1.0 and cell["candidate_pass_rate"] == 0.2
     assert summary["verdict"] == "fail"
 
     from qualitycheck.report._data import collect
@@ -231,16 +234,16 @@ def test_a_custom_check_regresses_in_summary_gate_and_report_like_a_built_in_one
         rows = {r.id: r for r in collect(store, summary).rows}
     assert rows["qa-2"].regressed == ["no_competitor"] and "regression" in rows["qa-2"].flags
     assert rows["qa-2"].details["no_competitor"]["candidate"][0]["reason"] == "mentions Acme"
-    assert "Buy Acme." in (out / "report.html").read_text(encoding="utf-8")
+    assert "mentions Acme" in (out / "report.html").read_text(encoding="utf-8")
 
     import subprocess
 
     repo = Path(__file__).resolve().parents[3]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--qc-run", str(out), "-q", "-p", "no:cacheprovider", "-rf"],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--qc-run", str(out), "-v", "-p", "no:cacheprovider"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(repo)})
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "regression::qa::no_competitor::qa-2" in proc.stdout, proc.stdout[-3000:]
+    assert "regression::qa::no_competitor::qa-2 FAILED" in proc.stdout, proc.stdout[-3000:]
 
 
 def test_the_python_check_is_not_a_known_key_misspelt(tmp_path: Path) -> None:
