@@ -18,7 +18,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qualitycheck.cli._main import _run_overrides, build_parser, main
+from qualitycheck.cli._main import build_parser, main
+from qualitycheck.cli._options import REPORT_OPTIONS, RUN_OPTIONS, TARGET_OPTIONS, config_overrides
 from qualitycheck.core._config import load_config
 from qualitycheck.core._errors import ConfigError
 
@@ -134,7 +135,7 @@ def test_mutated_configs(muts: list[tuple[list[Any], Any, str]]) -> None:
         f.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
         argv = ["run", "-c", str(f), "--suite", str(Path(td) / "missing.jsonl"), "--out", str(Path(td) / "run"), "--no-preflight"]
         try:  # the config as the CLI reads it: with the flags' overrides applied
-            load_config(f, _run_overrides(build_parser().parse_args(argv)))
+            load_config(f, config_overrides(vars(build_parser().parse_args(argv)), (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS)))
             config_ok = True
         except ConfigError:
             config_ok = False
