@@ -35,6 +35,10 @@ __all__ = [
 SUITE_SUFFIXES = (".jsonl", ".yaml", ".yml")
 
 
+_FIRST_FORMAT_CHECKS = ("exact", "json", "sql", "unit_tests", "judge", "yaml", "regex", "contains")
+"""The check keys every stored case of format version 1 carries, null when unused (see `Case.content_hash`)."""
+
+
 class Case(BaseModel):
     """One business regression case. `route` (tag) defaults to the category."""
 
@@ -91,8 +95,14 @@ class Case(BaseModel):
         return self.messages is not None
 
     def content_hash(self) -> str:
-        """Stable hash of what is sent and checked; resume refuses a changed suite."""
+        """Stable hash of what is sent and checked; resume refuses a changed suite.
+
+        Run folders store it, so it must not move when the code does: the
+        check families of the first case format are hashed as null when a
+        case does not use them, as that format dumped them.
+        """
         body = self.model_dump(mode="json", by_alias=True, exclude={"file", "line"})
+        body["checks"] = dict.fromkeys(_FIRST_FORMAT_CHECKS) | body["checks"]
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
     def check_names(self) -> list[str]:

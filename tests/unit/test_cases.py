@@ -196,3 +196,22 @@ def test_scan_suite_holds_far_less_than_the_cases(tmp_path: Path) -> None:
     assert len(held) == n
     assert scanned / n < 400, f"{scanned / n:.0f} bytes per case"
     assert scanned < loaded / 3
+
+
+def test_content_hashes_stay_those_of_stored_runs() -> None:
+    """Run folders store these hashes (the resume check): the same case must hash the same across versions."""
+    from qualitycheck.core._cases import Case
+
+    cases = {
+        "a": {"id": "a", "category": "qa", "messages": [{"role": "user", "content": "hi"}]},
+        "b": {"id": "b", "category": "json", "messages": [{"role": "user", "content": "x"}],
+              "params": {"temperature": 0, "max_tokens": 20},
+              "checks": {"json": {"schema": {"type": "object"}}, "exact": True}, "tags": {"route": "r"}},
+        "c": {"id": "c", "category": "sql", "prompt": "p",
+              "checks": {"sql": {"dialect": "sqlite"}, "contains": ["x"], "regex": "a+", "yaml": {"format": "toml"},
+                         "judge": "pairwise"}},
+        "d": {"id": "d", "category": "code", "prompt": "p", "checks": {"unit_tests": {"tests": "assert 1"}, "exact": "Paris"}},
+    }
+    hashes = {k: Case.model_validate(v).content_hash() for k, v in cases.items()}
+    # computed by the release before the check registry (commit a2ed116)
+    assert hashes == {"a": "836d48566e6beb98", "b": "5fc06981b6655ec3", "c": "8f3aeaaa19213071", "d": "3e78ad35432ab1b9"}
