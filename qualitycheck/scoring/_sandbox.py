@@ -501,7 +501,7 @@ def exit_code(exc):
 
 # ---------------------------------------------------------------- one test's PID 1
 
-def spare(sock, number):
+def spare(sock, slot):
     # A test's PID 1 made before its test: namespaces, mounts and cgroups are set up here, off the
     # test's critical path. It holds nothing but its own socket; then it waits for its one test.
     cgroups = []
@@ -514,9 +514,9 @@ def spare(sock, number):
         os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
         os.setsid()
         for ctl, root in CONF["cgroups"].items():
-            path = "%s/%s-%d" % (root, CONF["prefix"], number)
+            path = "%s/%s-%d" % (root, CONF["prefix"], slot)
             try:
-                os.makedirs(path)
+                os.makedirs(path, exist_ok=True)
             except OSError:
                 continue  # as on the per-run path, a controller that cannot be had is left out
             write_file(path + "/cgroup.procs", "0")
@@ -532,7 +532,7 @@ def spare(sock, number):
             sock.send(why(exc).encode() or b"?")
         finally:
             os._exit(125)
-    sock.send(b"ok")
+    sock.send(("ok " + ",".join(ctl for ctl, _ in cgroups)).encode())
     msg, fds = receive(sock)
     if not msg or len(fds) != 4:
         os._exit(0)
@@ -619,20 +619,26 @@ def program(header, cgroups, fds):
 
 # ---------------------------------------------------------------- the zygote's loop
 # Kept small: every page the zygote writes while forks share it is copied, so work that can be done
-# in a spare (its cgroups) or by the scoring process (removing them) is done there.
+# in a spare (making its cgroups) is done there.
+#
+# Cgroups are slots, <prefix>-<slot>, each used by one test at a time and reused by a later spare:
+# creating and removing a memory cgroup per test costs more than many tests. A slot is free again
+# once its test's PID 1 is reaped, and then it is empty: every process in it was in that PID
+# namespace, which the kernel empties before PID 1 can be reaped. Limits are written per test.
 
 poller = select.poll()
-spares = {}  # pidfd -> [pid, sock, number, ready]: PID 1s waiting for a test
+spares = {}  # pidfd -> [pid, sock, slot, ready, controllers]: PID 1s waiting for a test
 by_sock = {}  # fileno of a spare's socket -> its pidfd, until it says it is ready
 ready = collections.deque()  # pidfds of spares ready for a test, oldest first
-running = {}  # pidfd -> [id, pid, deadline, timed_out, number]
+running = {}  # pidfd -> [id, pid, deadline, timed_out, slot, controllers]
 queue = collections.deque()  # (request, fds) waiting for a spare
-numbers = itertools.count(1)  # names a spare's cgroups: <prefix>-<number>
+slots = itertools.count(1)
+free_slots = []
 failed = {"count": 0, "error": ""}
 
 
 def new_spare():
-    number = next(numbers)
+    slot = free_slots.pop() if free_slots else next(slots)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     SPARE_SOCKS.append(ours)
     try:
@@ -643,14 +649,15 @@ def new_spare():
         SPARE_SOCKS.remove(ours)
         ours.close()
         theirs.close()
+        free_slots.append(slot)
         failed["count"] += 1
         failed["error"] = why(exc)
         return None
     if pid == 0:
-        spare(theirs, number)
+        spare(theirs, slot)
     theirs.close()
     pidfd = os.pidfd_open(pid)
-    spares[pidfd] = [pid, ours, number, False]
+    spares[pidfd] = [pid, ours, slot, False, []]
     by_sock[ours.fileno()] = pidfd
     poller.register(pidfd, select.POLLIN)
     poller.register(ours, select.POLLIN)
@@ -665,8 +672,9 @@ def spare_said(fd):
         msg = rec[1].recv(4096)
     except OSError:
         msg = b""
-    if msg == b"ok":
+    if msg.startswith(b"ok "):
         rec[3] = True
+        rec[4] = [ctl for ctl in msg[3:].decode().split(",") if ctl]
         ready.append(pidfd)
         failed["count"] = 0
     else:
@@ -676,7 +684,7 @@ def spare_said(fd):
 
 def forget_spare(pidfd):
     # A spare that ended before it had a test (it failed, or was killed).
-    pid, sock, number, was_ready = spares.pop(pidfd)
+    pid, sock, slot, was_ready, _ = spares.pop(pidfd)
     if sock.fileno() in by_sock:
         poller.unregister(sock)
         del by_sock[sock.fileno()]
@@ -687,12 +695,12 @@ def forget_spare(pidfd):
     poller.unregister(pidfd)
     os.close(pidfd)
     os.waitpid(pid, 0)
-    send(CTL, {"spare_gone": number})  # the scoring process removes its cgroups
+    free_slots.append(slot)
 
 
 def dispatch(req, fds):
     pidfd = ready.popleft()
-    pid, sock, number, _ = spares.pop(pidfd)
+    pid, sock, slot, _, controllers = spares.pop(pidfd)
     try:
         socket.send_fds(sock, [json.dumps({"main": req.get("main")}).encode()], fds)
         rid = req["id"]
@@ -704,18 +712,17 @@ def dispatch(req, fds):
     sock.close()
     for f in fds:
         os.close(f)
-    running[pidfd] = [rid, pid, time.monotonic() + req.get("wall_s", 10.0), False, number]
+    running[pidfd] = [rid, pid, time.monotonic() + req.get("wall_s", 10.0), False, slot, controllers]
 
 
 def finish(pidfd):
-    rid, pid, _, timed_out, number = running.pop(pidfd)
+    rid, pid, _, timed_out, slot, controllers = running.pop(pidfd)
     poller.unregister(pidfd)
     os.close(pidfd)
     _, st = os.waitpid(pid, 0)
-    if rid is None:
-        send(CTL, {"spare_gone": number})
-    else:
-        send(CTL, {"id": rid, "status": os.waitstatus_to_exitcode(st), "timed_out": timed_out, "cgroup": number})
+    free_slots.append(slot)
+    if rid is not None:
+        send(CTL, {"id": rid, "status": os.waitstatus_to_exitcode(st), "timed_out": timed_out, "cgroups": controllers})
 
 
 def refuse(req, fds, reason):
@@ -723,7 +730,7 @@ def refuse(req, fds, reason):
         sandbox_error(fds[1], reason)
     for f in fds:
         os.close(f)
-    send(CTL, {"id": req["id"], "status": 125, "timed_out": False, "cgroup": None})
+    send(CTL, {"id": req["id"], "status": 125, "timed_out": False, "cgroups": []})
 
 
 def shut_down():
@@ -890,9 +897,6 @@ class _ForkServer:
                 if not data:
                     break
                 msg = json.loads(data)
-                if "spare_gone" in msg:  # a spare that never had a test
-                    self.cgroup(msg["spare_gone"]).close()
-                    continue
                 with self._lock:
                     waiter = self._pending.pop(int(msg["id"]), None)
                 if waiter:
@@ -969,16 +973,8 @@ class _ForkServer:
         self.proc.wait()
         self._remove_cgroups()
 
-    def cgroup(self, number: int | None) -> _Cgroup:
-        """The cgroups a spare made for itself (those that exist: a controller it could not have is left out)."""
-        cg = _Cgroup([], Limits())
-        if number is not None:
-            cg.paths = [p for p in (Path(root) / f"{self._prefix}-{int(number)}" for root in self._cgroup_roots.values())
-                        if p.is_dir()]
-        return cg
-
     def _remove_cgroups(self) -> None:
-        """Every cgroup of this zygote's spares and tests still there (it was stopped or killed)."""
+        """This zygote's cgroup slots, once it is gone (it removes them itself when it can)."""
         for root in self._cgroup_roots.values():
             cg = _Cgroup([], Limits())
             cg.paths = list(Path(root).glob(f"{self._prefix}-*"))
@@ -1083,12 +1079,7 @@ def _run_forked(server: _ForkServer, files: dict[str, str], argv: list[str], lim
         wall = time.monotonic() - start
         if answer is None:  # no answer: the zygote is wedged; replace it (its tests in flight run again)
             _server_for(info, replace=server)
-            answer = {"status": None, "timed_out": True, "cgroup": None}
-            cgroups = list(info["cgroups"])
-        else:
-            cg = server.cgroup(answer.get("cgroup"))
-            cgroups = [p.parent.parent.name for p in cg.paths]
-            cg.close()  # kills whatever is left in the run's cgroups (the PID namespace took it all already)
+            answer = {"status": None, "timed_out": True, "cgroups": info["cgroups"]}
         timed_out = bool(answer.get("timed_out"))
         return SandboxResult(
             exit_code=None if timed_out else answer.get("status"),
@@ -1097,7 +1088,7 @@ def _run_forked(server: _ForkServer, files: dict[str, str], argv: list[str], lim
             stdout=_capped_text(fds[2], limits.output_bytes),
             stderr=_capped_text(fds[3], limits.output_bytes),
             isolation=info["level"],
-            isolation_detail=_detail(info, cgroups),
+            isolation_detail=_detail(info, [str(c) for c in answer.get("cgroups") or []]),
             wall_s=round(wall, 3),
         )
     finally:

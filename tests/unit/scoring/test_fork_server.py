@@ -200,9 +200,10 @@ def test_a_timeout_kills_the_whole_process_tree_of_the_test() -> None:
             break
         time.sleep(0.05)
     assert processes_with(marker) == []
-    for ctl in _sandbox.isolation()["cgroups"]:  # the run's cgroups are gone with it: only the spares' are left
+    for ctl in _sandbox.isolation()["cgroups"]:  # the run's cgroup is empty: only spares (one process each) are left
         root = Path(_sandbox._CGROUP_ROOTS[ctl]) / "qualitycheck"
-        assert len(list(root.glob(f"{server()._prefix}-*"))) <= _sandbox._SPARES
+        procs = [(p / "cgroup.procs").read_text().split() for p in root.glob(f"{server()._prefix}-*")]
+        assert all(len(p) <= 1 for p in procs) and sum(map(len, procs)) <= _sandbox._SPARES, procs
 
 
 def test_threads_each_get_their_own_result() -> None:
