@@ -90,7 +90,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
         raise ConfigError([Problem(cfg.source or "command line", None, f"--{m}", "required (a URL, with --model)") for m in missing])
     cases = load_suite(_suites(a, cfg))
     result = run_preflight(cfg.baseline, cfg.candidate, cases, concurrency=cfg.run.concurrency,  # type: ignore[arg-type]
-                           timeout_s=min(cfg.run.timeout_s, 30.0))
+                           timeout_s=min(cfg.run.timeout_s, 30.0), retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
     print(json.dumps(result.to_dict(), indent=2) if a.json else format_preflight(result))
     if not result.ok:
         return EXIT_FAIL
