@@ -19,7 +19,6 @@ if TYPE_CHECKING:
         compare_run as compare_run,
         first_divergence as first_divergence,
         similarity as similarity,
-        stored_comparisons as stored_comparisons,
     )
     from qualitycheck.verdict._digest import (
         RunDigest as RunDigest,
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
         MinAcceptanceRate as MinAcceptanceRate,
         PreflightConsistent as PreflightConsistent,
         Rule as Rule,
-        SEED_GUARDRAILS as SEED_GUARDRAILS,
         build_rules as build_rules,
         decide as decide,
         parse_fraction as parse_fraction,
@@ -58,7 +56,6 @@ if TYPE_CHECKING:
         minimum_detectable_effect as minimum_detectable_effect,
         noise_floor as noise_floor,
         non_inferiority as non_inferiority,
-        outcomes_by_category as outcomes_by_category,
         paired_bootstrap_ci as paired_bootstrap_ci,
         paired_p_value as paired_p_value,
         quality_stats as quality_stats,
@@ -91,7 +88,6 @@ _HOME = {
     "PreflightConsistent": "_gate",
     "Rule": "_gate",
     "RunDigest": "_digest",
-    "SEED_GUARDRAILS": "_gate",
     "SUMMARY_NAME": "_summary",
     "TextTally": "_digest",
     "add_case_outcomes": "_stats",
@@ -109,7 +105,6 @@ _HOME = {
     "minimum_detectable_effect": "_stats",
     "noise_floor": "_stats",
     "non_inferiority": "_stats",
-    "outcomes_by_category": "_stats",
     "paired_bootstrap_ci": "_stats",
     "paired_p_value": "_stats",
     "parse_fraction": "_gate",
@@ -118,7 +113,6 @@ _HOME = {
     "regression_allowance": "_stats",
     "similarity": "_compare",
     "simulate_gate": "_stats",
-    "stored_comparisons": "_compare",
     "write_summary": "_summary",
 }
 

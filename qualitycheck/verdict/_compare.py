@@ -14,8 +14,7 @@ run never holds more than one case's records.
 from __future__ import annotations
 
 import difflib
-import importlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,7 +29,6 @@ __all__ = [
     "compare_run",
     "first_divergence",
     "similarity",
-    "stored_comparisons",
 ]
 
 SIDES = ("baseline", "candidate", "control")
@@ -142,15 +140,6 @@ def similarity(a: str, b: str, budget: int = SIMILARITY_BUDGET) -> tuple[float, 
     return (2 * (pre + suf) + 2 * mid_matches) / total, exact
 
 
-def _format_features() -> Callable[[str, str | None, int | None], dict[str, Any]] | None:
-    """The scoring stage's drift features, if that module is installed in this tree."""
-    try:
-        mod = importlib.import_module("qualitycheck.scoring._format")
-    except ImportError:
-        return None
-    return getattr(mod, "format_features", None)
-
-
 def _flip(b: str | None, c: str | None) -> Flip | None:
     if b == "pass" and c == "fail":
         return "regression"
@@ -242,11 +231,11 @@ def compare_run(store: RunStore, consume: Callable[[list[CaseComparison]], None]
     transaction) and to `consume` (the summary's digest) in case-id order.
     Returns how many records were stored.
     """
-    features = _format_features()
+    from qualitycheck.scoring._format import format_features  # the scoring package loads every check family: only when comparing
 
     def rows() -> Iterator[tuple[str, int, str]]:
         for rec in store.by_case():
-            comps = compare_case(rec, features)
+            comps = compare_case(rec, format_features)
             if not comps:
                 continue
             if consume is not None:
@@ -255,21 +244,3 @@ def compare_run(store: RunStore, consume: Callable[[list[CaseComparison]], None]
                 yield c.case_id, c.repeat, c.model_dump_json()
 
     return store.replace_comparisons(rows())
-
-
-def stored_comparisons(store: RunStore) -> Iterator[CaseComparison]:
-    """The stored records, one at a time in case-id order (comparing the run first if it never was)."""
-    if next(store.comparison_bodies(), None) is None:
-        compare_run(store)
-    for body in store.comparison_bodies():
-        yield CaseComparison.model_validate_json(body)
-
-
-def group_by_case(comps: Iterable[CaseComparison]) -> dict[str, list[CaseComparison]]:
-    """Case id → its comparisons ordered by repeat, in first-seen order."""
-    out: dict[str, list[CaseComparison]] = {}
-    for c in comps:
-        out.setdefault(c.case_id, []).append(c)
-    for v in out.values():
-        v.sort(key=lambda c: c.repeat)
-    return out

@@ -30,7 +30,6 @@ from qualitycheck.core._errors import ConfigError, Problem
 
 __all__ = [
     "DEFAULT_GUARDRAILS",
-    "SEED_GUARDRAILS",
     "Evidence",
     "GuardrailResult",
     "Guardrails",
@@ -45,15 +44,6 @@ __all__ = [
     "parse_fraction",
     "parse_guardrails",
 ]
-
-SEED_GUARDRAILS: dict[str, Any] = {
-    "min_acceptance_rate": 0.55,
-    "max_tpot_p95_regression": "10%",
-    "max_error_rate": "1%",
-    "max_quality_regression_cases": 0,
-    "fallback_action": "disable_speculative_decoding_for_route",
-}
-"""The seed's block, for reference and for users who want to copy it."""
 
 DEFAULT_GUARDRAILS: dict[str, Any] = {
     "max_error_rate": "1%",

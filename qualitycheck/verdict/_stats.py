@@ -19,7 +19,7 @@ once, with its pass rate), so a sampled case cannot outvote a greedy one.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
-from qualitycheck.verdict._compare import CaseComparison, group_by_case
+from qualitycheck.verdict._compare import CaseComparison
 
 __all__ = [
     "ALPHA",
@@ -47,7 +47,6 @@ __all__ = [
     "minimum_detectable_effect",
     "noise_floor",
     "non_inferiority",
-    "outcomes_by_category",
     "paired_bootstrap_ci",
     "paired_p_value",
     "quality_stats",
@@ -127,18 +126,6 @@ def add_case_outcomes(into: dict[str, dict[str, list[CaseOutcome]]], reps: Seque
         if b and c:
             outs.append(CaseOutcome(case_id, route, _shared(tuple(b)), _shared(tuple(c)), _shared(tuple(k)),
                                     _shared(tuple(pairs))))
-
-
-def outcomes_by_category(comps: Iterable[CaseComparison]) -> dict[str, dict[str, list[CaseOutcome]]]:
-    """category → check → per-case outcomes, keeping only cases decided on both sides.
-
-    Holds every comparison at once: for a whole run the summary streams
-    through `digest.RunDigest` instead, which keeps only these outcomes.
-    """
-    out: dict[str, dict[str, list[CaseOutcome]]] = {}
-    for reps in group_by_case(comps).values():
-        add_case_outcomes(out, reps)
-    return out
 
 
 # ---------------------------------------------------------------- noise floor

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from tests.unit.verdict.verdict_builders import make_store
 
-from qualitycheck.verdict._compare import compare_run, first_divergence, similarity, stored_comparisons
+from qualitycheck.verdict._compare import CaseComparison, compare_run, first_divergence, similarity
 
 
 def test_first_divergence_on_chars_tokens_and_prefixes():
@@ -42,5 +42,5 @@ def test_flips_divergence_and_persisted_records(tmp_path):
         assert b.improvements == ["exact"] and b.identical and b.route == "r2"
         assert b.checks["json_parse"].flip is None  # an error is not a fail
         assert c.candidate_ok is False and c.identical is None and c.divergence_char is None
-        again = {x.case_id: x for x in stored_comparisons(store)}
+        again = {x.case_id: x for x in map(CaseComparison.model_validate_json, store.comparison_bodies())}
         assert again == comps

@@ -6,11 +6,22 @@ import numpy as np
 import pytest
 from tests.unit.verdict.verdict_builders import make_store
 
-from qualitycheck.verdict._compare import compare_run, stored_comparisons
+from qualitycheck.verdict._compare import CaseComparison, compare_run
 from qualitycheck.core._config import Config
 from qualitycheck.verdict._digest import RunDigest
-from qualitycheck.verdict._stats import outcomes_by_category, paired_bootstrap_ci
+from qualitycheck.verdict._stats import CaseOutcome, add_case_outcomes, paired_bootstrap_ci
 from qualitycheck.verdict._summary import build_summary
+
+
+def _whole_list_outcomes(comps: list[CaseComparison]) -> dict[str, dict[str, list[CaseOutcome]]]:
+    """The outcomes from every comparison held at once, grouped by case: what the streaming digest must equal."""
+    by_case: dict[str, list[CaseComparison]] = {}
+    for c in comps:
+        by_case.setdefault(c.case_id, []).append(c)
+    out: dict[str, dict[str, list[CaseOutcome]]] = {}
+    for reps in by_case.values():
+        add_case_outcomes(out, sorted(reps, key=lambda c: c.repeat))
+    return out
 
 
 def _rows():
@@ -28,9 +39,9 @@ def _rows():
 def test_digest_outcomes_equal_the_whole_list_grouping(tmp_path):
     with make_store(tmp_path, _rows(), targets=("baseline", "candidate", "control"), repeats=2) as store:
         compare_run(store)
-        comps = list(stored_comparisons(store))
+        comps = [CaseComparison.model_validate_json(b) for b in store.comparison_bodies()]
     digest = RunDigest.of(comps)
-    assert digest.outcomes == outcomes_by_category(comps)
+    assert digest.outcomes == _whole_list_outcomes(comps)
     assert digest.text["qa"].cases == 6 and digest.text["qa"].pairs == 12
     assert digest.route_errors["r1"]["control"] == {"count": 1, "requests": 12}
 
