@@ -77,11 +77,14 @@ RUN_OPTIONS = (
     Option("judge", "judge endpoint (OpenAI-compatible)", key="judge.url", metavar="URL"),
     Option("judge-model", "judge model name (default: --model)", key="judge.model", metavar="NAME"),
     Option("shard", "run only shard I of N (stable hash of case ids)", key="run.shard", metavar="I/N"),
-    Option("no-preflight", "skip the model/template/stop-token preflight", key="run.preflight",
+    Option("no-preflight", "skip the preflight: served model (a --model a target does not serve is refused), chat template, stop tokens", key="run.preflight",
            action="store_true", value=False),
     Option("acceptance-by-category", "run categories one after another and scrape /metrics between them",
            key="run.acceptance_by_category", action="store_true", value=True),
     Option("no-stream", "non-streaming requests (no TTFT/ITL)", key="run.stream", action="store_true", value=False),
+    Option("no-noise-floor",
+           "do not ask the baseline again where the candidate's answer differs (without --control or --repeats, "
+           "every pass→fail flip then counts as a regression)", key="run.noise_floor", action="store_true", value="none"),
 )
 """How a run generates: `run` and the pytest gate."""
 

@@ -25,7 +25,7 @@ from qualitycheck.core._cases import Case
 from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._http import HttpClient, Outcome, shared_session
 
-__all__ = ["Check", "PreflightResult", "format_preflight", "preflight", "run_preflight"]
+__all__ = ["Check", "PreflightResult", "check_served_models", "format_preflight", "preflight", "run_preflight"]
 
 _TOKENIZER_KEYS = ("tokenizer_class", "eos_token", "bos_token", "pad_token", "unk_token", "add_bos_token",
                    "add_eos_token", "chat_template", "model_max_length")
@@ -84,6 +84,43 @@ class _Server:
 
 def _result(url: str, out: Outcome[Any]) -> tuple[Any, str | None]:
     return (out.value, None) if out.error is None else (None, f"{url}: {out.error.message}")
+
+
+def _served_ids(data: Any) -> list[str] | None:
+    """The model ids a /v1/models answer lists, or None when the answer is not such a list."""
+    entries = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return None
+    return [str(m["id"]) for m in entries if isinstance(m, dict) and "id" in m]
+
+
+async def _unserved(targets: dict[str, Target], timeout_s: float) -> list[tuple[str, Target, list[str]]]:
+    async with shared_session(None, 8, timeout_s) as session:
+        servers = {name: _Server(HttpClient(t, timeout_s=timeout_s, retries=1, backoff_s=0.2, session=session))
+                   for name, t in targets.items()}
+        answers = await asyncio.gather(*(s.get("/models", root=False) for s in servers.values()))
+    out = []
+    for (name, t), (data, err) in zip(targets.items(), answers, strict=True):
+        ids = None if err else _served_ids(data)
+        if ids and t.model not in ids:
+            out.append((name, t, ids))
+    return out
+
+
+def check_served_models(targets: dict[str, Target], *, source: str, timeout_s: float = 10.0) -> None:
+    """Refuse a run whose model name a target does not serve, before any case is sent (exit 2).
+
+    A target whose /v1/models cannot be read is not refused here: some
+    gateways do not expose it, and a target that then refuses every request
+    stops the run within its first answers anyway (the runner's fail-fast).
+    """
+    from qualitycheck.core._errors import ConfigError, Problem
+
+    wrong = asyncio.run(_unserved(targets, timeout_s))
+    if wrong:
+        raise ConfigError([Problem(source, None, f"{name}.model",
+                                   f"{t.public_url} does not serve {t.model!r}; it serves {', '.join(map(repr, ids))}")
+                           for name, t, ids in wrong])
 
 
 async def _model_check(b: _Server, c: _Server) -> list[Check]:

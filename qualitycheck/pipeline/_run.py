@@ -18,6 +18,7 @@ from qualitycheck.core._errors import RunIncompleteError
 from qualitycheck.generation._progress import RichProgress
 from qualitycheck.generation._runner import in_shard
 from qualitycheck.generation._measure import measured_generate
+from qualitycheck.generation._preflight import check_served_models
 from qualitycheck.core._store import RunStore, StoredCases
 
 __all__ = ["finish", "manifest_for", "redo", "run"]
@@ -73,7 +74,9 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
         dirs = judge_dirs(cfg)  # a configured judges_dir must exist
         if scan.judged:  # definitions are parsed only for cases that name one, as score_judge does
             validate_judge_checks(cases, load_judges(dirs))
-    store = RunStore.create(out, _manifest(scan.fingerprint, scan.count, cfg, suites), cases)  # type: ignore[arg-type]
+    if cfg.run.preflight:  # a model name a target does not serve: exit 2 before anything is sent
+        check_served_models(cfg.targets(), source=cfg.source or "command line")
+    store = RunStore.create(out, _manifest(scan.fingerprint, scan.count, cfg, suites), cases)
     try:
         store.put_artifact("config", redacted_config(cfg))
         print(f"qualitycheck: {scan.count} cases × {len(cfg.targets())} targets × {cfg.run.repeats} repeats → {out}", file=sys.stderr)

@@ -58,3 +58,17 @@ def test_fail_fast_needs_the_same_non_retryable_status_every_time() -> None:
     assert all(mixed.refused(_refusal("candidate", 401)) is None for _ in range(3 * FAIL_FAST_ANSWERS))
     retryable = _FailFast()
     assert all(retryable.refused(_refusal("baseline", 503)) is None for _ in range(3 * FAIL_FAST_ANSWERS))
+
+
+def test_a_model_name_the_target_does_not_serve_is_refused_before_generation(tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
+    with TestServer(model="smol") as b, TestServer(model="smol-ngram") as c:
+        rc = main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "smol", "--suite", str(suite),
+                   "--out", str(tmp_path / "run")])
+        sent = len(b.log) + len(c.log)
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert f"candidate.model: {c.url} does not serve 'smol'; it serves 'smol-ngram'" in err
+    assert "baseline.model" not in err and "Traceback" not in err
+    assert sent == 0 and not (tmp_path / "run" / "run.sqlite").exists()
