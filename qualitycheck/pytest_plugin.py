@@ -15,10 +15,9 @@ without calling endpoints. The session's exit status follows the verdict.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -26,7 +25,10 @@ from qualitycheck.cli._options import REPORT_OPTIONS, RUN_OPTIONS, TARGET_OPTION
 
 __all__ = ["QualitycheckItem", "pytest_addoption", "pytest_configure"]
 
-SUMMARY_KEY = pytest.StashKey[dict[str, Any]]()
+if TYPE_CHECKING:
+    from qualitycheck.verdict._model import Summary
+
+SUMMARY_KEY = pytest.StashKey["Summary"]()
 SUMMARY_PATH_KEY = pytest.StashKey[str]()
 _PREFIX = "--qc-"
 _GATE_OPTIONS = (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS)
@@ -91,10 +93,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _load(config: pytest.Config, path: str) -> None:
+    from qualitycheck.core._errors import StoreError
+    from qualitycheck.verdict._model import read_summary
+
     try:
-        config.stash[SUMMARY_KEY] = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise pytest.UsageError(f"qualitycheck: cannot read {path}: {exc}") from None
+        config.stash[SUMMARY_KEY] = read_summary(Path(path))
+    except StoreError as exc:
+        raise pytest.UsageError(f"qualitycheck: {exc}") from None
     config.stash[SUMMARY_PATH_KEY] = path
 
 
@@ -136,39 +141,41 @@ class QualitycheckItem(pytest.Item):
         return str(self.path), None, self.name
 
 
-def gate_items(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(name, outcome, message) for every gate decision, in a stable order (xdist compares collections)."""
-    allow = bool(summary.get("allow_not_evaluated"))
+def gate_items(summary: Summary) -> list[tuple[str, str, str]]:
+    """(name, outcome, message) for every gate decision, in a stable order (xdist compares collections).
+
+    Renders summary.json: which regressions count and which are tolerated is
+    what verdict._status recorded there, read back through `check_statuses`.
+    """
+    from qualitycheck.verdict._status import check_statuses
+
+    allow = summary.allow_not_evaluated
     out: list[tuple[str, str, str]] = []
-    for g in summary.get("guardrails", []):
-        route = "" if g.get("route") in (None, "*") else f"[{g['route']}]"
-        outcome = {True: "pass", False: "fail", None: "skip" if allow else "fail"}[g.get("passed")]
-        msg = g.get("message", "")
-        if g.get("passed") is None and not allow:
+    for g in summary.guardrails:
+        route = "" if g.route == "*" else f"[{g.route}]"
+        outcome = {True: "pass", False: "fail", None: "skip" if allow else "fail"}[g.passed]
+        msg = g.message
+        if g.passed is None and not allow:
             msg += " — a guardrail that was not evaluated makes the verdict inconclusive (allow_not_evaluated: true accepts it)"
-        out.append((f"guardrail::{g['name']}{route}", outcome, msg))
-    failed_routes = {g.get("route") for g in summary.get("guardrails", [])
-                     if g.get("name") == "max_quality_regression_cases" and g.get("passed") is False}
-    for cat, c in summary.get("categories", {}).items():
-        v = c.get("verdict")
-        out.append((f"category::{cat}", "pass" if v == "pass" else "fail", f"category {cat}: {v}: {c.get('verdict_reason', '')}"))
-        routes = set(c.get("routes") or [cat])
-        counted = bool(routes & failed_routes) or "*" in failed_routes
-        for check, k in (c.get("checks") or {}).items():
-            for case_id in k.get("regressions", []) or []:
+        out.append((f"guardrail::{g.name}{route}", outcome, msg))
+    for cat, c in summary.categories.items():
+        out.append((f"category::{cat}", "pass" if c.verdict == "pass" else "fail", f"category {cat}: {c.verdict}: {c.verdict_reason}"))
+        for check, k in c.checks.items():
+            statuses = check_statuses(k)
+            for case_id in k.regressions:
                 msg = (f"{cat}/{case_id}: {check} passed on the baseline and failed on the candidate "
-                       f"(category {check}: {_pct(k.get('baseline_pass_rate'))} → {_pct(k.get('candidate_pass_rate'))})")
-                if counted and k.get("regressions_beyond_floor", 1):
+                       f"(category {check}: {_pct(k.baseline_pass_rate)} → {_pct(k.candidate_pass_rate)})")
+                if statuses[case_id] == "regression":
                     out.append((f"regression::{cat}::{check}::{case_id}", "fail", msg))
                 else:
                     out.append((f"regression::{cat}::{check}::{case_id}", "xfail", msg + "; tolerated: within the noise floor or the route's allowance"))
-            for case_id in k.get("flaky_regressions", []) or []:
+            for case_id in k.flaky_regressions:
                 out.append((f"flaky::{cat}::{check}::{case_id}", "xfail",
                             f"{cat}/{case_id}: {check} dropped on the candidate, but the baseline disagrees with itself on this case (flaky)"))
     return out
 
 
-def _pct(x: Any) -> str:
+def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 100:.1f}%"
 
 
@@ -184,7 +191,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     summary = config.stash.get(SUMMARY_KEY, None)
     if summary is None or hasattr(config, "workerinput"):
         return None
-    return f"qualitycheck: {config.stash[SUMMARY_PATH_KEY]} — verdict {summary['verdict']}"
+    return f"qualitycheck: {config.stash[SUMMARY_PATH_KEY]} — verdict {summary.verdict}"
 
 
 @pytest.hookimpl(trylast=True)
@@ -194,7 +201,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     summary = config.stash.get(SUMMARY_KEY, None)
     if summary is None or hasattr(config, "workerinput"):
         return
-    if summary.get("verdict") != "pass" and session.exitstatus == pytest.ExitCode.OK:
+    if summary.verdict != "pass" and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -203,10 +210,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if summary is None or hasattr(config, "workerinput"):
         return
     tr = terminalreporter
-    tr.write_sep("=", f"qualitycheck verdict: {summary['verdict'].upper()}")
-    fb = summary.get("fallback") or {}
-    if fb.get("routes"):
-        tr.write_line(f"fallback: {fb.get('configured_action', fb.get('action'))} on {', '.join(fb['routes'])}")
-    for item in summary.get("not_evaluated") or []:
+    tr.write_sep("=", f"qualitycheck verdict: {summary.verdict.upper()}")
+    fb = summary.fallback
+    if fb.routes:
+        tr.write_line(f"fallback: {fb.configured_action or fb.action} on {', '.join(fb.routes)}")
+    for item in summary.not_evaluated:
         tr.write_line(f"not evaluated: {item}")
     tr.write_line(f"summary: {config.stash[SUMMARY_PATH_KEY]}")

@@ -7,18 +7,18 @@ Both read only summary.json and the run store (through `collect`), so
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from qualitycheck.core._store import RunStore
 from qualitycheck.report._data import MAX_CASES, ReportData, collect
 from qualitycheck.report._html import REPORT_NAME, render_html, write_html, write_report
 from qualitycheck.report._terminal import print_summary, summary_renderables
+from qualitycheck.verdict._model import Summary
 
 __all__ = ["MAX_CASES", "REPORT_NAME", "ReportData", "collect", "print_summary", "publish", "render_html", "summary_renderables",
            "write_html", "write_report"]
 
 
-def publish(store: RunStore, summary: dict[str, Any], *, max_cases: int = MAX_CASES) -> Path:
+def publish(store: RunStore, summary: Summary, *, max_cases: int = MAX_CASES) -> Path:
     """Write report.html into the run folder and print the terminal summary (stderr).
 
     The page embeds at most `max_cases` cases (the most important first); the

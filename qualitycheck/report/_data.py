@@ -1,22 +1,22 @@
 """What the reports show, gathered once from summary.json and the run store.
 
 The HTML and terminal renderers only format what this module hands them, so
-the two never disagree about which case is a regression. Everything the
-summary does not hold yet (a stage that has not run, an older run) is taken
-as absent, never guessed: a missing optional section is simply not shown.
-Per-case data is kept compact (status letters, short keys), and a run of any
-size is read in one streaming pass: every case is flagged and counted, but
-full rows (answers, score details, comparison records) are kept only for the
-`max_cases` that matter most, so a 100,000-case run costs what 5,000 cases cost.
+the two never disagree about which case is a regression. A case's status
+(regression, tolerated, error, improved, flaky, divergent, identical) is the
+one `verdict._status` decides, read from the summary and the compare stage's
+records: nothing here decides it again. Per-case data is kept compact
+(status letters, short keys), and a run of any size is read in one streaming
+pass: every case is given its status and counted, but full rows (answers,
+score details, comparison records) are kept only for the `max_cases` that
+matter most, so a 100,000-case run costs what 5,000 cases cost.
 """
 
 from __future__ import annotations
 
 import heapq
-import json
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from qualitycheck.core._store import CaseRecords, GroupsById, RunStore
+from qualitycheck.verdict._compare import CaseComparison
+from qualitycheck.verdict._model import Summary
+from qualitycheck.verdict._status import STATUS_ORDER, CaseStatus, Status, StatusBook
 
-__all__ = ["CaseRow", "FLAG_ORDER", "ITL_SAMPLE", "MAX_CASES", "ReportData", "collect", "percentiles", "run_date"]
-
-FLAG_ORDER = ("regression", "error", "improvement", "flaky", "divergent", "identical")
-"""Case flags in the order the case list sorts them: what needs a look first."""
+__all__ = ["CaseRow", "ITL_SAMPLE", "MAX_CASES", "ReportData", "collect", "percentiles", "run_date"]
 
 MAX_CASES = 5_000
 """Cases whose detail (answers, score details, comparison records) report.html embeds.
@@ -66,9 +66,12 @@ class CaseRow:
     """check → target → status letter per repeat (p/f/e/s, '-' when not scored)."""
     details: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     regressed: list[str] = field(default_factory=list)
+    """Checks this case is a counted regression on; `tolerated`, `improved`, `flaky` likewise."""
+    tolerated: list[str] = field(default_factory=list)
     improved: list[str] = field(default_factory=list)
     flaky: list[str] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)
+    flags: list[Status] = field(default_factory=list)
+    """Every status of the case (verdict._status), in STATUS_ORDER: the first is its primary status."""
     comparison: list[dict[str, Any] | None] = field(default_factory=list)
     """The compare stage's record per repeat (divergence, similarity, format features)."""
 
@@ -79,7 +82,7 @@ class CaseRow:
         if self.route != self.category:
             d["r"] = self.route
         for key, value in (("e", self.errors), ("m", self.meta), ("d", self.details), ("rc", self.regressed),
-                           ("ic", self.improved), ("fc", self.flaky), ("x", self.comparison)):
+                           ("tc", self.tolerated), ("ic", self.improved), ("fc", self.flaky), ("x", self.comparison)):
             if value:
                 d[key] = value
         return d
@@ -89,7 +92,7 @@ class CaseRow:
 class ReportData:
     """Everything one report shows; `summary` is summary.json as written."""
 
-    summary: dict[str, Any]
+    summary: Summary
     manifest: dict[str, Any]
     created_at: float | None
     rows: list[CaseRow]
@@ -98,15 +101,14 @@ class ReportData:
     categories: list[str]
     latency_samples: dict[str, dict[str, np.ndarray]]
     """metric → target → values in ms, per response (per token gap for ITL): for the charts."""
-    artifacts: dict[str, Any]
     total_cases: int = 0
     """Every case in the store, embedded or not."""
     flag_counts: dict[str, int] = field(default_factory=dict)
-    """flag → cases carrying it, over all cases (a case may carry several flags)."""
+    """status → cases carrying it, over all cases (a case may carry several statuses)."""
     category_flags: dict[str, dict[str, int]] = field(default_factory=dict)
-    """category → flag → cases, over all cases."""
+    """category → status → cases, over all cases."""
     omitted: dict[str, int] = field(default_factory=dict)
-    """Cases not embedded, by their first flag in FLAG_ORDER ("" for a case without any)."""
+    """Cases not embedded, by their primary status ("" for a case without any)."""
     max_cases: int = MAX_CASES
     folder: Path | None = None
     """The run folder, named on the page as where the cases it does not embed are."""
@@ -123,14 +125,8 @@ class ReportData:
         return self.omitted.get("regression", 0)
 
     def top_regressions(self, n: int = 10) -> list[CaseRow]:
-        return [r for r in self.rows if "regression" in r.flags][:n]
-
-
-def _ids(value: Any) -> list[str]:
-    """A summary field holding case ids may also be a bare count; only ids are usable here."""
-    if isinstance(value, list):
-        return [str(v) for v in value if isinstance(v, (str, int))]
-    return []
+        """The first embedded cases that regressed, counted ones first, then tolerated ones."""
+        return [r for r in self.rows if r.flags and r.flags[0] in ("regression", "tolerated")][:n]
 
 
 PROMPT_HEAD, PROMPT_TAIL = 1_000, 3_000
@@ -159,28 +155,6 @@ def _prompt_text(body: dict[str, Any] | None) -> str:
     return "\n".join(parts)
 
 
-def _summary_case_sets(summary: dict[str, Any]) -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[str]], set[str]]:
-    """case id → checks regressed / improved / flaky, per the summary; and checks it has stats for."""
-    reg: dict[str, set[str]] = {}
-    imp: dict[str, set[str]] = {}
-    flaky: dict[str, set[str]] = {}
-    known: set[str] = set()
-    for cat in (summary.get("categories") or {}).values():
-        for check, st in ((cat or {}).get("checks") or {}).items():
-            if not isinstance(st, dict):
-                continue
-            known.add(check)
-            for key, into in (("regressions", reg), ("improvements", imp), ("flaky", flaky)):
-                for cid in _ids(st.get(key)):
-                    into.setdefault(cid, set()).add(check)
-    return reg, imp, flaky, known
-
-
-def _rate(letters: Iterable[str]) -> float | None:
-    decided = [x for x in letters if x in "pf"]
-    return sum(x == "p" for x in decided) / len(decided) if decided else None
-
-
 _COMPARISON_SKIP = {"case_id", "category", "route", "repeat", "format_version", "checks"}
 """Fields of a comparison record the report shows elsewhere already (statuses come from the scores)."""
 
@@ -189,26 +163,15 @@ def _shown(rec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in rec.items() if k not in _COMPARISON_SKIP and v not in (None, {}, [])}
 
 
-def _comparison_slots(records: Iterable[dict[str, Any]], repeats: int) -> list[dict[str, Any] | None]:
+def _comparison_slots(records: Iterable[CaseComparison], repeats: int) -> list[dict[str, Any] | None]:
     """One case's compare records → the record per repeat as the detail view shows it."""
     slot: list[dict[str, Any] | None] = []
     for rec in records:
-        rep = rec.get("repeat", 0)
-        if not isinstance(rep, int) or not 0 <= rep < repeats:
+        if not 0 <= rec.repeat < repeats:
             continue
         slot = slot or [None] * repeats
-        slot[rep] = _shown(rec)
+        slot[rec.repeat] = _shown(rec.model_dump(mode="json"))
     return slot
-
-
-def _legacy_comparisons(store: RunStore, ids: set[str], repeats: int) -> dict[str, list[dict[str, Any] | None]]:
-    """Records of a run stored before comparisons were rows (one `comparisons` artifact), for `ids` only."""
-    found = store.artifact("comparisons")
-    by_case: dict[str, list[dict[str, Any]]] = {}
-    for rec in found if isinstance(found, list) else []:
-        if isinstance(rec, dict) and str(rec.get("case_id")) in ids:
-            by_case.setdefault(str(rec["case_id"]), []).append(rec)
-    return {cid: _comparison_slots(recs, repeats) for cid, recs in by_case.items()}
 
 
 class _Reservoir:
@@ -342,9 +305,8 @@ class _Latency:
         return out, sampled
 
 
-def _case_row(rec: CaseRecords, repeats: int, sets: tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[str]], set[str]],
-              latency: _Latency) -> CaseRow:
-    """One case's row and flags, without the prompt and comparison (added only if the case is embedded)."""
+def _case_row(rec: CaseRecords, repeats: int, status: CaseStatus, latency: _Latency) -> CaseRow:
+    """One case's row with its status, without the prompt and comparison (added only if the case is embedded)."""
     c = rec.case
     row = CaseRow(c.id, c.category, c.route, "")
     for r in rec.responses:
@@ -371,48 +333,40 @@ def _case_row(rec: CaseRecords, repeats: int, sets: tuple[dict[str, set[str]], d
             row.details.setdefault(s.check, {}).setdefault(s.target, [None] * repeats)[s.repeat] = detail
     row.statuses = {check: {t: "".join(v) for t, v in per.items()} for check, per in letters.items()}  # type: ignore[misc]
 
-    reg, imp, flaky, known = sets
-    row.regressed = sorted(reg.get(row.id, ()))
-    row.improved = sorted(imp.get(row.id, ()))
-    fl = set(flaky.get(row.id, ()))
-    for check, per in row.statuses.items():
-        b, cand = per.get("baseline", ""), per.get("candidate", "")
-        if check not in known:  # no statistics for this check yet: compare pass rates directly
-            rb, rc = _rate(b), _rate(cand)
-            if rb is not None and rc is not None and rb != rc:
-                (row.regressed if rb > rc else row.improved).append(check)
-        for lt in (b, cand):
-            if "p" in lt and "f" in lt:
-                fl.add(check)
-    row.flaky = sorted(fl)
-    row.flags = _flags(row)
+    row.regressed, row.tolerated = status.checks_with("regression"), status.checks_with("tolerated")
+    row.improved, row.flaky = status.checks_with("improved"), status.checks_with("flaky")
+    row.flags = list(status.statuses)
     return row
 
 
-_RANK = {**{f: i for i, f in enumerate(FLAG_ORDER)}, "": len(FLAG_ORDER)}
+_RANK: dict[str, int] = {**{f: i for i, f in enumerate(STATUS_ORDER)}, "": len(STATUS_ORDER)}
 
 
-def _first_flag(flags: list[str]) -> str:
-    """The flag a case is listed (and kept) under: its first in FLAG_ORDER, "" when it has none."""
-    return min(flags, key=_RANK.__getitem__, default="")
+def _first_flag(flags: list[Status]) -> str:
+    """The status a case is listed (and kept) under: its primary one, "" when it has none."""
+    return flags[0] if flags else ""
 
 
-def collect(store: RunStore, summary: dict[str, Any], *, max_cases: int = MAX_CASES, itl_sample: int = ITL_SAMPLE) -> ReportData:
-    """Stream the store once: flag and count every case, keep full rows for the `max_cases` that matter most.
+def collect(store: RunStore, summary: Summary | Mapping[str, Any], *, max_cases: int = MAX_CASES,
+            itl_sample: int = ITL_SAMPLE) -> ReportData:
+    """Stream the store once: give every case its status and count it, keep full rows for the `max_cases` that matter most.
 
-    Which cases: by their first flag in FLAG_ORDER (every regression, then
-    errors, improvements, flaky, divergent, identical), suite order within a
-    flag. The selection is a bounded heap, so memory holds at most
+    Which cases: by their primary status in STATUS_ORDER (every counted
+    regression, then tolerated ones, errors, improvements, flaky, divergent,
+    identical), suite order within a status. The selection is a bounded heap, so memory holds at most
     `max_cases` rows whatever the run's size; regressions are dropped only
     when they alone outnumber `max_cases` (`ReportData.regressions_omitted`).
+    `summary` may also be summary.json as parsed JSON: it is validated into the model here.
     """
+    if not isinstance(summary, Summary):
+        summary = Summary.model_validate(summary)
     if max_cases < 0:
         raise ValueError(f"max_cases must be >= 0, got {max_cases}")
     repeats = max(1, int(store.manifest.get("repeats") or 1))
     suite_index = {cid: i for i, cid in enumerate(store.case_labels())}  # by_case walks by id; the page lists in suite order
-    sets = _summary_case_sets(summary)
+    book = StatusBook(summary)
     latency = _Latency(itl_sample)
-    flag_counts = {f: 0 for f in FLAG_ORDER}
+    flag_counts: dict[str, int] = {f: 0 for f in STATUS_ORDER}
     primary: dict[str, int] = {}
     category_flags: dict[str, dict[str, int]] = {}
     checks: set[str] = set()
@@ -420,64 +374,39 @@ def collect(store: RunStore, summary: dict[str, Any], *, max_cases: int = MAX_CA
     comps = GroupsById(store.comparisons_by_case())
 
     for rec in store.by_case():
-        row = _case_row(rec, repeats, sets, latency)
+        records = [CaseComparison.model_validate_json(b) for b in comps.take(rec.case.id)]
+        status = book.case(rec.case.id, records)
+        row = _case_row(rec, repeats, status, latency)
         checks.update(row.statuses)
-        per_cat = category_flags.setdefault(row.category, {f: 0 for f in FLAG_ORDER})
+        per_cat = category_flags.setdefault(row.category, {f: 0 for f in STATUS_ORDER})
         for f in row.flags:
             flag_counts[f] += 1
             per_cat[f] += 1
         first = _first_flag(row.flags)
         primary[first] = primary.get(first, 0) + 1
         key = (-_RANK[first], -suite_index.get(row.id, len(suite_index)))
-        bodies = comps.take(row.id)
         if max_cases == 0 or (len(heap) >= max_cases and key <= heap[0][:2]):
             continue  # less important than every kept case
         row.prompt = _clip(_prompt_text({"messages": rec.case.messages, "prompt": rec.case.prompt}))
-        row.comparison = _comparison_slots([json.loads(b) for b in bodies], repeats)  # parsed only for kept rows
+        row.comparison = _comparison_slots(records, repeats)
         if len(heap) < max_cases:
             heapq.heappush(heap, (*key, row))
         else:
             heapq.heapreplace(heap, (*key, row))
 
     kept = [row for _, _, row in sorted(heap, key=lambda e: (-e[0], -e[1]))]
-    if comps.empty and kept:
-        legacy = _legacy_comparisons(store, {r.id for r in kept}, repeats)
-        for row in kept:
-            row.comparison = legacy.get(row.id, [])
     omitted = dict(primary)
     for row in kept:
         omitted[_first_flag(row.flags)] -= 1
     samples, sampled = latency.arrays()
     created = store.meta("created_at")
-    artifacts = {name: store.artifact(name) for name in ("preflight",)}
     return ReportData(
         summary=summary, manifest=store.manifest, created_at=float(created) if created else None,
         rows=kept, checks=sorted(checks), categories=sorted(category_flags),
-        latency_samples=samples, artifacts={k: v for k, v in artifacts.items() if v},
+        latency_samples=samples,
         total_cases=len(suite_index), flag_counts=flag_counts, category_flags=category_flags,
         omitted={k: v for k, v in omitted.items() if v}, max_cases=max_cases, latency_sampled=sampled, folder=store.folder,
     )
-
-
-def _flags(row: CaseRow) -> list[str]:
-    flags = []
-    if row.regressed:
-        flags.append("regression")
-    errored = any(any(e for e in errs) for errs in row.errors.values()) or any(
-        "e" in letters for per in row.statuses.values() for letters in per.values())
-    if errored:
-        flags.append("error")
-    if row.improved:
-        flags.append("improvement")
-    if row.flaky:
-        flags.append("flaky")
-    b, c = row.texts.get("baseline") or [], row.texts.get("candidate") or []
-    pairs = [(x, y) for x, y in zip(b, c) if x is not None and y is not None]
-    if any(x != y for x, y in pairs):
-        flags.append("divergent")
-    elif pairs and len(pairs) == max(len(b), len(c)):
-        flags.append("identical")
-    return flags
 
 
 def percentiles(values: np.ndarray, qs: Iterable[int] = (50, 95, 99)) -> dict[str, float]:

@@ -26,7 +26,10 @@ from markupsafe import Markup
 
 from qualitycheck.core._store import RunStore
 from qualitycheck.report._charts import SIDE_COLOURS, histogram_svg
-from qualitycheck.report._data import FLAG_ORDER, MAX_CASES, ReportData, collect, percentiles, run_date
+from qualitycheck.report._data import MAX_CASES, ReportData, collect, percentiles, run_date
+from qualitycheck.verdict._gate import ALL_ROUTES, GuardrailResult
+from qualitycheck.verdict._model import Acceptance, Latency, LatencySide, Summary
+from qualitycheck.verdict._status import STATUS_ORDER
 
 __all__ = ["REPORT_NAME", "render_html", "write_html", "write_report"]
 
@@ -72,6 +75,10 @@ def _num(x: Any, digits: int = 1) -> str:
     return f"{x:,.0f}" if isinstance(x, int) else f"{x:,.{digits}f}"
 
 
+def _num2(x: Any) -> str:
+    return _num(x, 2)
+
+
 def _ci(x: Any) -> str:
     if isinstance(x, (list, tuple)) and len(x) == 2 and all(_is_num(v) for v in x):
         return f"[{x[0] * 100:+.1f}, {x[1] * 100:+.1f}]"
@@ -82,14 +89,6 @@ def _pval(x: Any) -> str:
     if not _is_num(x):
         return "–"
     return "<0.001" if x < 0.001 else f"{x:.3f}"
-
-
-def _count(x: Any) -> int | None:
-    if isinstance(x, list):
-        return len(x)
-    if _is_num(x):
-        return int(x)
-    return None
 
 
 def json_for_script(value: Any) -> Markup:
@@ -105,111 +104,96 @@ def _dedup(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _scoped(g: dict[str, Any]) -> str:
-    scope = g.get("route") or g.get("scope") or g.get("category")
-    return f"{g.get('name', '?')} [{scope}]" if scope and scope != "*" else str(g.get("name", "?"))
+def _scoped(g: GuardrailResult) -> str:
+    return g.name if g.route == ALL_ROUTES else f"{g.name} [{g.route}]"
 
 
-def _reasons(s: dict[str, Any]) -> tuple[list[str], list[str]]:
+def _reasons(s: Summary) -> tuple[list[str], list[str]]:
     """Why the verdict is what it is: what failed, and what could not be evaluated."""
-    failed: list[str] = []
-    for key in ("reasons", "verdict_reasons"):
-        for r in s.get(key) or []:
-            failed.append(r if isinstance(r, str) else str(r.get("message") or r))
-    rails = [g for g in s.get("guardrails") or [] if isinstance(g, dict)]
-    failed += [f"{_scoped(g)}: {g.get('message') or 'failed'}" for g in rails if g.get("passed") is False]
-    for name, cat in (s.get("categories") or {}).items():
-        if isinstance(cat, dict) and cat.get("verdict") == "fail":
-            failed.append(f"category {name}: fail")
-    unknown = [str(x) for x in s.get("not_evaluated") or [] if x]
+    failed = [f"{_scoped(g)}: {g.message or 'failed'}" for g in s.guardrails if g.passed is False]
+    failed += [f"category {name}: fail" for name, cat in s.categories.items() if cat.verdict == "fail"]
+    unknown = [x for x in s.not_evaluated if x]
     if not unknown:
-        unknown = [f"{_scoped(g)}: {g.get('message') or 'not evaluated'}" for g in rails if g.get("passed") is None]
-        unknown += [f"category {n}: inconclusive" for n, c in (s.get("categories") or {}).items()
-                    if isinstance(c, dict) and c.get("verdict") == "inconclusive"]
+        unknown = [f"{_scoped(g)}: {g.message or 'not evaluated'}" for g in s.guardrails if g.passed is None]
+        unknown += [f"category {n}: inconclusive" for n, c in s.categories.items() if c.verdict == "inconclusive"]
     return _dedup(failed), _dedup(unknown)
 
 
-def _guardrail(g: dict[str, Any]) -> dict[str, Any]:
-    scope = g.get("route") or g.get("scope") or g.get("category") or ""
-    return {"name": str(g.get("name", "")), "scope": str(scope), "threshold": g.get("threshold"),
-            "observed": g.get("observed"), "passed": g.get("passed"), "message": str(g.get("message") or "")}
+def _guardrail(g: GuardrailResult) -> dict[str, Any]:
+    return {"name": g.name, "scope": g.route, "threshold": g.threshold, "observed": g.observed, "passed": g.passed,
+            "message": g.message}
 
 
 def _targets(data: ReportData) -> list[dict[str, Any]]:
     """One row per target: what the summary says, then what the manifest and preflight add."""
-    s_targets = data.summary.get("targets") or {}
+    s_targets = data.summary.targets
     m_targets = data.manifest.get("targets") or {}
-    pre = data.artifacts.get("preflight") or {}
+    engine = next((c for c in data.summary.preflight.checks if c.name == "engine_version"), None) if data.summary.preflight else None
     rows = []
     for name in dict.fromkeys([*s_targets, *m_targets]):
-        t = {**(m_targets.get(name) or {}), **(s_targets.get(name) or {})}
+        t = {**(m_targets.get(name) or {}), **(s_targets[name].model_dump() if name in s_targets else {})}
         extra = {k: v for k, v in t.items() if k not in ("url", "model", "label") and v not in (None, {}, [], "")}
-        for chk in (pre.get("checks") or []) if isinstance(pre, dict) else []:
-            # the preflight records each side's value of what it compared (engine version, server config)
-            if isinstance(chk, dict) and chk.get("name") == "engine_version" and chk.get(name) not in (None, ""):
-                extra.setdefault("engine_version", chk[name])
+        side_version = getattr(engine, name, None) if engine is not None and name in ("baseline", "candidate") else None
+        if side_version not in (None, ""):
+            extra.setdefault("engine_version", side_version)  # the preflight records each side's engine version
         rows.append({"name": name, "url": t.get("url", ""), "model": t.get("model", ""), "label": t.get("label") or "",
                      "extra": {k: v if isinstance(v, str) else json.dumps(v, default=str) for k, v in extra.items()}})
     return rows
 
 
 def _preflight(data: ReportData) -> list[dict[str, Any]]:
-    pre = data.artifacts.get("preflight")
-    if not isinstance(pre, dict):
+    pre = data.summary.preflight
+    if pre is None:
         return []
-    return [{"name": str(c.get("name", "")), "passed": c.get("passed"), "detail": str(c.get("detail") or "")}
-            for c in pre.get("checks") or [] if isinstance(c, dict)]
+    return [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in pre.checks]
+
+
+_JUDGE_FIGURES = ("wins", "losses", "ties")
 
 
 def _categories(data: ReportData) -> list[dict[str, Any]]:
     out = []
-    for name, cat in (data.summary.get("categories") or {}).items():
-        cat = cat or {}
+    for name, cat in data.summary.categories.items():
         checks = []
-        for check, st in (cat.get("checks") or {}).items():
-            if not isinstance(st, dict):
-                continue
-            judge = {k: st.get(k) for k in ("wins", "losses", "ties", "win", "loss", "tie") if _is_num(st.get(k))}
-            checks.append({"name": check, "b": st.get("baseline_pass_rate"), "c": st.get("candidate_pass_rate"),
-                           "delta": st.get("delta"), "ci": st.get("ci"), "p": st.get("p_value"),
-                           "reg": _count(st.get("regressions")), "imp": _count(st.get("improvements")),
-                           "flaky": _count(st.get("flaky")), "n": st.get("n"), "mde": st.get("mde"),
-                           "beyond": st.get("regressions_beyond_floor"),
-                           "noise": (st.get("noise_floor") or {}).get("flip_rate") if isinstance(st.get("noise_floor"), dict) else None,
-                           "judge": judge, "verdict": st.get("verdict")})
-        drift = []
-        for feat, d in (cat.get("format_drift") or {}).items():
-            if isinstance(d, dict):
-                drift.append({"name": feat, "b": d.get("baseline"), "c": d.get("candidate"), "kind": d.get("kind", "rate"),
-                              "flagged": bool(d.get("flag") or d.get("flagged") or d.get("significant")),
-                              "p": d.get("p_value")})
+        for check, st in cat.checks.items():
+            judge = {k: getattr(st, k) for k in _JUDGE_FIGURES if k in st.model_fields_set}
+            checks.append({"name": check, "b": st.baseline_pass_rate, "c": st.candidate_pass_rate,
+                           "delta": st.delta, "ci": st.ci, "p": st.p_value,
+                           "reg": len(st.regressions), "imp": len(st.improvements), "tol": len(st.tolerated),
+                           "flaky": len(st.flaky), "n": st.n, "mde": st.mde, "beyond": st.regressions_beyond_floor,
+                           "noise": st.noise_floor.flip_rate, "judge": judge})
+        drift: list[dict[str, Any]] = [{"name": feat, "b": d.baseline, "c": d.candidate, "kind": d.kind, "flagged": d.flag, "p": d.p_value}
+                 for feat, d in cat.format_drift.items()]
         drift.sort(key=lambda d: (not d["flagged"], d["name"]))
-        judge = cat.get("judge") if isinstance(cat.get("judge"), dict) else {}
         counts = data.category_flags.get(name, {})
-        out.append({"name": name, "cases": cat.get("cases"), "identical": cat.get("identical_rate"),
-                    "similarity": cat.get("similarity_mean"), "first_div": cat.get("first_divergence_char_median"),
-                    "control_identical": cat.get("control_identical_rate"),
-                    "verdict": cat.get("verdict") or "", "checks": checks, "drift": drift,
+        out.append({"name": name, "cases": cat.cases, "identical": cat.identical_rate,
+                    "similarity": cat.similarity_mean, "first_div": cat.first_divergence_char_median,
+                    "control_identical": cat.control_identical_rate,
+                    "verdict": cat.verdict, "checks": checks, "drift": drift,
                     "flagged_drift": sum(d["flagged"] for d in drift),
-                    "judge": {k: v for k, v in judge.items() if _is_num(v)},
-                    "regressions": counts.get("regression", 0), "improvements": counts.get("improvement", 0),
-                    "flaky": counts.get("flaky", 0), "errors": counts.get("error", 0)})
+                    "regressions": counts.get("regression", 0), "tolerated": counts.get("tolerated", 0),
+                    "improvements": counts.get("improved", 0), "flaky": counts.get("flaky", 0), "errors": counts.get("error", 0)})
     return out
+
+
+def _side(lat: Latency, side: str) -> LatencySide | None:
+    return {"baseline": lat.baseline, "candidate": lat.candidate, "control": lat.control}.get(side)
 
 
 def _latency(data: ReportData) -> list[dict[str, Any]]:
     """Percentiles from the summary (the serving stage's definitions); computed here only as a fallback."""
-    summ = data.summary.get("latency") or {}
+    lat = data.summary.latency
     out = []
     for key, label, meaning in _METRICS:
         samples = data.latency_samples.get(key, {})
-        sides = {}
+        sides: dict[str, dict[str, Any]] = {}
         computed = False
         for side in ("baseline", "candidate"):
-            pc = (summ.get(side) or {}).get(key) if isinstance(summ.get(side), dict) else None
+            got = _side(lat, side)
+            pc: dict[str, Any] = getattr(got, key).model_dump() if got is not None and key in got.model_fields_set else {}
             if not pc and samples.get(side) is not None:
                 pc, computed = percentiles(samples[side]), True
-            sides[side] = pc or {}
+            sides[side] = pc
         if not any(sides.values()):
             continue
         ratio = {}
@@ -225,44 +209,37 @@ def _latency(data: ReportData) -> list[dict[str, Any]]:
     return out
 
 
-def _latency_approx(s: dict[str, Any]) -> list[str]:
+def _latency_approx(s: Summary) -> list[str]:
     """The sides whose percentiles the serving stage bucketed (very large runs), with its own words."""
-    lat = s.get("latency") if isinstance(s.get("latency"), dict) else {}
-    return [f"{side}: {lat[side]['percentiles']}" for side in ("baseline", "candidate", "control")
-            if isinstance(lat.get(side), dict) and lat[side].get("percentiles")]
+    return [f"{side}: {got.percentiles}" for side in ("baseline", "candidate", "control")
+            if (got := _side(s.latency, side)) is not None and got.percentiles]
 
 
-def _acceptance(a: dict[str, Any]) -> dict[str, Any]:
+def _acceptance(a: Acceptance) -> dict[str, Any]:
     """The figures worth a glance, the per-position rates, and the stage's own warnings."""
-    figures = [(label, fmt(a[k])) for k, label, fmt in (
-        ("rate", "acceptance rate", _pct), ("mean_accepted_length", "mean accepted length", lambda x: _num(x, 2)),
-        ("drafts", "drafts", _num), ("draft_tokens", "draft tokens", _num), ("accepted_tokens", "accepted tokens", _num))
-        if _is_num(a.get(k))]
-    if isinstance(a.get("speculating"), bool):
-        figures.append(("candidate speculating", "yes" if a["speculating"] else "no"))
-    by_pos = [x for x in a.get("by_position") or [] if _is_num(x) or isinstance(x, dict)]
-    positions = ", ".join(_pct(x) if _is_num(x) else _pct(x.get("rate")) for x in by_pos)
-    warnings = [str(w) for w in a.get("warnings") or []]
-    if not figures and not warnings:
+    figures = [(label, fmt(value)) for value, label, fmt in (
+        (a.rate, "acceptance rate", _pct), (a.mean_accepted_length, "mean accepted length", _num2),
+        (a.drafts, "drafts", _num), (a.draft_tokens, "draft tokens", _num), (a.accepted_tokens, "accepted tokens", _num))
+        if _is_num(value)]
+    if a.speculating is not None:
+        figures.append(("candidate speculating", "yes" if a.speculating else "no"))
+    positions = ", ".join(_pct(x) for x in a.by_position if _is_num(x))
+    if not figures and not a.warnings:
         return {}
-    return {"figures": figures, "positions": positions, "warnings": warnings}
+    return {"figures": figures, "positions": positions, "warnings": list(a.warnings)}
 
 
 def _latency_by_category(data: ReportData) -> list[dict[str, Any]]:
     """Per category p50/p95 of each metric per side and the p95 ratio (the serving stage's slices)."""
-    per = (data.summary.get("latency") or {}).get("per_category")
-    if not isinstance(per, dict):
-        return []
     out = []
-    for cat, sides in sorted(per.items()):
-        if not isinstance(sides, dict):
-            continue
-        b, c = sides.get("baseline") or {}, sides.get("candidate") or {}
+    for cat, sides in sorted(data.summary.latency.per_category.items()):
+        b, c = sides.get("baseline"), sides.get("candidate")
         cells = []
-        for key, label, _ in _METRICS:
-            pb, pc = (b.get(key) or {}) if isinstance(b, dict) else {}, (c.get(key) or {}) if isinstance(c, dict) else {}
-            b95, c95 = pb.get("p95"), pc.get("p95")
-            cells.append({"b50": pb.get("p50"), "c50": pc.get("p50"), "b95": b95, "c95": c95,
+        for key, _label, _ in _METRICS:
+            pb = getattr(b, key) if b is not None else None
+            pc = getattr(c, key) if c is not None else None
+            b95, c95 = pb.p95 if pb else None, pc.p95 if pc else None
+            cells.append({"b50": pb.p50 if pb else None, "c50": pc.p50 if pc else None, "b95": b95, "c95": c95,
                           "ratio": c95 / b95 if _is_num(b95) and _is_num(c95) and b95 else None})
         out.append({"name": cat, "cells": cells})
     return out
@@ -270,11 +247,9 @@ def _latency_by_category(data: ReportData) -> list[dict[str, Any]]:
 
 def _facts(data: ReportData) -> list[tuple[str, str]]:
     s, m = data.summary, data.manifest
-    facts = [("Cases", _num(s.get("cases", data.total_cases))), ("Repeats", _num(m.get("repeats", 1)))]
-    for side, e in (s.get("errors") or {}).items():
-        if isinstance(e, dict):
-            facts.append((f"{side} errors", f"{_num(e.get('count'))} of {_num(e.get('requests'))} ({_pct(e.get('rate'), 2)})"
-                          if e.get("requests") is not None else f"{_num(e.get('count'))} ({_pct(e.get('rate'), 2)})"))
+    facts = [("Cases", _num(s.cases)), ("Repeats", _num(m.get("repeats", 1)))]
+    for side, e in s.errors.items():
+        facts.append((f"{side} errors", f"{_num(e.count)} of {_num(e.requests)} ({_pct(e.rate, 2)})"))
     if m.get("suite_files"):
         facts.append(("Suites", ", ".join(str(f) for f in m["suite_files"])))
     if m.get("shard"):
@@ -288,7 +263,7 @@ def _embedded(data: ReportData) -> dict[str, Any]:
     if not data.omitted_total:
         return {}
     folder = str(data.folder) if data.folder is not None else "RUN_DIR"
-    order = [*FLAG_ORDER, ""]
+    order = [*STATUS_ORDER, ""]
     missing = ", ".join(f"{n:,} {f or 'without an outcome'}" for f, n in sorted(data.omitted.items(), key=lambda x: order.index(x[0])))
     return {"shown": len(data.rows), "omitted": data.omitted_total, "missing": missing, "cap": data.max_cases,
             "regressions_omitted": data.regressions_omitted, "regressions": data.flag_counts.get("regression", 0),
@@ -298,13 +273,12 @@ def _embedded(data: ReportData) -> dict[str, Any]:
 def _context(data: ReportData, nonce: str) -> dict[str, Any]:
     s = data.summary
     counts = data.flag_counts
-    acceptance = s.get("acceptance") if isinstance(s.get("acceptance"), dict) else {}
-    fallback = s.get("fallback") if isinstance(s.get("fallback"), dict) else {}
+    reasons, not_evaluated = _reasons(s)
     return {
         "nonce": nonce,
-        "verdict": str(s.get("verdict", "unknown")),
-        "reasons": _reasons(s)[0],
-        "not_evaluated": _reasons(s)[1],
+        "verdict": s.verdict,
+        "reasons": reasons,
+        "not_evaluated": not_evaluated,
         "targets": _targets(data),
         "preflight": _preflight(data),
         "facts": _facts(data),
@@ -313,11 +287,11 @@ def _context(data: ReportData, nonce: str) -> dict[str, Any]:
         "latency_by_category": _latency_by_category(data),
         "latency_approx": _latency_approx(s),
         "metric_labels": [label for _, label, _ in _METRICS],
-        "acceptance": _acceptance(acceptance),
-        "guardrails": [_guardrail(g) for g in s.get("guardrails") or [] if isinstance(g, dict)],
-        "fallback": fallback if fallback.get("action") or fallback.get("routes") else {},
+        "acceptance": _acceptance(s.acceptance),
+        "guardrails": [_guardrail(g) for g in s.guardrails],
+        "fallback": s.fallback if s.fallback.action or s.fallback.routes else None,
         "colours": SIDE_COLOURS,
-        "flags": [(f, counts[f], sum(f in r.flags for r in data.rows)) for f in FLAG_ORDER],
+        "flags": [(f, counts[f], sum(f in r.flags for r in data.rows)) for f in STATUS_ORDER],
         "filter_categories": data.categories,
         "filter_checks": data.checks,
         "total_cases": data.total_cases,
@@ -334,7 +308,7 @@ def render_html(data: ReportData, *, nonce: str | None = None) -> str:
     return _env().get_template("report.html.j2").render(**_context(data, nonce))
 
 
-def write_report(store: RunStore, summary: dict[str, Any], path: str | Path | None = None, *,
+def write_report(store: RunStore, summary: Summary, path: str | Path | None = None, *,
                  max_cases: int = MAX_CASES) -> Path:
     """Build report.html for a stored run (default: in the run folder); atomic replace.
 

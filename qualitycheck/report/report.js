@@ -30,7 +30,9 @@
     return haystacks[i];
   }
 
-  function listFor(c, flag) { return flag === "regression" ? c.rc : flag === "improvement" ? c.ic : flag === "flaky" ? c.fc : null; }
+  // The checks behind a per-check status (verdict._status decided it; the page only shows it).
+  var LISTS = { regression: "rc", tolerated: "tc", improved: "ic", flaky: "fc" };
+  function listFor(c, flag) { return LISTS[flag] ? c[LISTS[flag]] : null; }
 
   function matchesCase(i, cat, check, flag, q) {
     var c = CASES[i];
@@ -39,7 +41,7 @@
     if (check) {
       if (!c.s[check]) return false;
       var lst = listFor(c, flag);
-      if (lst && lst.indexOf(check) < 0 && lst.indexOf("*") < 0) return false;
+      if (lst && lst.indexOf(check) < 0) return false;
     }
     if (q && haystack(i).indexOf(q) < 0) return false;
     return true;
@@ -284,7 +286,8 @@
       if (control) { var tdk = el("td"); tdk.appendChild(statusChips(c.s[name].control || "")); tr.appendChild(tdk); }
       var out = el("td");
       if ((c.rc || []).indexOf(name) >= 0) out.appendChild(el("span", "badge regression", "regression"));
-      if ((c.ic || []).indexOf(name) >= 0) out.appendChild(el("span", "badge improvement", "improvement"));
+      if ((c.tc || []).indexOf(name) >= 0) out.appendChild(el("span", "badge tolerated", "tolerated regression"));
+      if ((c.ic || []).indexOf(name) >= 0) out.appendChild(el("span", "badge improved", "improved"));
       if ((c.fc || []).indexOf(name) >= 0) out.appendChild(el("span", "badge flaky", "flaky"));
       tr.appendChild(out);
       t.appendChild(tr);

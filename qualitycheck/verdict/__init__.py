@@ -1,5 +1,6 @@
 """From scores to a verdict: per-case comparison, the digest, paired statistics and the noise floor,
-guardrails, and summary.json. The only place a case's status is decided.
+guardrails, and summary.json (`Summary`, a pydantic model, and its JSON Schema). A case's status
+(regression, tolerated, flaky, improved, error, divergent, identical) is decided in `_status` only.
 
 Names are imported on first use, so importing one stage never pulls in the
 heavy dependencies of another (scipy, jinja2, aiohttp).
@@ -62,6 +63,23 @@ if TYPE_CHECKING:
         regression_allowance as regression_allowance,
         simulate_gate as simulate_gate,
     )
+    from qualitycheck.verdict._model import (
+        Acceptance as Acceptance,
+        CategorySummary as CategorySummary,
+        CheckSummary as CheckSummary,
+        Latency as Latency,
+        Preflight as Preflight,
+        Summary as Summary,
+        read_summary as read_summary,
+        summary_json_schema as summary_json_schema,
+    )
+    from qualitycheck.verdict._status import (
+        STATUS_ORDER as STATUS_ORDER,
+        CaseStatus as CaseStatus,
+        Status as Status,
+        StatusBook as StatusBook,
+        check_statuses as check_statuses,
+    )
     from qualitycheck.verdict._summary import (
         SUMMARY_NAME as SUMMARY_NAME,
         build_summary as build_summary,
@@ -70,31 +88,42 @@ if TYPE_CHECKING:
 
 _HOME = {
     "ALPHA": "_stats",
+    "Acceptance": "_model",
     "CaseClassification": "_stats",
     "CaseComparison": "_compare",
     "CaseOutcome": "_stats",
+    "CaseStatus": "_status",
+    "CategorySummary": "_model",
     "CheckOutcome": "_compare",
     "CheckStats": "_stats",
+    "CheckSummary": "_model",
     "DEFAULT_GUARDRAILS": "_gate",
     "DriftSamples": "_stats",
     "Evidence": "_gate",
     "GuardrailResult": "_gate",
     "Guardrails": "_gate",
+    "Latency": "_model",
     "MaxErrorRate": "_gate",
     "MaxQualityRegressionCases": "_gate",
     "MaxTpotP95Regression": "_gate",
     "MinAcceptanceRate": "_gate",
     "NoiseFloor": "_stats",
+    "Preflight": "_model",
     "PreflightConsistent": "_gate",
     "Rule": "_gate",
     "RunDigest": "_digest",
+    "STATUS_ORDER": "_status",
     "SUMMARY_NAME": "_summary",
+    "Status": "_status",
+    "StatusBook": "_status",
+    "Summary": "_model",
     "TextTally": "_digest",
     "add_case_outcomes": "_stats",
     "add_drift": "_stats",
     "build_rules": "_gate",
     "build_summary": "_summary",
     "check_stats": "_stats",
+    "check_statuses": "_status",
     "classify_cases": "_stats",
     "compare_case": "_compare",
     "compare_run": "_compare",
@@ -110,9 +139,11 @@ _HOME = {
     "parse_fraction": "_gate",
     "parse_guardrails": "_gate",
     "quality_stats": "_stats",
+    "read_summary": "_model",
     "regression_allowance": "_stats",
     "similarity": "_compare",
     "simulate_gate": "_stats",
+    "summary_json_schema": "_model",
     "write_summary": "_summary",
 }
 

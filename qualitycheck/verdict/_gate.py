@@ -22,8 +22,10 @@ non_inferiority_margin: {exact: 0.02}
 from __future__ import annotations
 
 import difflib
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from pydantic import ConfigDict
 
 from qualitycheck.core._config import Config
 from qualitycheck.core._errors import ConfigError, Problem
@@ -61,18 +63,20 @@ ALL_ROUTES = "*"
 
 @dataclass(frozen=True)
 class GuardrailResult:
-    """One guardrail's outcome; `passed` is None when it could not be evaluated."""
+    """One guardrail's outcome (an entry of summary.json `guardrails`); `passed` is None when it could not be evaluated."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     name: str
-    threshold: Any
-    observed: Any
+    threshold: float | int | str
+    """As configured: a rate, a percentage like '10%', a number of cases, or what the rule requires."""
+    observed: float | int | list[str] | None
+    """What the run measured (a rate, a relative change, a number of cases, the preflight checks that differ); null when not evaluated."""
     passed: bool | None
+    """null: not evaluated (the observation is missing), never counted as passed."""
     message: str
     route: str = ALL_ROUTES
     """The route this result applies to ('*': the whole endpoint)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -298,28 +298,6 @@ class CheckStats:
     def regressions_beyond_floor(self) -> int:
         return max(0, len(self.regressions) - self.allowance)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "n": self.n,
-            "baseline_pass_rate": self.baseline_pass_rate,
-            "candidate_pass_rate": self.candidate_pass_rate,
-            **({"control_pass_rate": self.control_pass_rate} if self.control_pass_rate is not None else {}),
-            "delta": self.delta,
-            "ci": list(self.ci) if self.ci else None,
-            "p_value": self.p_value,
-            "p_value_holm": self.p_value_holm,
-            "regressions": self.regressions,
-            "improvements": self.improvements,
-            "flaky": self.flaky,
-            "flaky_regressions": self.flaky_regressions,
-            "noise_floor": {"measured_by": self.noise.measured_by, "pairs": self.noise.pairs,
-                            "flip_rate": self.noise.flip_rate},
-            "regression_allowance": self.allowance,
-            "regressions_beyond_floor": self.regressions_beyond_floor,
-            "mde": self.mde,
-            "non_inferiority": {"margin": self.margin, "verdict": self.non_inferiority} if self.margin is not None else None,
-        }
-
 
 @dataclass(frozen=True)
 class CaseClassification:

@@ -8,7 +8,6 @@ depend on which scorer families are present in the tree.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,8 @@ from qualitycheck.cli._main import main
 from qualitycheck.core._records import Score
 from qualitycheck.report import write_report
 from qualitycheck.core._store import RunStore
-from qualitycheck.verdict._summary import build_summary
+from qualitycheck.verdict._model import Summary
+from qualitycheck.verdict._summary import build_summary, write_summary
 from qualitycheck.testserver import Fault, TestServer
 from tests.helpers import write_suite
 
@@ -48,7 +48,7 @@ def _exact_scores(store: RunStore) -> list[Score]:
     return out
 
 
-def build_run(folder: Path) -> tuple[Path, dict[str, Any]]:
+def build_run(folder: Path) -> tuple[Path, Summary]:
     suite = write_suite(folder / "suite.jsonl", _cases())
     out = folder / "run"
     cand_answers = {
@@ -68,11 +68,11 @@ def build_run(folder: Path) -> tuple[Path, dict[str, Any]]:
     with RunStore.open(out) as store:
         store.replace_scores(_exact_scores(store), checks=["exact"])
         summary = build_summary(store)
-        (out / "summary.json").write_text(json.dumps(summary, default=str), encoding="utf-8")
+        write_summary(out, summary)
         write_report(store, summary)
     return out, summary
 
 
 @pytest.fixture(scope="module")
-def stored_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def stored_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Summary]:
     return build_run(tmp_path_factory.mktemp("report"))

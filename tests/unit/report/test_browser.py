@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from qualitycheck.verdict._model import Summary
+
 from .conftest import XSS_IMG, XSS_SCRIPT
 
 pytestmark = pytest.mark.browser
@@ -32,7 +34,7 @@ window.alert = () => { window.__alerted = true; };
 
 
 @pytest.fixture(scope="module")
-def browser(stored_run: tuple[Path, dict[str, Any]]) -> Iterator[Any]:
+def browser(stored_run: tuple[Path, Summary]) -> Iterator[Any]:
     """Depends on the run so it is built first: playwright's sync API holds an event loop open."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
@@ -44,7 +46,7 @@ def browser(stored_run: tuple[Path, dict[str, Any]]) -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(browser: Any, stored_run: tuple[Path, dict[str, Any]]) -> Iterator[tuple[Any, list[str]]]:
+def page(browser: Any, stored_run: tuple[Path, Summary]) -> Iterator[tuple[Any, list[str]]]:
     run, _ = stored_run
     problems: list[str] = []
     pg = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -80,9 +82,11 @@ def test_the_report_loads_clean(page: tuple[Any, list[str]]) -> None:
 def test_filters_narrow_the_case_list(page: tuple[Any, list[str]]) -> None:
     pg, problems = page
     first = pg.locator("#case-table tbody tr").first.locator("td").first.text_content()
-    assert first == "qa-3"  # regressions first
-    pg.select_option("#f-flag", "regression")
+    assert first == "qa-3"  # regressions first (this one tolerated: the control's noise floor explains it)
+    pg.select_option("#f-flag", "tolerated")
     assert _visible_rows(pg) == 1
+    pg.select_option("#f-flag", "regression")
+    assert _visible_rows(pg) == 0
     pg.select_option("#f-flag", "")
     pg.select_option("#f-category", "format")
     assert _visible_rows(pg) == 3
@@ -107,14 +111,14 @@ def test_a_case_opens_a_side_by_side_diff(page: tuple[Any, list[str]]) -> None:
     assert pg.locator(".pane-candidate ins.chg").first.text_content().startswith("43")
     assert pg.locator(".pane-candidate .first-div").count() == 1
     assert "First divergence at character 15 (marked at the start of its token, 14)" in detail.text_content()
-    assert "regression" in detail.locator("table.checks").text_content()
+    assert "tolerated regression" in detail.locator("table.checks").text_content()
     assert "Control (A/A)" in detail.locator("table.checks").text_content()
     got = detail.locator(".detail-json .kv > div", has_text="got:")
     assert got.text_content() == "got: The answer is 43.\nI double-checked the arithmetic."  # line break kept, no JSON escapes
     assert problems == []
 
 
-def test_a_link_with_the_case_id_opens_that_case(browser: Any, stored_run: tuple[Path, dict[str, Any]]) -> None:
+def test_a_link_with_the_case_id_opens_that_case(browser: Any, stored_run: tuple[Path, Summary]) -> None:
     pg = browser.new_page()
     pg.goto((stored_run[0] / "report.html").as_uri() + "#case=fmt-2")
     pg.wait_for_selector("#case-detail .pane-candidate")
@@ -144,7 +148,7 @@ def test_payloads_in_answers_stay_inert_text(page: tuple[Any, list[str]]) -> Non
         pg.screenshot(path=str(REPO / "docs" / "report-screenshot.png"), full_page=False, type="png")
 
 
-def test_each_pane_still_reads_as_its_own_answer(page: tuple[Any, list[str]], stored_run: tuple[Path, dict[str, Any]]) -> None:
+def test_each_pane_still_reads_as_its_own_answer(page: tuple[Any, list[str]], stored_run: tuple[Path, Summary]) -> None:
     """The diff only marks spans: baseline = equal + deleted runs, candidate = equal + inserted runs."""
     import json
 
@@ -161,14 +165,14 @@ def test_each_pane_still_reads_as_its_own_answer(page: tuple[Any, list[str]], st
     assert problems == []
 
 
-def test_a_capped_report_says_what_it_does_not_embed(browser: Any, stored_run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+def test_a_capped_report_says_what_it_does_not_embed(browser: Any, stored_run: tuple[Path, Summary], tmp_path: Path) -> None:
     from qualitycheck.report import write_report
     from qualitycheck.core._store import RunStore
 
     run, summary = stored_run
     with RunStore.open(run) as store:
         path = write_report(store, summary, tmp_path / "capped.html", max_cases=5)
-    # kept: qa-3 (regression), qa-1 (error), qa-6 (improvement), fmt-0 and fmt-1 (divergent); not: fmt-2, 5 identical
+    # kept: qa-3 (tolerated regression), qa-1 (error), qa-6 (improved), fmt-0 and fmt-1 (divergent); not: fmt-2, 5 identical
     left_out = "qa-7"
     pg = browser.new_page()
     problems: list[str] = []

@@ -2,78 +2,81 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._records import ErrorInfo, Response, Score, Usage
+from qualitycheck.core._store import RunStore
 from qualitycheck.report import collect, render_html
 from qualitycheck.report._charts import histogram_svg
-from qualitycheck.core._store import RunStore
+from qualitycheck.verdict._model import Summary
+from qualitycheck.verdict._summary import build_summary
+
+TEXTS = {("c0", "baseline"): ["A", "A"], ("c0", "candidate"): ["A", "B"],
+         ("c1", "baseline"): ["X", "X"], ("c1", "candidate"): ["X", "X"],
+         ("c2", "baseline"): ["Y", "Y"], ("c2", "candidate"): ["Y", None],
+         ("c3", "baseline"): ["Z", "Z"], ("c3", "candidate"): ["Z", "Z"],
+         ("c4", "baseline"): ["W", "W"], ("c4", "candidate"): ["V", "V"]}
+STATUSES = {("c0", "baseline"): "pp", ("c0", "candidate"): "pf", ("c1", "baseline"): "ff", ("c1", "candidate"): "pp",
+            ("c2", "baseline"): "pp", ("c2", "candidate"): "pe", ("c3", "baseline"): "pf", ("c3", "candidate"): "ff",
+            ("c4", "baseline"): "pp", ("c4", "candidate"): "ff"}
+"""c0: only the candidate varies across repeats; c1 improves; c2 errs once; c3: the baseline varies (flaky);
+c4 regresses, within what the baseline's own disagreement across repeats explains (tolerated)."""
 
 
 def _store(folder: Path) -> RunStore:
-    cases = [Case(id=f"c{i}", category="qa", prompt=f"p{i}") for i in range(3)]
-    manifest = {"suite_fingerprint": "f", "suite_files": ["s.jsonl"], "cases": 3, "repeats": 2,
+    cases = [Case(id=f"c{i}", category="qa", prompt=f"p{i}") for i in range(5)]
+    manifest = {"suite_fingerprint": "f", "suite_files": ["s.jsonl"], "cases": 5, "repeats": 2,
                 "targets": {"baseline": {"url": "http://b", "model": "m"}, "candidate": {"url": "http://c", "model": "m", "label": "ngram k=3"}}}
     store = RunStore.create(folder, manifest, cases)
-    texts = {("c0", "baseline"): ["A", "A"], ("c0", "candidate"): ["A", "B"],
-             ("c1", "baseline"): ["X", "X"], ("c1", "candidate"): ["X", "X"],
-             ("c2", "baseline"): ["Y", "Y"], ("c2", "candidate"): ["Y", None]}
-    statuses = {("c0", "baseline"): "pp", ("c0", "candidate"): "pf", ("c1", "baseline"): "ff", ("c1", "candidate"): "pp",
-                ("c2", "baseline"): "pp", ("c2", "candidate"): "pe"}
     scores = []
-    for (cid, tgt), reps in texts.items():
+    for (cid, tgt), reps in TEXTS.items():
         for rep, text in enumerate(reps):
             err = ErrorInfo(kind="timeout", message="no answer in 120 s") if text is None else None
             store.put_response(Response(case_id=cid, target=tgt, repeat=rep, fingerprint="x", text=text or "", error=err,
                                         usage=Usage(completion_tokens=5), ttft_s=0.01 * (rep + 1), e2e_s=0.05,
                                         chunk_times=[0.01, 0.02, 0.04], chunk_tokens=[1, 1, 2]))
-            st = statuses[(cid, tgt)][rep]
+            st = STATUSES[(cid, tgt)][rep]
             status = {"p": "pass", "f": "fail", "e": "error"}[st]
             scores.append(Score(case_id=cid, target=tgt, repeat=rep, check="contains", status=status, value=0.5 if st == "f" else None))
     store.replace_scores(scores)
-    store.replace_comparisons([("c0", 1, json.dumps(_C0_REPEAT_1))])
     return store
 
 
-_C0_REPEAT_1 = {"case_id": "c0", "repeat": 1, "identical": False, "divergence_char": 0, "similarity": 0.0,
-                "checks": {"contains": {}}, "category": "qa"}
-
-
-def test_repeats_flaky_errors_and_fallback_flips(tmp_path: Path) -> None:
+def test_one_flaky_definition_statuses_from_the_summary_and_comparisons(tmp_path: Path) -> None:
     with _store(tmp_path) as store:
-        data = collect(store, {"categories": {"qa": {"checks": {}}}})  # no statistics for `contains` yet
+        summary = build_summary(store)
+        data = collect(store, summary)
+    contains = summary.categories["qa"].checks["contains"]
+    assert contains.flaky == ["c3"] and contains.regressions == ["c4"] and contains.tolerated == ["c4"]
     rows = {r.id: r for r in data.rows}
-    c0, c1, c2 = rows["c0"], rows["c1"], rows["c2"]
+    c0, c1, c2, c3, c4 = (rows[f"c{i}"] for i in range(5))
     assert c0.statuses["contains"] == {"baseline": "pp", "candidate": "pf"}
-    assert c0.regressed == ["contains"] and c0.flaky == ["contains"] and "divergent" in c0.flags
+    # the candidate varying across repeats is not flakiness: only the baseline disagreeing with itself is
+    assert c0.regressed == [] and c0.flaky == [] and c0.flags == ["divergent"]
+    assert c3.flaky == ["contains"] and c3.flags == ["flaky", "identical"]
+    assert c4.tolerated == ["contains"] and c4.regressed == [] and c4.flags == ["tolerated", "divergent"]
     assert c0.details["contains"]["candidate"] == [None, {"value": 0.5}]
-    assert c0.comparison == [None, {"identical": False, "divergence_char": 0, "similarity": 0.0}]
-    assert c1.improved == ["contains"] and c1.flags == ["improvement", "identical"]
+    assert c0.comparison[0] is not None and c0.comparison[0]["identical"] is True
+    assert c0.comparison[1] is not None
+    assert {k: c0.comparison[1][k] for k in ("identical", "divergence_char", "similarity")} == \
+        {"identical": False, "divergence_char": 0, "similarity": 0.0}
+    assert c1.improved == ["contains"] and c1.flags == ["improved", "identical"]
     assert c2.texts["candidate"] == ["Y", None] and c2.errors["candidate"] == [None, "timeout: no answer in 120 s"]
     assert "error" in c2.flags and "divergent" not in c2.flags and "identical" not in c2.flags
-    assert [r.id for r in data.rows] == ["c0", "c2", "c1"]  # regression, error, improvement
+    assert [r.id for r in data.rows] == ["c4", "c2", "c1", "c3", "c0"]  # tolerated, error, improved, flaky, divergent
     itl = data.latency_samples["itl_ms"]["candidate"]
     assert np.allclose(sorted(set(np.round(itl, 6))), [10.0])  # 10 ms gap; 20 ms over a 2-token chunk
-    assert data.latency_samples["ttft_ms"]["baseline"].tolist() == [10.0, 20.0, 10.0, 20.0, 10.0, 20.0]
+    assert data.latency_samples["ttft_ms"]["baseline"].tolist() == [10.0, 20.0] * 5
 
 
-def test_a_run_stored_before_comparisons_were_rows_still_shows_them(tmp_path: Path) -> None:
+def test_the_report_renders_the_summary_lists_and_labels_show(tmp_path: Path) -> None:
     with _store(tmp_path) as store:
-        store.replace_comparisons([])
-        store.put_artifact("comparisons", [_C0_REPEAT_1])  # the single-artifact form older runs hold
-        rows = {r.id: r for r in collect(store, {}).rows}
-    assert rows["c0"].comparison == [None, {"identical": False, "divergence_char": 0, "similarity": 0.0}]
-    assert rows["c1"].comparison == []
-
-
-def test_summary_lists_win_over_the_fallback_and_labels_show(tmp_path: Path) -> None:
-    summary = {"categories": {"qa": {"checks": {"contains": {"regressions": ["c1"], "improvements": [], "flaky": ["c2"]}}}}}
-    with _store(tmp_path) as store:
-        data = collect(store, summary)
+        s = build_summary(store).model_dump(mode="json")
+        s["categories"]["qa"]["checks"]["contains"].update(regressions=["c1"], tolerated=[], improvements=[], flaky=["c2"])
+        data = collect(store, Summary.model_validate(s))
         html = render_html(data)
     rows = {r.id: r for r in data.rows}
     assert rows["c1"].regressed == ["contains"] and rows["c0"].regressed == []

@@ -49,9 +49,9 @@ def test_digest_outcomes_equal_the_whole_list_grouping(tmp_path):
 def test_summary_never_lists_every_case(tmp_path, monkeypatch):
     """The summary streams: it must not build the list of every Case (a 100,000-case run held 2 GB)."""
     with make_store(tmp_path, _rows(), targets=("baseline", "candidate", "control"), repeats=2) as store:
-        expected = build_summary(store, Config())
+        expected = build_summary(store, Config()).model_dump(mode="json")
         monkeypatch.setattr(type(store), "cases", lambda self: pytest.fail("build_summary listed every case"))
-        again = build_summary(store, Config())
+        again = build_summary(store, Config()).model_dump(mode="json")
     assert again["categories"] == expected["categories"]
     assert again["cases"] == 12 and again["categories"]["qa"]["cases"] == 6
     assert again["categories"]["qa"]["routes"] == ["r1", "r2"]
@@ -81,7 +81,7 @@ def test_a_check_no_case_decided_keeps_its_row(tmp_path):
                                                             "contains": {"baseline": "pass", "candidate": "pass"}}}
             for i in range(3)]
     with make_store(tmp_path, rows) as store:
-        s = build_summary(store, Config())
+        s = build_summary(store, Config()).model_dump(mode="json")
     checks = s["categories"]["code"]["checks"]
     assert checks["unit_tests"]["n"] == 0 and checks["unit_tests"]["baseline_pass_rate"] is None
     assert checks["contains"]["n"] == 3

@@ -96,7 +96,7 @@ def _rows():
 def test_summary_counts_regressions_per_route_and_fails_only_that_route(tmp_path):
     cfg = Config(speculative_decoding_guardrails={"max_quality_regression_cases": 0, "max_error_rate": "1%"})
     with make_store(tmp_path, _rows()) as store:
-        s = build_summary(store, cfg)
+        s = build_summary(store, cfg).model_dump(mode="json")
     assert s["verdict"] == "fail"
     qa = s["categories"]["qa"]
     assert qa["verdict"] == "fail" and qa["checks"]["exact"]["regressions"] == ["bad"]
@@ -113,12 +113,12 @@ def test_summary_counts_regressions_per_route_and_fails_only_that_route(tmp_path
 def test_route_override_and_allow_not_evaluated(tmp_path):
     cfg = Config(speculative_decoding_guardrails=SEED_BLOCK, routes={"qa": {"max_quality_regression_cases": 1}})
     with make_store(tmp_path / "a", _rows()) as store:
-        s = build_summary(store, cfg)
+        s = build_summary(store, cfg).model_dump(mode="json")
     assert s["categories"]["qa"]["verdict"] == "pass"
     assert s["verdict"] == "inconclusive"  # acceptance and latency were not measured
     assert any("min_acceptance_rate" in x for x in s["not_evaluated"])
     with make_store(tmp_path / "b", _rows()) as store:
-        s = build_summary(store, cfg.model_copy(update={"allow_not_evaluated": True}))
+        s = build_summary(store, cfg.model_copy(update={"allow_not_evaluated": True})).model_dump(mode="json")
     assert s["verdict"] == "pass" and s["fallback"]["routes"] == []
 
 
@@ -127,7 +127,7 @@ def test_control_makes_a_flip_flaky_not_a_regression(tmp_path):
     rows[-2]["checks"]["exact"]["control"] = "fail"
     cfg = Config(speculative_decoding_guardrails={"max_quality_regression_cases": 0})
     with make_store(tmp_path, rows, targets=("baseline", "candidate", "control")) as store:
-        s = build_summary(store, cfg)
+        s = build_summary(store, cfg).model_dump(mode="json")
     exact = s["categories"]["qa"]["checks"]["exact"]
     assert exact["regressions"] == [] and exact["flaky"] == ["bad"] and exact["noise_floor"]["measured_by"] == "control"
     assert s["verdict"] == "pass"
@@ -136,7 +136,7 @@ def test_control_makes_a_flip_flaky_not_a_regression(tmp_path):
 def test_non_inferiority_margin_makes_a_small_category_inconclusive(tmp_path):
     cfg = Config(speculative_decoding_guardrails={"max_quality_regression_cases": 5}, non_inferiority_margin={"exact": 0.01})
     with make_store(tmp_path, _rows()) as store:
-        s = build_summary(store, cfg)
+        s = build_summary(store, cfg).model_dump(mode="json")
     assert s["categories"]["qa"]["checks"]["exact"]["non_inferiority"]["verdict"] in ("inconclusive", "inferior")
     assert s["verdict"] in ("inconclusive", "fail")
 
@@ -148,7 +148,7 @@ def test_route_scoped_error_rate_and_endpoint_wide_failures_disable_every_route(
     cfg = Config(speculative_decoding_guardrails={"max_error_rate": "50%", "max_quality_regression_cases": 1},
                  routes={"billing": {"max_error_rate": "1%"}})
     with make_store(tmp_path, rows) as store:
-        s = build_summary(store, cfg)
+        s = build_summary(store, cfg).model_dump(mode="json")
     by = {(g["name"], g["route"]): g for g in s["guardrails"]}
     assert by[("max_error_rate", "*")]["passed"] is True
     assert by[("max_error_rate", "billing")]["passed"] is False and by[("max_error_rate", "billing")]["observed"] == 1.0
@@ -164,11 +164,13 @@ def test_route_scoped_error_rate_and_endpoint_wide_failures_disable_every_route(
 
 def test_signoff_prints_acceptance_figures_readably():
     from qualitycheck.report._signoff import render_signoff
+    from qualitycheck.verdict._model import Summary
 
-    base = {"verdict": "fail", "cases": 1, "repeats": 1, "targets": {}, "categories": {}, "guardrails": [],
-            "fallback": {"action": "x", "routes": []}, "errors": {}}
-    text = render_signoff({**base, "acceptance": {"rate": 0.2488, "mean_accepted_length": 1.733695652173913,
-                                                  "draft_tokens": 1085, "accepted_tokens": 270}})
+    base = {"format_version": 1, "verdict": "fail", "cases": 1, "repeats": 1, "targets": {}, "categories": {}, "guardrails": [],
+            "fallback": {"action": "x", "routes": []}, "errors": {}, "latency": {}}
+    text = render_signoff(Summary.model_validate({**base, "acceptance": {"rate": 0.2488, "mean_accepted_length": 1.733695652173913,
+                                                                         "draft_tokens": 1085, "accepted_tokens": 270}}))
     assert "acceptance rate 0.249, mean accepted length 1.73, draft tokens 1085, accepted 270" in text
-    text = render_signoff({**base, "acceptance": {"rate": 0.5, "mean_accepted_length": None}})
+    text = render_signoff(Summary.model_validate({**base, "acceptance": {"rate": 0.5, "mean_accepted_length": None,
+                                                                         "draft_tokens": None, "accepted_tokens": None}}))
     assert "mean accepted length n/a" in text

@@ -1,0 +1,410 @@
+"""summary.json as a typed record (Contract 3): the one definition its writer and every reader share.
+
+`build_summary` fills a `Summary`, `write_summary` dumps it, and the report,
+sign-off, terminal summary and pytest plugin read it back with
+`read_summary` (or `Summary.model_validate_json`), never through `.get`
+chains on a dict. `summary_json_schema()` is what `qualitycheck schema
+summary` prints and what docs/schema/summary.schema.json holds.
+
+Field names are the contract: they are only ever added, never renamed. A
+summary.json written before a field existed still loads (every field
+added after Contract 3 has a default). Two kinds of section:
+
+- *closed* sections are written here (verdict, categories, checks, noise
+  floor, drift, errors, guardrails, fallback): an unknown key is refused,
+  so the schema names every key;
+- *open* sections are what another stage hands over (latency and
+  acceptance from serving, slices, the preflight record, the judge's
+  figures merged into a check): keys that stage adds pass through, and a
+  key it leaves out stays out of the file rather than being written as
+  null.
+
+Some fields are written only when they apply (`label` of a target without
+one, `control_pass_rate` without a control, ...): such a field is left out
+of the file unless the writer set it, exactly as the stages always wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+
+from qualitycheck.core._errors import StoreError
+from qualitycheck.verdict._gate import GuardrailResult
+
+__all__ = [
+    "JSON_SCHEMA_DIALECT",
+    "Acceptance",
+    "AcceptanceFigures",
+    "CategoryNoiseFloor",
+    "CategorySummary",
+    "CheckNoiseFloor",
+    "CheckSummary",
+    "ErrorCounts",
+    "Fallback",
+    "FormatDrift",
+    "Latency",
+    "LatencySide",
+    "NonInferiority",
+    "Percentiles",
+    "Preflight",
+    "PreflightCheck",
+    "Slice",
+    "SliceCheck",
+    "Summary",
+    "TargetInfo",
+    "read_summary",
+    "summary_json_schema",
+]
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+Verdict = Literal["pass", "fail", "inconclusive"]
+MeasuredBy = Literal["control", "repeats"]
+
+
+class _Closed(BaseModel):
+    """A section written by the verdict stage: every key is declared."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset()
+    """Fields left out of the file unless the writer set them (they apply to some runs only)."""
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for name in self.WRITTEN_WHEN_SET - self.model_fields_set:
+            out.pop(name, None)
+        return out
+
+
+class _Open(BaseModel):
+    """A section another stage hands over: its extra keys pass through, keys it did not write stay out."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for name in type(self).model_fields.keys() - self.model_fields_set:
+            out.pop(name, None)
+        return out
+
+
+# ------------------------------------------------------------------ per check
+class CheckNoiseFloor(_Closed):
+    """How often the baseline disagrees with itself on this check (the A/A noise floor)."""
+
+    measured_by: MeasuredBy | None = None
+    """'control' (baseline vs control at the same repeat), 'repeats' (baseline repeats), or null: not measured."""
+    pairs: int = 0
+    """A/A pairs compared."""
+    flip_rate: float | None = None
+    """Share of A/A pairs that decided differently."""
+
+
+class NonInferiority(_Closed):
+    """The check's CI against the configured margin."""
+
+    margin: float
+    verdict: Literal["non_inferior", "inferior", "inconclusive"] | None
+    """non_inferior: the whole CI lies above −margin; inferior: below it; inconclusive: it straddles it."""
+
+
+class CheckSummary(_Closed):
+    """One check in one category: pass rates, the paired statistics, and which cases hold which status.
+
+    Open to extra keys because the judge stage merges its figures into the
+    `judge` check; the figures it writes today are declared below.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({
+        "control_pass_rate", "wins", "losses", "ties", "judge_errors", "judged", "skipped_identical", "no_answer",
+        "flagged_injection", "lost_cases", "won_cases", "position_consistency_rate", "rubric_delta_mean", "rubric_delta_ci"})
+
+    n: int = 0
+    """Cases decided (pass or fail) on both the baseline and the candidate."""
+    baseline_pass_rate: float | None
+    """Mean of the per-case pass rates over repeats; null when n is 0."""
+    candidate_pass_rate: float | None
+    control_pass_rate: float | None = None
+    """Written only when the run has a control target that decided this check."""
+    delta: float | None
+    """candidate − baseline pass rate."""
+    ci: tuple[float, float] | None
+    """95% paired bootstrap CI of delta."""
+    p_value: float | None
+    """Exact McNemar (one repeat) or exact sign test (repeats) on the discordant cases."""
+    p_value_holm: float | None = None
+    """Holm-adjusted across every (category, check)."""
+    regressions: list[str]
+    """Non-flaky cases whose pass rate dropped by more than half (one repeat: pass → fail), counted or tolerated."""
+    tolerated: list[str] = Field(default_factory=list)
+    """The regressions that do not count against max_quality_regression_cases: the measured noise floor or the
+    route's allowance explains them. The others (regressions minus tolerated) are counted."""
+    improvements: list[str]
+    """Non-flaky cases whose pass rate rose by more than half."""
+    flaky: list[str] = Field(default_factory=list)
+    """Cases on which the baseline disagrees with itself (control or repeats): never regressions."""
+    flaky_regressions: list[str] = Field(default_factory=list)
+    """Flaky cases whose pass rate dropped on the candidate (listed, not counted)."""
+    noise_floor: CheckNoiseFloor = Field(default_factory=CheckNoiseFloor)
+    regression_allowance: int = 0
+    """How many regressions the measured noise alone explains at alpha 0.05 (0 without a measured floor)."""
+    regressions_beyond_floor: int = 0
+    """max(0, regressions − regression_allowance)."""
+    mde: float | None = None
+    """Smallest pass-rate drop this N detects with 80% power at alpha 0.05."""
+    non_inferiority: NonInferiority | None = None
+    """Set when non_inferiority_margin names this check."""
+    wins: int = 0
+    """judge: pairs the candidate won (judge check only, like the fields below)."""
+    losses: int = 0
+    ties: int = 0
+    judge_errors: int = 0
+    judged: int = 0
+    """judge: pairs that needed the judge (wins + losses + ties + judge_errors)."""
+    skipped_identical: int = 0
+    """judge: byte-identical pairs, ties without a call."""
+    no_answer: int = 0
+    flagged_injection: int = 0
+    lost_cases: list[str] = Field(default_factory=list)
+    won_cases: list[str] = Field(default_factory=list)
+    position_consistency_rate: float | None = None
+    rubric_delta_mean: float | None = None
+    rubric_delta_ci: tuple[float, float] | None = None
+
+    @property
+    def counted(self) -> list[str]:
+        """The regressions that count against the quality guardrail (not tolerated)."""
+        tolerated = set(self.tolerated)
+        return [i for i in self.regressions if i not in tolerated]
+
+
+# ------------------------------------------------------------------ per category
+class CategoryNoiseFloor(_Closed):
+    """The category's A/A self-disagreement: text divergence and per-check flip rates."""
+
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"candidate_divergence_rate", "divergence_p_value"})
+
+    measured_by: MeasuredBy | None = None
+    text_divergence_rate: float | None = None
+    """Share of A/A pairs whose texts differ."""
+    check_flip_rates: dict[str, float | None] = Field(default_factory=dict)
+    candidate_divergence_rate: float | None = None
+    """With a control: share of pairs where the candidate's text differs from the baseline's."""
+    divergence_p_value: float | None = None
+    """With a control: McNemar exact, does the candidate diverge more often than the control does?"""
+
+
+class FormatDrift(_Closed):
+    """One format feature in one category: rates (booleans) or means (numbers) per side."""
+
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"control"})
+
+    baseline: float
+    candidate: float
+    delta: float = 0.0
+    kind: Literal["rate", "mean"] = "rate"
+    p_value: float | None = None
+    """McNemar exact (booleans) or Wilcoxon signed-rank (numbers), paired per case."""
+    noise: float | None = None
+    """The control's own change; null without a control."""
+    flag: bool = False
+    """p < 0.05 and |delta| beyond the noise."""
+    control: float | None = None
+    """Written only with a control."""
+
+
+class CategorySummary(_Closed):
+    """One category: text agreement, the checks, format drift and the category's verdict."""
+
+    cases: int
+    routes: list[str] = Field(default_factory=list)
+    identical_rate: float | None
+    """Share of (case, repeat) pairs whose texts are equal; null when no pair has both answers."""
+    pairs: int = 0
+    similarity_mean: float | None = None
+    first_divergence_char_median: int | None = None
+    control_identical_rate: float | None = None
+    noise_floor: CategoryNoiseFloor = Field(default_factory=CategoryNoiseFloor)
+    checks: dict[str, CheckSummary]
+    format_drift: dict[str, FormatDrift]
+    verdict: Verdict
+    verdict_reason: str = ""
+
+
+# ------------------------------------------------------------------ run-wide
+class TargetInfo(_Closed):
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"label"})
+
+    url: str
+    """Public URL (credentials removed)."""
+    model: str
+    label: str | None = None
+    """Written only when the target has one, e.g. 'ngram k=3'."""
+
+
+class ErrorCounts(_Closed):
+    """Failed requests of one target over the whole run."""
+
+    count: int
+    requests: int = 0
+    rate: float
+
+
+class Fallback(_Closed):
+    """What to do when the verdict is not pass, and where."""
+
+    action: str
+    """The configured action, or 'none' when the verdict is pass."""
+    configured_action: str = ""
+    routes: list[str]
+    """Routes the action applies to: on fail the failed ones, on inconclusive every route, on pass none."""
+    reason: str = ""
+
+
+class Percentiles(_Open):
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+
+class LatencySide(_Open):
+    """One target's latency (serving stage), in ms per metric."""
+
+    ttft_ms: Percentiles = Field(default_factory=Percentiles)
+    tpot_ms: Percentiles = Field(default_factory=Percentiles)
+    itl_ms: Percentiles = Field(default_factory=Percentiles)
+    e2e_ms: Percentiles = Field(default_factory=Percentiles)
+    output_tokens_per_s: float | None = None
+    requests_per_s: float | None = None
+    error_rate: float | None = None
+    requests: int = 0
+    output_tokens: int = 0
+    wall_s: float | None = None
+    cost_per_1k_output_tokens_usd: float | None = None
+    """With run.gpu_hour_usd configured."""
+    percentiles: str | None = None
+    """Set when the percentiles are bucketed (very large runs): how approximate they are."""
+
+
+class Latency(_Open):
+    """Per target, and per category and target (serving stage); empty when it did not run."""
+
+    baseline: LatencySide | None = None
+    candidate: LatencySide | None = None
+    control: LatencySide | None = None
+    per_category: dict[str, dict[str, LatencySide]] = Field(default_factory=dict)
+
+
+class AcceptanceFigures(_Open):
+    """Draft acceptance from the candidate's /metrics counters; null when none were scraped."""
+
+    rate: float | None
+    mean_accepted_length: float | None
+    draft_tokens: int | None
+    accepted_tokens: int | None
+    drafts: int | None = None
+    by_position: list[float | None] = Field(default_factory=list)
+    """Acceptance rate per draft position."""
+
+
+class Acceptance(AcceptanceFigures):
+    by_category: dict[str, AcceptanceFigures] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+    speculating: bool | None = None
+    baseline_speculating: bool | None = None
+
+
+class PreflightCheck(_Open):
+    name: str
+    passed: bool | None = None
+    """null: the servers do not expose what this check compares."""
+    detail: str = ""
+    baseline: Any = None
+    candidate: Any = None
+
+
+class Preflight(_Open):
+    """The preflight record (served model, /tokenize, defaults, engine version), when preflight ran."""
+
+    ok: bool | None = None
+    baseline: str = ""
+    candidate: str = ""
+    model: str = ""
+    checks: list[PreflightCheck] = Field(default_factory=list)
+    mismatches: list[str] = Field(default_factory=list)
+
+
+class SliceCheck(_Open):
+    baseline_pass_rate: float | None = None
+    candidate_pass_rate: float | None = None
+    control_pass_rate: float | None = None
+    n: int = 0
+
+
+class Slice(_Open):
+    """One bucket of one slicing dimension (prompt length, output length, temperature, tags...)."""
+
+    cases: int = 0
+    identical_rate: float | None = None
+    checks: dict[str, SliceCheck] = Field(default_factory=dict)
+
+
+class Summary(_Closed):
+    """summary.json: the whole verdict of one run."""
+
+    model_config = ConfigDict(title="qualitycheck summary.json")
+
+    format_version: int
+    verdict: Verdict
+    """pass: every evaluated guardrail and category passed; fail: one failed; inconclusive: something could not be decided."""
+    cases: int
+    targets: dict[str, TargetInfo]
+    repeats: int = 1
+    categories: dict[str, CategorySummary]
+    errors: dict[str, ErrorCounts]
+    latency: Latency
+    acceptance: Acceptance
+    preflight: Preflight | None = None
+    """null when preflight did not run."""
+    slices: dict[str, dict[str, Slice]] = Field(default_factory=dict)
+    """dimension → bucket → pass rates and identity."""
+    guardrails: list[GuardrailResult]
+    allow_not_evaluated: bool = False
+    fallback: Fallback
+    not_evaluated: list[str] = Field(default_factory=list)
+    """Everything that was not evaluated, one sentence each (never counted as passed)."""
+    seed: int = 0
+    """Seed of the statistics (bootstrap)."""
+    signoff: str = ""
+    """signoff.md's Markdown text."""
+
+    def to_json_text(self) -> str:
+        """The file's text: indented JSON of what was written, keys in the contract's order."""
+        return json.dumps(self.model_dump(mode="json"), indent=2) + "\n"
+
+
+def read_summary(path: Path) -> Summary:
+    """Load a summary.json; one that is missing or not a summary is a StoreError naming the file and field."""
+    try:
+        return Summary.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read summary.json: {exc.strerror or exc}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise StoreError(f"{path}: not a qualitycheck summary.json: {where}: {first['msg']}{more}") from None
+
+
+def summary_json_schema() -> dict[str, Any]:
+    """The JSON Schema (Draft 2020-12) every summary.json the tool writes validates against."""
+    return {"$schema": JSON_SCHEMA_DIALECT, **Summary.model_json_schema()}

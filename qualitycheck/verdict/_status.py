@@ -1,0 +1,182 @@
+"""Per-case status: decided here once; the summary, the report, the sign-off and the pytest plugin render it.
+
+A case's status follows from two inputs only: the statistics' classification
+of each (category, check) (`CheckStats`: regressions, improvements, flaky
+cases, the noise allowance) with the guardrails' outcome, and the compare
+stage's records of the case (errors, identical texts).
+
+- `regression`: a regression counted against `max_quality_regression_cases`:
+  its (category, check) has more regressions than the measured noise floor
+  explains, and the quality guardrail of the case's route failed;
+- `tolerated`: every other regression, which the measured noise floor or
+  the route's allowance explains (listed, not counted);
+- `flaky`: the baseline disagrees with itself on this case, against the
+  control or across its repeats (the statistics' A/A definition, the only
+  one); a flaky case is never a regression or an improvement, whatever
+  the candidate does;
+- `improved`: the pass rate rose by more than half (fail → pass);
+- `error`: a stored response or score of the case is an error;
+- `divergent`: in some repeat the candidate's text differs from the baseline's;
+- `identical`: every repeat answered on both sides, with equal texts.
+
+The first three and `improved` are per check; a case carries every status
+that applies, in `STATUS_ORDER`, and the first of them is its primary
+status (what the report lists it under). Which regressions count is written
+into summary.json (`checks.<check>.tolerated`), so a reader of the file
+renders the same statuses without deciding anything (`check_statuses`,
+`StatusBook`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from qualitycheck.verdict._compare import CaseComparison
+from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, GuardrailResult
+from qualitycheck.verdict._model import CheckSummary, Summary
+from qualitycheck.verdict._stats import CheckStats
+
+__all__ = [
+    "STATUS_ORDER",
+    "CaseStatus",
+    "Status",
+    "StatusBook",
+    "add_regression_evidence",
+    "category_verdict",
+    "check_statuses",
+    "failed_quality_routes",
+    "tolerated_regressions",
+]
+
+Status = Literal["regression", "tolerated", "error", "improved", "flaky", "divergent", "identical"]
+
+STATUS_ORDER: tuple[Status, ...] = ("regression", "tolerated", "error", "improved", "flaky", "divergent", "identical")
+"""What needs a look first: a case's primary status is the first of its statuses in this order."""
+
+_QUALITY_RULE = "max_quality_regression_cases"
+
+
+# ------------------------------------------------------------------ what counts (the summary's side)
+def add_regression_evidence(ev: Evidence, stats: Mapping[str, Mapping[str, CheckStats]]) -> None:
+    """What the quality guardrail judges: per route, the regression cases and the largest noise allowance of their cells.
+
+    A cell's allowance is shared among its routes in proportion to its
+    regressions there. Regressions within the allowance are still listed,
+    so the guardrail's message can name them as tolerated.
+    """
+    for cells in stats.values():
+        for s in cells.values():
+            if not s.regressions:
+                continue
+            for route, ids in s.routes.items():
+                per = ev.regressions.setdefault(route, {})
+                for i in ids:
+                    per.setdefault(i, []).append(s.check)
+                share = s.allowance if len(s.routes) == 1 else s.allowance * len(ids) // len(s.regressions)
+                ev.allowances[route] = max(ev.allowances.get(route, 0), share)
+
+
+def failed_quality_routes(results: Iterable[GuardrailResult], routes_in_run: set[str]) -> set[str]:
+    """Routes whose quality guardrail failed; an endpoint-wide failure fails every route in the run."""
+    failed = {r.route for r in results if r.name == _QUALITY_RULE and r.passed is False}
+    if ALL_ROUTES in failed:
+        failed |= routes_in_run
+    return failed
+
+
+def tolerated_regressions(s: CheckStats, failed_routes: set[str]) -> list[str]:
+    """The regressions of one (category, check) that do not count against the quality guardrail.
+
+    A regression counts when its cell has regressions beyond the noise
+    allowance and its route's quality guardrail failed. Which of a cell's
+    regressions the noise explains cannot be told apart case by case, so a
+    cell's regressions in a failed route count together or not at all.
+    """
+    counted = {i for route, ids in s.routes.items() if route in failed_routes for i in ids} if s.regressions_beyond_floor else set()
+    return [i for i in s.regressions if i not in counted]
+
+
+def category_verdict(cells: Mapping[str, CheckStats], tolerated: Mapping[str, list[str]],
+                     identical_rate: float | None) -> tuple[Literal["pass", "fail", "inconclusive"], str]:
+    """fail on a counted regression or an inferior check; inconclusive when nothing decides; else pass."""
+    reasons = []
+    for name, s in cells.items():
+        if set(s.regressions) - set(tolerated.get(name, ())):
+            reasons.append(f"{s.check}: {s.regressions_beyond_floor} regression(s) beyond the noise floor")
+        if s.non_inferiority == "inferior":
+            reasons.append(f"{s.check}: pass rate worse than the non-inferiority margin {s.margin}")
+    if reasons:
+        return "fail", "; ".join(reasons)
+    undecided = [s.check for s in cells.values() if s.non_inferiority == "inconclusive"]
+    if undecided:
+        return "inconclusive", f"too few cases to show non-inferiority for {', '.join(undecided)}"
+    if not any(s.n for s in cells.values()):
+        if identical_rate == 1.0:
+            return "pass", "no checks, but every answer is identical to the baseline's"
+        return "inconclusive", "no check decides these cases and the answers differ from the baseline's"
+    return "pass", "no regression beyond the noise floor"
+
+
+# ------------------------------------------------------------------ per case (the readers' side)
+def check_statuses(check: CheckSummary) -> dict[str, Status]:
+    """case id → its status on this check, as summary.json records it (cases without one are absent)."""
+    out: dict[str, Status] = {i: "flaky" for i in check.flaky}
+    out.update({i: "improved" for i in check.improvements})
+    out.update({i: "tolerated" for i in check.tolerated})
+    out.update({i: "regression" for i in check.counted})
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class CaseStatus:
+    """One case: every status that applies (primary first) and its status per check."""
+
+    statuses: tuple[Status, ...] = ()
+    """In STATUS_ORDER; empty when nothing was compared for the case (no answer stored)."""
+    checks: Mapping[str, Status] = field(default_factory=dict)
+    """check → regression | tolerated | improved | flaky, for the checks that hold one."""
+
+    @property
+    def primary(self) -> Status | None:
+        return self.statuses[0] if self.statuses else None
+
+    def checks_with(self, status: Status) -> list[str]:
+        return sorted(n for n, st in self.checks.items() if st == status)
+
+
+def _errored(c: CaseComparison) -> bool:
+    answered = c.finish_reasons  # the sides with a stored response in this repeat
+    sides = (("baseline", c.baseline_ok), ("candidate", c.candidate_ok), ("control", c.control_ok))
+    if any(side in answered and ok is False for side, ok in sides):
+        return True
+    return any("error" in (o.baseline, o.candidate, o.control) for o in c.checks.values())
+
+
+class StatusBook:
+    """Every case's status from summary.json and the compare stage's records, one case at a time.
+
+    Holds only the cases summary.json lists (regressions, improvements,
+    flaky), so a reader walking a 100,000-case run keeps what it keeps.
+    """
+
+    def __init__(self, summary: Summary):
+        self.repeats = max(1, summary.repeats)
+        self._by_case: dict[str, dict[str, Status]] = {}
+        for cat in summary.categories.values():
+            for name, check in cat.checks.items():
+                for case_id, status in check_statuses(check).items():
+                    self._by_case.setdefault(case_id, {})[name] = status
+
+    def case(self, case_id: str, comps: Sequence[CaseComparison]) -> CaseStatus:
+        """The status of one case from its comparison records (all its repeats)."""
+        checks = self._by_case.get(case_id, {})
+        found: set[Status] = set(checks.values())
+        if any(_errored(c) for c in comps):
+            found.add("error")
+        if any(c.identical is False for c in comps):
+            found.add("divergent")
+        elif comps and len(comps) == self.repeats and all(c.identical for c in comps):
+            found.add("identical")
+        return CaseStatus(tuple(s for s in STATUS_ORDER if s in found), checks)
