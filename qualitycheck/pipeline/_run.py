@@ -90,8 +90,9 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
         store.close()
 
 
-def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True) -> int:
-    """Everything after generation, from the store alone (scoring first unless `score=False`)."""
+def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True, report: bool = True) -> int:
+    """Everything after generation, from the store alone: scores (unless `score=False`), summary.json,
+    signoff.md, then report.html and the terminal summary (only the terminal summary when `report=False`)."""
     if score:
         from qualitycheck.scoring import score_store
 
@@ -100,24 +101,30 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True) ->
             from qualitycheck.judge._judge import score_judge
 
             score_judge(store, cfg)  # after the deterministic scorers; cached calls; `skipped` without a judge
-    from qualitycheck.report._signoff import write_signoff  # scipy/statsmodels: imported after generation, not before the first request
+    from qualitycheck.report import print_summary, publish  # scipy/statsmodels: imported after generation, not before the first request
+    from qualitycheck.report._signoff import write_signoff
     from qualitycheck.verdict._summary import build_summary, write_summary
 
     summary = build_summary(store, cfg)
     write_summary(store.folder, summary)
     write_signoff(store.folder, summary)
-    from qualitycheck.report import publish
-
-    publish(store, summary, max_cases=(cfg or Config()).run.report_max_cases)  # report.html + the terminal summary
-    return EXIT_FOR_VERDICT[summary["verdict"]]
+    if report:
+        publish(store, summary, max_cases=(cfg or Config()).run.report_max_cases)  # report.html + the terminal summary
+    else:
+        print_summary(summary)
+    return EXIT_FOR_VERDICT[summary.verdict]
 
 
 def redo(folder: Path, stage: str, config_path: str | None, *, report_max_cases: int | None = None) -> int:
-    """Redo `stage` and everything after it, with the run's own config unless another is given."""
+    """Redo `stage` and everything after it, with the run's own config unless another is given.
+
+    `gate` re-gates only: summary.json, signoff.md and the terminal verdict;
+    report.html stays as it is (`report` and `score` rebuild it).
+    """
     from qualitycheck.core._config import load_config
 
     with RunStore.open(folder) as store:
         cfg = load_config(config_path) if config_path else Config.model_validate(store.artifact("config") or {})
         if report_max_cases is not None:
             cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"report_max_cases": report_max_cases})})
-        return finish(store, cfg, score=stage == "score")
+        return finish(store, cfg, score=stage == "score", report=stage != "gate")

@@ -428,6 +428,7 @@ CONF = json.loads(sys.argv[2])
 LIBC = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 2, 4, 8, 32
+PR_SET_DUMPABLE = 4
 REPORT = 3
 OWN_PIDNS = os.open("/proc/self/ns/pid", os.O_RDONLY)
 PROGRAMS = {}  # key of a trusted main script (see "preload") -> its code object, compiled once here
@@ -578,6 +579,7 @@ def program(header, cgroups, fds):
             os.setgroups([])
             os.setgid(cfg["uid"])
             os.setuid(cfg["uid"])
+            check(LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl")  # as after an exec: its own /proc files are its own
         os.environ.clear()
         os.environ.update({"PATH": cfg["path"], "LANG": "C.UTF-8", "HOME": work, "TMPDIR": work})
         script = cfg["argv"][0]

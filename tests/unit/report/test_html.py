@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,25 @@ def test_the_run_writes_a_report_and_the_cli_rebuilds_it(stored_run: tuple[Path,
     assert main(["report", str(run)]) in (0, 1)
     html = path.read_text(encoding="utf-8")
     assert "qualitycheck report" in html and "qa-3" in html
+
+
+def test_gate_regates_and_leaves_the_report_alone(stored_run: tuple[Path, Summary], tmp_path: Path) -> None:
+    """`gate DIR` rewrites summary.json and signoff.md and exits with the new verdict; report.html stays as it was."""
+    out = tmp_path / "run"
+    shutil.copytree(stored_run[0], out)
+    report = out / "report.html"
+    before, mtime = report.read_bytes(), report.stat().st_mtime_ns
+    (out / "signoff.md").unlink()
+    lenient = tmp_path / "lenient.yaml"
+    lenient.write_text("speculative_decoding_guardrails:\n  max_error_rate: '20%'\n  max_quality_regression_cases: 1\n"
+                       "allow_not_evaluated: true\n", encoding="utf-8")
+    assert stored_run[1].verdict == "fail"
+    assert main(["gate", str(out), "-c", str(lenient)]) == 1  # the format category still cannot be decided: inconclusive
+    assert read_summary(out / "summary.json").verdict == "inconclusive" and (out / "signoff.md").is_file()
+    assert report.read_bytes() == before and report.stat().st_mtime_ns == mtime
+    assert main(["report", str(out), "-c", str(lenient)]) == 1
+    assert report.read_bytes() != before  # `report` does rebuild it, with the new verdict
+    assert "qualitycheck: inconclusive" in report.read_text(encoding="utf-8")
 
 
 def test_cases_are_flagged_from_the_store_and_regressions_come_first(stored_run: tuple[Path, Summary]) -> None:

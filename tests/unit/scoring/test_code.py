@@ -31,14 +31,42 @@ def secret_in_parent_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", FAKE_SECRET)
 
 
+def _in_another_processs_sandbox(pid: int) -> bool:
+    """Is `pid` inside a sandbox run started by another process (a parallel pytest worker, another user)?
+
+    Every sandboxed process descends from an `unshare` started by the
+    scoring process. One whose `unshare` is not ours belongs to a run that
+    is still going elsewhere; one with no `unshare` above it (reparented to
+    the host's init: escaped) or below one of ours still counts.
+    """
+    def parent(p: int) -> int:
+        return int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+    try:
+        p = pid
+        for _ in range(256):
+            up = parent(p)
+            if up <= 1:
+                return False
+            if Path(f"/proc/{up}/cmdline").read_bytes().split(b"\0")[0].rsplit(b"/", 1)[-1] == b"unshare":
+                return parent(up) != os.getpid()
+            p = up
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
+
+
 def _nobody_processes() -> list[str]:
-    """Processes running as nobody (the sandbox's uid), as 'pid state cmdline'; kernel teardown may lag a moment."""
+    """Processes running as nobody (the sandbox's uid), as 'pid state cmdline'; kernel teardown may lag a moment.
+
+    Only this process's runs count: sandboxes of parallel test workers run as nobody too.
+    """
     for _ in range(50):
         out = []
         for p in Path("/proc").iterdir():
             if p.name.isdigit():
                 try:
-                    if p.stat().st_uid == 65534:
+                    if p.stat().st_uid == 65534 and not _in_another_processs_sandbox(int(p.name)):
                         state = (p / "stat").read_text().split(") ")[1].split()[0]
                         out.append(f"{p.name} {state} {(p / 'cmdline').read_bytes()[:80]!r}")
                 except OSError:
