@@ -61,7 +61,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dirs", nargs="+", metavar="DIR")
     p.add_argument("--out", required=True, metavar="DIR", help="new run folder for the merged run")
 
+    p = sub.add_parser("schema", help="print the JSON Schema (Draft 2020-12) of a file qualitycheck writes")
+    p.add_argument("name", choices=("summary",), help="summary: summary.json")
+
     return parser
+
+
+def cmd_schema(a: argparse.Namespace) -> int:
+    """Print the schema users validate their stored files against (docs/schema/ holds the same text)."""
+    import json
+
+    from qualitycheck.verdict._model import summary_json_schema
+
+    print(json.dumps(summary_json_schema(), indent=2))
+    return 0
+
+
+COMMANDS["schema"] = cmd_schema
 
 
 def main(argv: list[str] | None = None) -> int:

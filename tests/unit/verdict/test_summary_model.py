@@ -1,4 +1,4 @@
-"""summary.json is a typed model: the same file as before, and readers that load older files."""
+"""summary.json is a typed model: the same file as before, a published schema, and readers that load older files."""
 
 from __future__ import annotations
 
@@ -8,12 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
-from qualitycheck.verdict._model import Summary, read_summary
+from qualitycheck.cli._main import main
+from qualitycheck.testserver import TestServer
+from qualitycheck.verdict._model import Summary, read_summary, summary_json_schema
 from qualitycheck.verdict._summary import SUMMARY_NAME, build_summary, write_summary
+from tests.helpers import qa_cases, write_suite
 from tests.unit.verdict.summary_scenarios import SCENARIOS, drift_features
 
 GOLDEN = Path(__file__).parent / "golden"
+SCHEMA_FILE = Path(__file__).resolve().parents[3] / "docs" / "schema" / "summary.schema.json"
 ADDED = {"tolerated"}
 """Fields the model added after the golden files were written (by the dict-built summary)."""
 
@@ -64,6 +69,47 @@ def test_the_model_writes_every_field_exactly_as_the_dict_did(name: str, written
 def test_a_reader_rewrites_any_summary_unchanged(name: str, written: dict[str, Path]) -> None:
     text = written[name].read_text(encoding="utf-8")
     assert read_summary(written[name]).to_json_text() == text
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_every_written_summary_validates_against_the_published_schema(name: str, written: dict[str, Path]) -> None:
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    errors = sorted(Draft202012Validator(schema).iter_errors(json.loads(written[name].read_text(encoding="utf-8"))), key=str)
+    assert not errors, [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors[:5]]
+
+
+def test_a_real_run_writes_a_summary_the_schema_accepts(tmp_path: Path) -> None:
+    """Through the CLI: preflight, /metrics windows per category, a control, repeats, an error."""
+    cases = qa_cases(4, "qa", checks={"exact": "42"}) + qa_cases(2, "json", tags={"route": "billing"}, checks={"contains": "42"})
+    suite = write_suite(tmp_path / "s.jsonl", cases)
+    with TestServer(default="42") as b, TestServer(default="42", answers={"qa 2?": "41"}, speculative={"k": 3, "acceptance": 0.5}) as c, \
+            TestServer(default="42", answers={"qa 1?": "43"}) as k:
+        rc = main(["run", "--baseline", b.url, "--candidate", c.url, "--control", k.url, "--model", "test-model",
+                   "--suite", str(suite), "--out", str(tmp_path / "run"), "--repeats", "2", "--acceptance-by-category"])
+    assert rc in (0, 1)
+    data = json.loads((tmp_path / "run" / SUMMARY_NAME).read_text(encoding="utf-8"))
+    assert data["preflight"] and data["acceptance"]["rate"] is not None and data["latency"]["control"]
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    errors = list(Draft202012Validator(schema).iter_errors(data))
+    assert not errors, [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors[:5]]
+
+
+def test_the_committed_schema_is_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "summary"]) == 0
+    printed = capsys.readouterr().out
+    assert printed == SCHEMA_FILE.read_text(encoding="utf-8"), "run `qualitycheck schema summary > docs/schema/summary.schema.json`"
+    schema = json.loads(printed)
+    assert schema == summary_json_schema() and schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert {"verdict", "categories", "guardrails", "fallback"} <= set(schema["required"])
+
+
+def test_an_unknown_schema_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["schema", "report"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'report'" in err and "summary" in err
 
 
 def test_an_older_summary_without_the_later_fields_still_loads(tmp_path: Path) -> None:
