@@ -5,7 +5,11 @@ it changes their shape: a fence appears, JSON gets wrapped in prose, a chat
 template token leaks, the text loops until `max_tokens`. The comparison calls
 `format_features` on both sides and puts the rates next to each other.
 
-Every feature is a bool or a number (so rates and means are well defined):
+Every feature is a bool or a number, and its kind is declared once in
+`FEATURE_KINDS`: a bool is a *rate* (share of answers, compared pairwise by
+McNemar), a number a *mean* (compared by Wilcoxon signed-rank). The kind is
+a property of the feature, not of the values a category happens to produce:
+a count that is 0 or 1 on every answer of one category is still a count.
 
 =========================  ====================================================
 chars                      length in characters
@@ -15,6 +19,12 @@ lines                      number of lines (0 for an empty answer)
 empty                      nothing but whitespace
 leading_whitespace         starts with whitespace
 trailing_whitespace        ends with whitespace (a trailing newline counts)
+trailing_newline           the last character is a newline
+line_trailing_spaces       some line ends in spaces or tabs before its newline
+                           (or before the end of the answer)
+crlf                       holds a CRLF ("\r\n") line ending
+uppercase_share            uppercase letters / cased letters (0..1; 0 when the
+                           answer has no cased letter)
 code_fence                 holds at least one ``` / ~~~ fenced block
 code_fence_labelled        the first fence names a language (```python)
 code_fence_unclosed        a fence is still open at the end (often truncation)
@@ -23,6 +33,11 @@ json_lenient               JSON found anywhere (whole, fenced or in prose)
 markdown_headings          number of ATX headings (`# ...` to `###### ...`)
 markdown_bullets           number of `-`, `*`, `+` bullet lines
 numbered_items             number of `1.` / `1)` list lines
+bullets_dash               some bullet line uses `-`
+bullets_star               some bullet line uses `*`
+bullets_plus               some bullet line uses `+`
+numbered_dot               some numbered line uses `1.`
+numbered_paren             some numbered line uses `1)`
 refusal                    refusal or deflection phrasing ("I can't help ...")
 template_token_leak        a stop or chat-template token appears in the text
 template_tokens            how many such tokens appear
@@ -31,17 +46,58 @@ repeated_trigram_ratio     1 - distinct word trigrams / trigrams (0..1)
 truncated                  finish_reason == "length"
 =========================  ====================================================
 
+The marker styles are one bool each (an answer mixing `-` and `*` has both),
+so the paired test sees "the candidate's lists switched from `-` to `*`" as
+one rate falling and another rising, which a count of bullets cannot show.
+
 `fence_languages(text)` gives the fence labels themselves, for display.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from qualitycheck.scoring._extract import fences, find_json
 
-__all__ = ["TEMPLATE_TOKENS", "fence_languages", "format_features"]
+__all__ = ["FEATURE_KINDS", "TEMPLATE_TOKENS", "FeatureKind", "fence_languages", "format_features"]
+
+FeatureKind = Literal["rate", "mean"]
+"""`rate`: a bool, reported as the share of answers; `mean`: a number, reported as its mean."""
+
+FEATURE_KINDS: dict[str, FeatureKind] = {
+    "chars": "mean",
+    "tokens": "mean",
+    "tokens_estimated": "rate",
+    "lines": "mean",
+    "empty": "rate",
+    "leading_whitespace": "rate",
+    "trailing_whitespace": "rate",
+    "trailing_newline": "rate",
+    "line_trailing_spaces": "rate",
+    "crlf": "rate",
+    "uppercase_share": "mean",
+    "code_fence": "rate",
+    "code_fence_labelled": "rate",
+    "code_fence_unclosed": "rate",
+    "json_strict": "rate",
+    "json_lenient": "rate",
+    "markdown_headings": "mean",
+    "markdown_bullets": "mean",
+    "numbered_items": "mean",
+    "bullets_dash": "rate",
+    "bullets_star": "rate",
+    "bullets_plus": "rate",
+    "numbered_dot": "rate",
+    "numbered_paren": "rate",
+    "refusal": "rate",
+    "template_token_leak": "rate",
+    "template_tokens": "mean",
+    "repetition_loop": "rate",
+    "repeated_trigram_ratio": "mean",
+    "truncated": "rate",
+}
+"""Every feature `format_features` returns, with its kind: the one place the drift statistics read it from."""
 
 TEMPLATE_TOKENS = (
     "<|im_end|>", "<|im_start|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>",
@@ -52,8 +108,10 @@ TEMPLATE_TOKENS = (
 """Stop and chat-template tokens of common model families; in an answer they mean a leak."""
 
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+\S", re.MULTILINE)
-_BULLET = re.compile(r"^[ \t]*[-*+][ \t]+\S", re.MULTILINE)
-_NUMBERED = re.compile(r"^[ \t]*\d{1,3}[.)][ \t]+\S", re.MULTILINE)
+_BULLET = re.compile(r"^[ \t]*([-*+])[ \t]+\S", re.MULTILINE)
+_NUMBERED = re.compile(r"^[ \t]*\d{1,3}([.)])[ \t]+\S", re.MULTILINE)
+_LINE_TRAILING_SPACES = re.compile(r"(?<![ \t])[ \t]+(?:\r?\n|\Z)")
+"""Anchored at the start of a run of blanks, so a long run is scanned once, not once per position."""
 _REFUSAL = re.compile(
     r"\b(?:I\s*(?:'m|am)\s+(?:sorry|afraid|unable|not\s+able)|I\s+(?:can(?:no|')t|cannot|won't|will\s+not|must\s+decline)"
     r"|As\s+an\s+AI\b|I\s+apologi[sz]e,?\s+but|(?:this|that)\s+(?:request\s+)?(?:is|would\s+be)\s+(?:illegal|unethical|harmful)"
@@ -104,11 +162,19 @@ def fence_languages(text: str) -> list[str]:
     return [f.lang for f in fences(text)]
 
 
+def _uppercase_share(text: str) -> float:
+    upper = sum(1 for ch in text if ch.isupper())
+    cased = upper + sum(1 for ch in text if ch.islower())
+    return 0.0 if cased == 0 else round(upper / cased, 4)
+
+
 def format_features(text: str, finish_reason: str | None = None, completion_tokens: int | None = None) -> dict[str, Any]:
-    """The drift features of one answer (see the module docstring for each)."""
+    """The drift features of one answer (see the module docstring for each; `FEATURE_KINDS` lists them)."""
     fs = fences(text)
     js = find_json(text)
     leaks = sum(text.count(t) for t in TEMPLATE_TOKENS)
+    bullets = _BULLET.findall(text)
+    numbered = _NUMBERED.findall(text)
     return {
         "chars": len(text),
         "tokens": completion_tokens if completion_tokens is not None else round(len(text) / 4),
@@ -117,14 +183,23 @@ def format_features(text: str, finish_reason: str | None = None, completion_toke
         "empty": not text.strip(),
         "leading_whitespace": text[:1].isspace(),
         "trailing_whitespace": text[-1:].isspace(),
+        "trailing_newline": text.endswith("\n"),
+        "line_trailing_spaces": _LINE_TRAILING_SPACES.search(text) is not None,
+        "crlf": "\r\n" in text,
+        "uppercase_share": _uppercase_share(text),
         "code_fence": bool(fs),
         "code_fence_labelled": bool(fs) and fs[0].lang != "",
         "code_fence_unclosed": any(not f.closed for f in fs),
         "json_strict": js.mode == "strict",
         "json_lenient": js.mode is not None,
         "markdown_headings": len(_HEADING.findall(text)),
-        "markdown_bullets": len(_BULLET.findall(text)),
-        "numbered_items": len(_NUMBERED.findall(text)),
+        "markdown_bullets": len(bullets),
+        "numbered_items": len(numbered),
+        "bullets_dash": "-" in bullets,
+        "bullets_star": "*" in bullets,
+        "bullets_plus": "+" in bullets,
+        "numbered_dot": "." in numbered,
+        "numbered_paren": ")" in numbered,
         "refusal": bool(_REFUSAL.search(text)),
         "template_token_leak": leaks > 0,
         "template_tokens": leaks,

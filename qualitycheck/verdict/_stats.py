@@ -425,16 +425,21 @@ def add_drift(into: dict[str, DriftSamples], fb: Mapping[str, Any], fc: Mapping[
 def format_drift(samples: Mapping[str, Mapping[str, DriftSamples]], alpha: float = ALPHA) -> dict[str, dict[str, dict[str, Any]]]:
     """category → feature → rates on each side, the paired p-value and a drift flag.
 
-    Booleans become rates, numbers means. A feature is flagged when the paired
+    Each feature's kind is the one declared next to it (`FEATURE_KINDS` in
+    scoring): booleans are rates, numbers means, in every category alike,
+    whatever values a category happens to hold; a feature not declared there
+    is a mean. A feature is flagged when the paired
     test (McNemar exact for booleans, Wilcoxon signed-rank for numbers) is
     significant at `alpha` and the change exceeds the control's own change
     (the A/A noise floor; zero without a control).
     """
+    from qualitycheck.scoring._format import FEATURE_KINDS  # the scoring package loads every check family: only when needed
+
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for cat, feats in sorted(samples.items()):
         for name, d in sorted(feats.items()):
             b, c = np.frombuffer(d.b, dtype=np.float64), np.frombuffer(d.c, dtype=np.float64)
-            boolean = set(np.unique(np.concatenate([b, c]))) <= {0.0, 1.0}
+            boolean = FEATURE_KINDS.get(name, "mean") == "rate"
             noise = abs(float(np.mean(d.k) - np.mean(d.kb))) if d.k else 0.0
             delta = float(c.mean() - b.mean())
             p = _paired_feature_p(b, c, boolean)

@@ -58,3 +58,51 @@ def test_empty_answer_and_types() -> None:
     f = format_features("", None, None)
     assert f["empty"] and f["lines"] == 0 and f["chars"] == 0
     assert all(isinstance(v, (bool, int, float)) for v in f.values())
+
+
+def test_letter_case_is_the_uppercase_share_of_cased_letters() -> None:
+    assert format_features("PARIS")["uppercase_share"] == 1.0
+    assert format_features("paris")["uppercase_share"] == 0.0
+    assert format_features("Paris 2024!")["uppercase_share"] == 0.2  # digits and punctuation are not letters
+    assert format_features("東京 Tokyo")["uppercase_share"] == 0.2  # letters without case are not counted
+    assert format_features("42")["uppercase_share"] == 0.0
+
+
+def test_bullet_marker_style_is_one_bool_per_marker() -> None:
+    dash = format_features("Steps:\n- one\n- two")
+    star = format_features("Steps:\n* one\n* two")
+    assert (dash["bullets_dash"], dash["bullets_star"], dash["bullets_plus"]) == (True, False, False)
+    assert (star["bullets_dash"], star["bullets_star"], star["bullets_plus"]) == (False, True, False)
+    assert dash["markdown_bullets"] == star["markdown_bullets"] == 2  # the count alone cannot see the switch
+    mixed = format_features("+ one\n  - nested\n")
+    assert mixed["bullets_plus"] and mixed["bullets_dash"] and not mixed["bullets_star"]
+    assert not format_features("**bold** and a - dash")["bullets_star"]
+
+
+def test_numbered_marker_style() -> None:
+    dot, paren = format_features("1. one\n2. two"), format_features("1) one\n2) two")
+    assert dot["numbered_dot"] and not dot["numbered_paren"]
+    assert paren["numbered_paren"] and not paren["numbered_dot"]
+    assert not format_features("In 2024. sales rose")["numbered_dot"]
+
+
+def test_line_endings_and_trailing_whitespace() -> None:
+    f = format_features("Paris\r\nLondon\r\n")
+    assert f["crlf"] and f["trailing_newline"] and not f["line_trailing_spaces"]
+    f = format_features("Paris  \nLondon")
+    assert f["line_trailing_spaces"] and not f["trailing_newline"] and not f["crlf"] and not f["trailing_whitespace"]
+    assert format_features("Paris\t")["line_trailing_spaces"]
+    assert format_features("Paris \r\nLondon")["line_trailing_spaces"]
+    f = format_features("Paris\n\nLondon\n")
+    assert not f["line_trailing_spaces"] and f["trailing_newline"] and f["trailing_whitespace"]
+    f = format_features("Paris ")
+    assert f["trailing_whitespace"] and not f["trailing_newline"]
+
+
+def test_every_feature_declares_its_kind_matching_its_type() -> None:
+    from qualitycheck.scoring._format import FEATURE_KINDS
+
+    f = format_features("- one\n1. two\n")
+    assert list(FEATURE_KINDS) == list(f)
+    for name, value in f.items():
+        assert FEATURE_KINDS[name] == ("rate" if isinstance(value, bool) else "mean"), name
