@@ -1,7 +1,13 @@
 """Text checks: exact match (against a reference or the baseline), regex, contains.
 
-Normalisation is opt-in per case and applied identically to both sides, so a
-reference written by hand and an answer are compared on the same terms.
+Normalisation is applied identically to both sides, so a reference written by
+hand and an answer are compared on the same terms. Against the baseline
+(`exact: true`) nothing is normalised unless the case asks: for speculative
+decoding a changed trailing newline is a changed output. Against a reference
+(`exact: "Paris"`) surrounding whitespace is stripped unless `strip: false`:
+a reference typed by a person has no trailing newline, so keeping it would
+fail every answer on a byte nobody meant to check. Every other step is opt-in
+in both cases, and the score's detail lists the steps applied.
 """
 
 from __future__ import annotations
@@ -18,12 +24,21 @@ from qualitycheck.scoring._base import CheckSpec, Outcome, Scorer, check_family
 
 __all__ = ["ContainsCheck", "ContainsScorer", "ExactCheck", "ExactScorer", "RegexCheck", "RegexScorer", "normalise"]
 
+_STEPS = ("strip", "collapse_whitespace", "ignore_case", "strip_trailing_punctuation")
+"""The normalisation options of `exact`, in the order `normalise` applies them."""
+
 
 class ExactCheck(CheckSpec):
-    """`expected` None means "candidate must equal baseline" (`exact: true`); `exact: "Paris"` sets it."""
+    """`expected` None means "candidate must equal baseline" (`exact: true`); `exact: "Paris"` sets it.
+
+    `strip` left out is resolved while validating (False against the
+    baseline, True against a reference), so the stored spec says what was
+    applied and rescoring a stored run applies the same.
+    """
 
     expected: str | None = None
-    strip: bool = True
+    strip: bool = False
+    """Remove surrounding whitespace. Default: True with a reference, False against the baseline."""
     ignore_case: bool = False
     collapse_whitespace: bool = False
     strip_trailing_punctuation: bool = False
@@ -32,8 +47,16 @@ class ExactCheck(CheckSpec):
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
         if isinstance(data, str):
-            return {"expected": data}
-        return {} if data is True else data
+            data = {"expected": data}
+        elif data is True:
+            data = {}
+        if isinstance(data, dict) and "strip" not in data:
+            data = {**data, "strip": data.get("expected") is not None}
+        return data
+
+    def steps(self) -> list[str]:
+        """The normalisation steps this spec applies, in the order `normalise` applies them."""
+        return [name for name in _STEPS if getattr(self, name)]
 
 
 class RegexCheck(CheckSpec):
@@ -74,6 +97,7 @@ class ContainsCheck(CheckSpec):
             return {"all": [data]}
         return {"all": data} if isinstance(data, list) else data
 
+
 _TRAILING_PUNCT = ".,;:!?。！？"
 _SNIPPET = 60
 
@@ -84,7 +108,9 @@ def normalise(text: str, spec: ExactCheck) -> str:
     `strip` removes surrounding whitespace; `collapse_whitespace` turns every
     run of whitespace into one space (and strips); `ignore_case` casefolds
     (so "Straße" equals "STRASSE"); `strip_trailing_punctuation` drops
-    trailing `.,;:!?` (and their CJK forms) after the other steps.
+    trailing `.,;:!?` (and their CJK forms) after the other steps, with the
+    whitespace before and after them (so "Paris.\n" ends as "Paris"). With
+    every option off the text is returned unchanged: byte equality.
     """
     if spec.strip:
         text = text.strip()
@@ -99,7 +125,7 @@ def normalise(text: str, spec: ExactCheck) -> str:
 
 def _first_difference(a: str, b: str) -> dict[str, object]:
     i = 0
-    for i, (x, y) in enumerate(zip(a, b)):  # noqa: B007 - i is used after the loop
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):  # noqa: B007 - i is used after the loop
         if x != y:
             break
     else:
@@ -114,7 +140,9 @@ class ExactScorer:
     Without a reference the baseline passes by definition and every other
     target passes when its normalised text equals the baseline's for the same
     repeat; with no baseline answer to compare to, the check cannot decide
-    and scores `error`.
+    and scores `error`. Every detail carries `normalisation`, the steps
+    applied to both sides (empty: byte equality), so a report reader sees
+    why two different-looking answers were judged equal.
     """
 
     check = "exact"
@@ -122,20 +150,22 @@ class ExactScorer:
     def __init__(self, spec: ExactCheck):
         self.spec = spec
         self._expected = None if spec.expected is None else normalise(spec.expected, spec)
+        self._steps = spec.steps()
 
     def score(self, answer: Response, baseline: Response | None) -> Outcome:
         got = normalise(answer.text, self.spec)
         if self._expected is not None:
             want, against = self._expected, "reference"
         elif answer.target == "baseline":
-            return Outcome("pass", True, {"against": "baseline", "is_baseline": True})
+            return Outcome("pass", True, {"against": "baseline", "normalisation": list(self._steps), "is_baseline": True})
         elif baseline is None or baseline.error is not None:
-            return Outcome("error", None, {"against": "baseline", "reason": "the baseline has no answer for this repeat"})
+            return Outcome("error", None, {"against": "baseline", "normalisation": list(self._steps),
+                                           "reason": "the baseline has no answer for this repeat"})
         else:
             want, against = normalise(baseline.text, self.spec), "baseline"
         if got == want:
-            return Outcome("pass", True, {"against": against})
-        return Outcome("fail", False, {"against": against, **_first_difference(got, want)})
+            return Outcome("pass", True, {"against": against, "normalisation": list(self._steps)})
+        return Outcome("fail", False, {"against": against, "normalisation": list(self._steps), **_first_difference(got, want)})
 
 
 class RegexScorer:
@@ -149,10 +179,7 @@ class RegexScorer:
         self._re = re.compile(spec.pattern, flags)
 
     def score(self, answer: Response, baseline: Response | None) -> Outcome:
-        if self.spec.mode == "fullmatch":
-            m = self._re.fullmatch(answer.text.strip())
-        else:
-            m = self._re.search(answer.text)
+        m = self._re.fullmatch(answer.text.strip()) if self.spec.mode == "fullmatch" else self._re.search(answer.text)
         if m is None:
             return Outcome("fail", None, {"pattern": self.spec.pattern, "mode": self.spec.mode})
         return Outcome("pass", m.group(0)[:200], {"pattern": self.spec.pattern, "mode": self.spec.mode, "span": list(m.span())})
