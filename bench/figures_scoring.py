@@ -82,7 +82,7 @@ def sandbox_rate(figure: Figure, skipped: Callable[[str, str], None], quick: boo
     rows = [json.loads(line) for line in MBPP.read_text().splitlines()[:30]]
     cases = [Case(id=f"mbpp-{r['task_id']}", category="code", messages=[{"role": "user", "content": r["prompt"]}],
                   checks={"unit_tests": {"tests": "\n".join(r["test_imports"] + r["test_list"])}}) for r in rows]
-    answers = {c.id: (f"```python\n{r['code']}\n```",) * 2 for c, r in zip(cases, rows)}
+    answers = {c.id: (f"```python\n{r['code']}\n```",) * 2 for c, r in zip(cases, rows, strict=True)}
 
     def cpu_s() -> float:
         return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),

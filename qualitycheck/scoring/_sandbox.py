@@ -4,7 +4,8 @@ Layers, strongest available first (probed once per process, see `isolation()`):
 
 ``namespaces`` (we are root, `unshare` works)
     new network namespace (no interfaces but a downed loopback: no network,
-    not even the host's localhost), new PID namespace whose init is the
+    not even the host's localhost; with the fork server, a new IPC namespace
+    too), new PID namespace whose init is the
     program (when it ends, or is killed, the kernel kills everything it
     started), new mount namespace with size-capped private tmpfs over
     /tmp, /var/tmp, /dev/shm and /run/lock (the program's working dir, HOME
@@ -28,30 +29,29 @@ rlimits on CPU seconds, address space, file size, open files and processes,
 a wall-clock timeout that kills the whole process group (and the PID
 namespace and cgroup with it), and stdout/stderr capped.
 
-How a run starts. Starting an interpreter inside fresh namespaces costs far
+How a run starts. Starting `unshare` and an interpreter per run costs far
 more than most unit tests take, so with namespaces each process keeps a
-*fork server* (`_ForkServer`): one "zygote" interpreter started once inside
-its own network, PID and mount namespaces with a scrubbed environment, the
-harness's modules (and the harness itself, compiled) already loaded. It
-never runs model code and never reads a test's files: each test's
-configuration reaches only that test, through a memfd. Per test the zygote
-forks a process that is PID 1 of a new PID namespace; that process unshares
-a new mount, network and IPC namespace, joins the run's cgroups, mounts the
-private tmpfs and /proc, writes the files, sets the rlimits, drops to
-`nobody` and runs the program in place of an exec. Every test is a fresh
-fork of the clean zygote, never a reused interpreter, so nothing one test
-does (files, modules, environment) is seen by another. The zygote kills a
-test's PID 1 at its wall limit (the kernel then kills the whole namespace),
-and the scoring process still kills what is left in the run's cgroup. A
-zygote that dies is replaced and its tests in flight run again. It dies with
-the scoring process: atexit kills its process group, and if we die without
-atexit its end of the socket sees EOF and it exits. The zygote stays root
-inside its namespaces because every test needs mounts, cgroups and the uid
-drop; privileges are dropped in each test before any model code runs,
-exactly where the per-run path drops them. The zygote's hash seed is shared
-by its forks (fresh interpreters each draw one); `random` reseeds in every
-fork. Without namespaces (``none``), or where no zygote can start, each run
-starts its own interpreter (`_run_fresh`).
+*fork server* (`_ForkServer`): one "zygote" interpreter, started once inside
+its own network, PID and mount namespaces with a scrubbed environment, with
+the harness's modules imported and the harness itself compiled. It never
+runs model code and never reads a run's files (they reach only the run,
+through a memfd). It keeps *spares* ready: forks that are PID 1 of a new PID
+namespace and have already unshared a new mount, network and IPC namespace,
+mounted the private tmpfs and /proc, and joined a cgroup slot. A run goes to
+a spare, which writes the run's cgroup limits and files, sets the rlimits,
+drops to `nobody` and runs the program in place of an exec. So every run is
+a fresh fork of the clean zygote, never a reused interpreter: nothing one
+run does (files, modules, environment) is seen by another. The zygote kills
+a run's PID 1 at its wall limit (the kernel then kills its whole namespace),
+and answers once that PID 1 is reaped. A zygote that dies is replaced and its
+runs in flight are run again. It dies with the scoring process: atexit ends
+it, and if we die without atexit its end of the socket sees EOF and it
+cleans up and exits. It stays root inside its namespaces because every run
+needs mounts, cgroups and the uid drop; each run drops privileges before its
+program starts, where the per-run path drops them. Its forks share its hash
+seed (fresh interpreters each draw one); `random` reseeds in every fork.
+Without namespaces (``none``), or where no zygote can start, each run starts
+its own `unshare` and interpreter (`_run_fresh`).
 
 This contains accidents and typical hostile snippets (fork bombs, memory
 bombs, disk fills, network calls, reading env secrets). It is not built to
@@ -61,6 +61,7 @@ withstand code written specifically to attack qualitycheck.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import itertools
 import json
@@ -287,10 +288,8 @@ class _Cgroup:
                 if not pids:
                     break
                 for pid in pids:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
                 time.sleep(0.01)
 
     @staticmethod
@@ -308,6 +307,12 @@ class _Cgroup:
         self.kill_all()
         for p in self.paths:
             self._remove(p)
+
+    @classmethod
+    def existing(cls, paths: list[Path]) -> _Cgroup:
+        cg = cls.__new__(cls)
+        cg.paths = paths
+        return cg
 
 
 def _read_capped(path: Path, cap: int) -> str:
@@ -375,10 +380,8 @@ def _run_fresh(files: dict[str, str], argv: list[str], limits: Limits, info: dic
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the group, and the namespace with its init
-            except ProcessLookupError:
-                pass
             proc.wait()
             if cg:
                 cg.kill_all()
@@ -404,19 +407,21 @@ def _run_fresh(files: dict[str, str], argv: list[str], limits: Limits, info: dic
 
 # The zygote: started once per server inside its own network, PID and mount
 # namespaces (it is PID 1 there), with the scrubbed environment, by the
-# program's interpreter. It is single-threaded: one poll loop over its socket
-# and a pidfd per running test. Protocol on the SOCK_SEQPACKET socket whose fd
-# is argv[1]: first it sends {"ready": true} (or false and why, when this host
-# cannot make a test's namespaces); then it takes
+# program's interpreter; argv is the fd of its SOCK_SEQPACKET socket and a JSON
+# configuration (cgroup roots and slot prefix, tmpfs mounts and default size,
+# how many spares). It is single-threaded: one poll loop over its socket, its
+# spares' sockets and a pidfd per spare and per run. It first sends
+# {"ready": true} (or false and why, when this host cannot make a run's
+# namespaces: the first spare is the probe); then it takes
 #   {"op": "preload", "key": k, "name": n, "source": s}: compile a trusted main
 #       script (the caller's harness, never model code) once, for every fork;
-#   {"id": n, "wall_s": w, "main": k or null} with four fds: the test's
-#       configuration (a memfd: the zygote never reads it, only the test's own
+#   {"id": n, "wall_s": w, "main": k or null} with four fds: the run's
+#       configuration (a memfd: the zygote never reads it, only the run's own
 #       process does), its report, stdout and stderr.
-# It answers each test with {"id": n, "status": exit code or -signal,
-# "timed_out": bool} once the test's PID 1 is gone (killed at `wall_s`). EOF
-# on the socket (the scoring process is gone) ends the zygote, and the kernel
-# then kills everything in its PID namespace.
+# It answers each run with {"id": n, "status": exit code or -signal,
+# "timed_out": bool, "cgroups": [controllers]} once the run's PID 1 is reaped
+# (killed at `wall_s`). EOF on its socket (the scoring process is gone) ends
+# every spare and run, removes the cgroup slots and ends the zygote.
 _ZYGOTE = r"""
 import array, collections, ctypes, itertools, json, os, resource, select, signal, socket, sys, time
 import atexit, builtins, gc, traceback, types
@@ -820,13 +825,15 @@ serve()
 
 _READY_TIMEOUT_S = 30.0
 _SPARES = max(2, min(os.cpu_count() or 1, 8))
-"""Test processes a zygote keeps set up ahead (namespaces, mounts, cgroups), waiting for a test."""
+"""Run processes a zygote keeps set up ahead (namespaces, mounts, cgroup slot), each waiting for its run."""
 _BACKSTOP_S = 15.0
-"""How long past a test's own wall limit the scoring process waits for its answer before it replaces the zygote."""
+"""How long past a run's own wall limit the scoring process waits for its answer before it replaces the zygote."""
+_PRELOAD_MAX = 256 << 10
+"""A trusted main script larger than this is compiled in each run instead (it must fit in one message)."""
 
 
 class _ServerDied(Exception):
-    """The zygote went away while a test was in flight; the test is run again."""
+    """The zygote went away while a run was in flight; the run is started again."""
 
 
 class _Waiter:
@@ -918,10 +925,11 @@ class _ForkServer:
             waiter.event.set()  # result None: the server died under it
 
     def run(self, fds: list[int], wall_s: float, main: tuple[str, str] | None) -> dict[str, Any] | None:
-        """Send one test; the zygote's answer, None when it did not come in time.
+        """Send one run; the zygote's answer, None when it did not come in time.
 
+        `fds` are the run's configuration, report, stdout and stderr memfds;
         `main` is (name, source) of a trusted main script to compile once.
-        Raises `_ServerDied` when the zygote is gone before or during the test.
+        Raises `_ServerDied` when the zygote is gone before or during the run.
         """
         waiter = _Waiter()
         with self._lock:
@@ -931,7 +939,7 @@ class _ForkServer:
             self._pending[rid] = waiter
             key = None
             try:
-                if main is not None:
+                if main is not None and len(main[1]) <= _PRELOAD_MAX:
                     key = hashlib.sha256(f"{main[0]}\0{main[1]}".encode()).hexdigest()
                     if key not in self._preloaded:
                         self._sock.send(json.dumps({"op": "preload", "key": key, "name": main[0], "source": main[1]}).encode())
@@ -950,7 +958,7 @@ class _ForkServer:
         return waiter.result
 
     def kill(self, grace_s: float = 0.0) -> None:
-        """End the zygote and everything in its namespaces (their tests see `_ServerDied`).
+        """End the zygote and everything in its namespaces (their runs see `_ServerDied`).
 
         With `grace_s`, first close our end of the socket and give the zygote
         that long to exit by itself (it then is reaped by `unshare`, whose exit
@@ -958,29 +966,23 @@ class _ForkServer:
         """
         self.alive = False
         if grace_s:
-            try:
+            with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             try:
                 self.proc.wait(grace_s)
                 self._remove_cgroups()
                 return
             except subprocess.TimeoutExpired:
                 pass
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         self.proc.wait()
         self._remove_cgroups()
 
     def _remove_cgroups(self) -> None:
         """This zygote's cgroup slots, once it is gone (it removes them itself when it can)."""
         for root in self._cgroup_roots.values():
-            cg = _Cgroup([], Limits())
-            cg.paths = list(Path(root).glob(f"{self._prefix}-*"))
-            cg.close()
+            _Cgroup.existing(list(Path(root).glob(f"{self._prefix}-*"))).close()
 
 
 _servers_lock = threading.Lock()
