@@ -84,33 +84,33 @@ def sandbox_rate(figure: Figure, skipped: Callable[[str, str], None], quick: boo
                   checks={"unit_tests": {"tests": "\n".join(r["test_imports"] + r["test_list"])}}) for r in rows]
     answers = {c.id: (f"```python\n{r['code']}\n```",) * 2 for c, r in zip(cases, rows, strict=True)}
 
-    def cpu_s() -> float:
-        return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
-                                                      resource.getrusage(resource.RUSAGE_CHILDREN)))
+    def cpu_s(who: int) -> float:
+        r = resource.getrusage(who)
+        return r.ru_utime + r.ru_stime
 
     _sandbox._stop_servers()  # the fork server is started inside the measured time, and its CPU counted
-    rates, runs, passed = [], 0, 0
-    cpu0 = cpu_s()
+    rates, runs, passed, cpu = [], 0, 0, 0.0
+    children0 = cpu_s(resource.RUSAGE_CHILDREN)
     for _ in range(2 if quick else 5):
         with tempfile.TemporaryDirectory() as td:
             store = _store(Path(td), cases, answers)
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), cpu_s(resource.RUSAGE_SELF)
             score_store(store)
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, cpu + cpu_s(resource.RUSAGE_SELF) - cpu0
             scores = [s for s in store.scores() if s.check == "unit_tests"]
             store.close()
         rates.append(len(scores) / wall)
         runs += len(scores)
         passed += sum(s.status == "pass" for s in scores)
-    _sandbox._stop_servers()  # a zygote's CPU (and its tests') is counted once it has exited and been reaped
-    cpu_ms = (cpu_s() - cpu0) * 1000 / runs
+    _sandbox._stop_servers()  # a zygote's CPU (and its runs') is counted once it has exited and been reaped
+    cpu_ms = (cpu + cpu_s(resource.RUSAGE_CHILDREN) - children0) * 1000 / runs
     level = _sandbox.isolation()["level"]
     figure(name, statistics.median(rates), "tests/s",
            f"median of {len(rates)} rounds of {len(scores)} sandboxed runs (30 MBPP reference solutions, baseline+candidate) "
            f"through score_store; rounds {min(rates):.0f}-{max(rates):.0f}/s, the first incl. the fork server's start; "
            f"{passed}/{runs} passed; isolation {level}; {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}")
     figure("sandbox_cpu_ms_per_test", cpu_ms, "ms",
-           "CPU per sandboxed run: scoring process + fork server + test processes (kernel workers not counted)")
+           "CPU per sandboxed run: score_store in this process + fork server + run processes (kernel workers not counted)")
 
 
 def judge_savings(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, quick: bool) -> None:

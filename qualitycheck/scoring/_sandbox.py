@@ -594,15 +594,15 @@ def program(header, cgroups, fds):
         main.__builtins__ = builtins
         sys.modules["__main__"] = main
         code = PROGRAMS.get(header.get("main"))
-        if code is None:
-            with open(script, "rb") as f:
-                code = compile(f.read(), script, "exec")
         del cfg, rlimits
     except BaseException as exc:
         sandbox_error(report, why(exc))
         os._exit(125)
     status = 0
     try:
+        if code is None:
+            with open(script, "rb") as f:
+                code = compile(f.read(), script, "exec")
         exec(code, main.__dict__)
     except SystemExit as exc:
         status = exit_code(exc)
@@ -761,7 +761,10 @@ def take_request():
         return False
     req = json.loads(msg)
     if req.get("op") == "preload":
-        PROGRAMS[req["key"]] = compile(req["source"], req["name"], "exec")
+        try:
+            PROGRAMS[req["key"]] = compile(req["source"], req["name"], "exec")
+        except (SyntaxError, ValueError):
+            pass  # each run compiles it from its file, and reports the error itself
         gc.freeze()
     elif len(fds) != 4:
         refuse(req, fds, "a request needs 4 fds, got %d" % len(fds))

@@ -308,3 +308,11 @@ def test_exit_status_and_output_match_a_fresh_interpreter() -> None:
     for r in (forked, fresh):
         assert r.exit_code == 1 and r.stdout == "main done\nthread done\natexit ran\n", r
         assert r.stderr.rstrip().endswith("ValueError: boom"), r
+
+
+def test_a_trusted_main_that_does_not_compile_fails_the_run_not_the_server() -> None:
+    pid = server().zygote_pid
+    broken = run_python({"main.py": "def (:\n"}, ["main.py"], trusted_main=True)
+    assert broken.report is None and broken.exit_code == 1 and "SyntaxError" in broken.stderr, broken
+    assert run("report({'ok': True})").report == {"ok": True}
+    assert server().zygote_pid == pid
