@@ -4,8 +4,7 @@ Layers, strongest available first (probed once per process, see `isolation()`):
 
 ``namespaces`` (we are root, `unshare` works)
     new network namespace (no interfaces but a downed loopback: no network,
-    not even the host's localhost; with the fork server, a new IPC namespace
-    too), new PID namespace whose init is the
+    not even the host's localhost), a new IPC namespace, new PID namespace whose init is the
     program (when it ends, or is killed, the kernel kills everything it
     started), new mount namespace with size-capped private tmpfs over
     /tmp, /var/tmp, /dev/shm and /run/lock (the program's working dir, HOME
@@ -50,8 +49,11 @@ cleans up and exits. It stays root inside its namespaces because every run
 needs mounts, cgroups and the uid drop; each run drops privileges before its
 program starts, where the per-run path drops them. Its forks share its hash
 seed (fresh interpreters each draw one); `random` reseeds in every fork.
-Without namespaces (``none``), or where no zygote can start, each run starts
-its own `unshare` and interpreter (`_run_fresh`).
+Only the ``namespaces`` level uses it (under ``user-namespaces`` runs would
+share the zygote's user namespace, and what is kept per user namespace, such
+as keyrings; there each run still gets its own). Without namespaces
+(``none``), with user namespaces, or where no zygote can start, each run
+starts its own `unshare` and interpreter (`_run_fresh`).
 
 This contains accidents and typical hostile snippets (fork bombs, memory
 bombs, disk fills, network calls, reading env secrets). It is not built to
@@ -1117,7 +1119,9 @@ def run_python(files: dict[str, str], argv: list[str], limits: Limits = Limits()
     in its zygote for every later run (the file is still written).
     """
     info = isolation()
-    if info["unshare"]:
+    # Only where runs drop to nobody: under `--map-root-user` every run would be root of the zygote's one
+    # user namespace, and share what is kept per user namespace (its keyrings); a run of its own gets one.
+    if info["level"] == "namespaces" and info["unshare"]:
         server = _server_for(info)
         for _ in range(2):  # a zygote that dies under a test is replaced and the test run again, once
             if server is None:

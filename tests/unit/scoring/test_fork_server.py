@@ -24,8 +24,8 @@ import pytest
 from qualitycheck.scoring import _sandbox
 from qualitycheck.scoring._sandbox import Limits, SandboxResult, run_python
 
-pytestmark = pytest.mark.skipif(_sandbox.isolation()["level"] == "none",
-                                reason="no namespaces on this host: runs do not use a fork server")
+pytestmark = pytest.mark.skipif(_sandbox.isolation()["level"] != "namespaces",
+                                reason="runs use a fork server only with namespaces and the drop to nobody")
 
 REPORT = "import json, os, sys\n\ndef report(d):\n    os.write(int(sys.argv[-1]), json.dumps(d).encode())\n\n"
 ALLOC = "try:\n    b = bytearray(300 << 20)\n    report({'got': True})\nexcept MemoryError:\n    report({'got': False})\n"
@@ -316,3 +316,20 @@ def test_a_trusted_main_that_does_not_compile_fails_the_run_not_the_server() -> 
     assert broken.report is None and broken.exit_code == 1 and "SyntaxError" in broken.stderr, broken
     assert run("report({'ok': True})").report == {"ok": True}
     assert server().zygote_pid == pid
+
+
+def test_user_namespace_runs_each_get_their_own_and_no_fork_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under --map-root-user, runs forked from one zygote would share its user namespace (and keyrings)."""
+    real = _sandbox.isolation()
+    forced = {**real, "level": "user-namespaces",
+              "unshare": ["unshare", "--user", "--map-root-user", *_sandbox._UNSHARE_NS], "drop_to_nobody": False,
+              "program_python": _sandbox._unmasked_python(sys.executable), "cgroups": [], "weak": False}
+    if not _sandbox._works([*forced["unshare"], "--", "true"]):
+        pytest.skip("user namespaces are not available here")
+    monkeypatch.setattr(_sandbox, "_probed", forced)
+    monkeypatch.setattr(_sandbox, "_servers", {})
+    userns = "import os\nreport({'userns': os.readlink('/proc/self/ns/user'), 'uid': os.getuid()})"
+    first, second = run(userns), run(userns)
+    assert first.report and second.report and first.report["uid"] == 0, (first, second)
+    assert first.report["userns"] != second.report["userns"]
+    assert _sandbox._servers == {}
