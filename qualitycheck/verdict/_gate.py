@@ -168,7 +168,29 @@ class MaxErrorRate:
         base = sides.get("baseline")
         if base and base[1] and base[0] / base[1] > self.threshold:
             msg += " (the baseline is above it too: the comparison itself is weakened)"
+        if self.route == ALL_ROUTES:
+            msg += _error_kinds(ev.errors)
         return GuardrailResult(self.name, _pct(self.threshold), round(rate, 6), ok, msg, self.route)
+
+
+_KINDS_NAMED = 3
+"""Kinds named per side in the error-rate message; summary.json `errors.<side>.kinds` has them all."""
+
+
+def _error_kinds(errors: dict[str, dict[str, Any]]) -> str:
+    """Why the requests failed, per side: the most frequent kinds with a sample of the server's message.
+
+    A rate says that something is wrong; `http_404 × 20 (The model `x` does
+    not exist.)` says what to fix.
+    """
+    parts = []
+    for side, d in sorted(errors.items()):
+        kinds = d.get("kinds") or []
+        if kinds:
+            named = ", ".join(f"{k['kind']} × {k['count']} ({k['message']})" for k in kinds[:_KINDS_NAMED])
+            more = f" and {len(kinds) - _KINDS_NAMED} more kinds" if len(kinds) > _KINDS_NAMED else ""
+            parts.append(f"{side}: {named}{more}")
+    return f"; why: {'; '.join(parts)}" if parts else ""
 
 
 @dataclass(frozen=True)
@@ -230,12 +252,31 @@ class PreflightConsistent:
         checks = (ev.preflight or {}).get("checks") or []
         failed = [c for c in checks if c.get("passed") is False]
         if not failed:
-            unchecked = [c["name"] for c in checks if c.get("passed") is None]
-            note = f" ({', '.join(unchecked)} not exposed by the servers)" if unchecked else ""
-            return GuardrailResult(self.name, self.threshold, [], True, f"baseline and candidate match{note}", self.route)
+            unchecked = [c for c in checks if c.get("passed") is None]
+            if len(unchecked) == len(checks):  # nothing compared: no evidence of consistency, so never a pass
+                missing = _endpoints(unchecked) or "no check was recorded"
+                return GuardrailResult(self.name, self.threshold, None, None,
+                                       f"not evaluated: no preflight check could be performed (not exposed or not answering: {missing})",
+                                       self.route)
+            matched = ", ".join(c["name"] for c in checks if c.get("passed"))
+            note = (f"; not checked: {', '.join(c['name'] for c in unchecked)} (not exposed or not answering: {_endpoints(unchecked)})"
+                    if unchecked else "")
+            return GuardrailResult(self.name, self.threshold, [], True, f"baseline and candidate match on {matched}{note}", self.route)
         msg = "; ".join(f"{c['name']}: {c.get('detail', '')}" for c in failed)
         return GuardrailResult(self.name, self.threshold, [c["name"] for c in failed], False,
                                f"the endpoints differ before any answer is compared: {msg}", self.route)
+
+
+_CHECK_ENDPOINTS = {"served_model": "/v1/models", "model_root": "/v1/models", "model_max_model_len": "/v1/models",
+                    "tokenize": "/tokenize", "tokenizer_and_stop_tokens": "/tokenizer_info",
+                    "generation_defaults": "/server_info", "engine_version": "/version"}
+"""The endpoint each preflight check reads (generation/_preflight.py), named when a check could not be made."""
+
+
+def _endpoints(checks: list[dict[str, Any]]) -> str:
+    """The endpoints behind checks that could not be made, each once, in the checks' order."""
+    names = dict.fromkeys(_CHECK_ENDPOINTS.get(c.get("name", ""), c.get("name", "?")) for c in checks)
+    return ", ".join(names)
 
 
 def parse_fraction(value: Any) -> float:

@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from qualitycheck.core._errors import StoreError
+from qualitycheck.serving._errors import ErrorKind
 from qualitycheck.verdict._gate import GuardrailResult
 
 __all__ = [
@@ -257,6 +258,9 @@ class ErrorCounts(_Closed):
     count: int
     requests: int = 0
     rate: float
+    kinds: list[ErrorKind] = Field(default_factory=list)
+    """Why they failed: one entry per kind (`http_404`, `timeout`, `stream_cut`, ...) with its count and the
+    first message seen, most frequent first; empty when nothing failed (and in files written before it existed)."""
 
 
 class Fallback(_Closed):

@@ -18,6 +18,7 @@ from qualitycheck.core._records import FORMAT_VERSION
 from qualitycheck.core._store import RunStore
 from qualitycheck.judge._judge import judge_summary
 from qualitycheck.serving import acceptance_summary, latency_summary, slices_summary
+from qualitycheck.serving._errors import ErrorTally
 from qualitycheck.verdict._compare import compare_run
 from qualitycheck.verdict._digest import RunDigest, TextTally
 from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, build_rules, decide, parse_guardrails
@@ -51,8 +52,22 @@ def _targets(store: RunStore) -> dict[str, TargetInfo]:
 
 
 def _errors(store: RunStore) -> dict[str, ErrorCounts]:
-    return {t: ErrorCounts(count=v["errors"], requests=v["requests"], rate=v["errors"] / v["requests"] if v["requests"] else 0.0)
-            for t, v in store.count_responses().items()}
+    """Failed requests per target: the counts, and why they failed (kinds with a sample message each).
+
+    A rate alone says something is wrong, not what. The kinds come from one
+    pass over the stored responses, made only when some request failed,
+    each error folded into its side's `ErrorTally` as it is read (the
+    sweep's grouping), so memory is one entry per kind, not a list of errors.
+    """
+    counts = store.count_responses()
+    tallies = {t: ErrorTally() for t, v in counts.items() if v["errors"]}
+    if tallies:
+        for r in store.responses():
+            if r.error is not None and (tally := tallies.get(r.target)) is not None:
+                tally.add(r)
+    return {t: ErrorCounts(count=v["errors"], requests=v["requests"], rate=v["errors"] / v["requests"] if v["requests"] else 0.0,
+                           kinds=tallies[t].kinds() if t in tallies else [])
+            for t, v in counts.items()}
 
 
 def _check(s: CheckStats, tolerated: list[str], judge: dict[str, object] | None) -> CheckSummary:
