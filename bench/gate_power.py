@@ -2,11 +2,18 @@
 
     python bench/gate_power.py [--trials N]
 
-A category of 300 cases (80% baseline pass rate), an A/A control, and a
-share `noise` of A/A pairs that disagree (batching non-determinism). The
-false-alarm rate is measured on A/A data (no change); the power is the share
-of runs in which a 2-percentage-point regression fails the quality
-guardrail. Both use the gate's own decision (qualitycheck.verdict._stats.classify_cases).
+A category of 300 cases (80% baseline pass rate) and a share of A/A pairs
+that disagree (batching non-determinism). The false-alarm rate is measured
+on A/A data (no change); the power is the share of runs in which a
+2-percentage-point regression fails the quality guardrail. Both use the
+gate's own decision (qualitycheck.verdict._stats.classify_cases).
+
+The default configuration asks the baseline again for the cases whose
+candidate text diverged (`baseline_again`). How many diverge besides the
+noisy ones is a property of the deployment: `wording` is the share of cases
+whose text varies under batching while their checks hold (0: only the
+noisy cases diverge, the hardest case for this design). `--control` is the
+baseline asked again for every case; `none` measures nothing.
 """
 
 from __future__ import annotations
@@ -22,14 +29,14 @@ def main() -> None:
     p.add_argument("--cases", type=int, default=300)
     a = p.parse_args()
     print(f"gate_nominal_alpha: {ALPHA} share")
-    for noise in (0.0, 0.005, 0.01, 0.02, 0.05):
-        tag = f"n={a.cases},aa_disagreement={noise:.1%}"
-        fa = simulate_gate(n=a.cases, noise=noise, drop=0.0, trials=a.trials, seed=1)
-        pw = simulate_gate(n=a.cases, noise=noise, drop=0.02, trials=a.trials, seed=2)
-        print(f"gate_false_alarm_rate[{tag}]: {fa:.4f} share")
-        print(f"gate_power_2pp_regression[{tag}]: {pw:.4f} share")
-    fa = simulate_gate(n=a.cases, noise=0.01, drop=0.0, trials=a.trials, seed=3, with_control=False)
-    print(f"gate_false_alarm_rate[n={a.cases},aa_disagreement=1.0%,no_control]: {fa:.4f} share")
+    for design, wording in (("baseline_again", 0.0), ("baseline_again", 0.3), ("control", 0.0), ("none", 0.0)):
+        label = "default" if design == "baseline_again" else design
+        for noise in (0.0, 0.01, 0.02, 0.05):
+            tag = f"{label},n={a.cases},aa_disagreement={noise:.0%}" + (f",wording={wording:.0%}" if design == "baseline_again" else "")
+            fa = simulate_gate(n=a.cases, noise=noise, drop=0.0, trials=a.trials, seed=1, design=design, text_noise=wording)
+            pw = simulate_gate(n=a.cases, noise=noise, drop=0.02, trials=a.trials, seed=2, design=design, text_noise=wording)
+            print(f"gate_false_alarm_rate[{tag}]: {fa:.4f} share")
+            print(f"gate_power_2pp_regression[{tag}]: {pw:.4f} share")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -122,6 +122,11 @@ class RunOptions(BaseModel):
     """Ask vLLM for token ids (first divergence in tokens); harmless elsewhere."""
     preflight: bool = True
     acceptance_by_category: bool = False
+    noise_floor: Literal["auto", "none"] = "auto"
+    """How the A/A noise floor is measured. `auto`: from the control target when there is one, else
+    from the repeats when there are several, else by asking the baseline again for every case whose
+    candidate answer differs from the baseline's (the only cases that can regress). `none` measures
+    nothing: every pass→fail flip then counts as a regression."""
     shard: str | None = None
     """'i/n': run only the cases whose stable hash falls in shard i of n."""
     gpu_hour_usd: float | None = Field(default=None, ge=0)

@@ -45,7 +45,7 @@ def test_identical_pairs_pass_and_write_the_run_folder(tmp_path: Path, pair_serv
 def test_divergent_pair_fails_and_is_counted_per_category(tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(5, checks={"exact": True}) + qa_cases(3, "free"))
     with TestServer(default="same") as b, TestServer(default="same", answers={"qa 3?": "changed", "free 1?": "other"}) as c:
-        assert run_cli(b, c, suite, tmp_path / "run") == 1
+        assert run_cli(b, c, suite, tmp_path / "run", "--no-noise-floor") == 1  # one flip: counted only without a floor
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["verdict"] == "fail" and s["categories"]["qa"]["identical_rate"] == pytest.approx(0.8)
     assert s["categories"]["qa"]["checks"]["exact"]["regressions"] == ["qa-3"]

@@ -100,3 +100,34 @@ def test_simulation_false_alarms_at_most_alpha_and_detects_a_2pp_regression():
     assert aa <= 0.05 + 0.03  # nominal alpha, with room for 200 trials of sampling error
     assert power >= 0.6
     assert simulate_gate(n=300, noise=0.0, drop=0.02, trials=50, seed=13) == 1.0
+
+
+def test_the_default_floor_false_alarms_at_most_alpha_up_to_2pct_disagreement():
+    """Asking the baseline again only where the candidate diverged keeps false alarms at the nominal level.
+
+    Without any floor the same data false-alarms most of the time; the power to see a 2-point
+    regression stays that of a full control.
+    """
+    for noise in (0.01, 0.02):
+        fa = simulate_gate(n=300, noise=noise, drop=0.0, trials=200, seed=21, design="baseline_again")
+        assert fa <= 0.05 + 0.03, (noise, fa)
+        fa_wording = simulate_gate(n=300, noise=noise, drop=0.0, trials=200, seed=22, design="baseline_again", text_noise=0.3)
+        assert fa_wording <= 0.05 + 0.03, (noise, fa_wording)
+    assert simulate_gate(n=300, noise=0.01, drop=0.0, trials=100, seed=23, design="none") > 0.5
+    assert simulate_gate(n=300, noise=0.01, drop=0.02, trials=200, seed=24, design="baseline_again") >= 0.6
+    assert simulate_gate(n=300, noise=0.0, drop=0.02, trials=50, seed=25, design="baseline_again") == 1.0
+
+
+def test_baseline_again_weighs_regressions_against_the_cases_asked_again():
+    from qualitycheck.verdict._stats import CaseOutcome
+
+    # 10 cases asked again (their candidate diverged): 5 noisy ones disagree with themselves, 1 regressed
+    asked = [CaseOutcome(f"n{i}", "r", (True,), (True,), (False,), ((True, False),)) for i in range(5)]
+    asked += [CaseOutcome(f"s{i}", "r", (True,), (True,), (True,), ((True, True),)) for i in range(4)]
+    asked.append(CaseOutcome("broke", "r", (True,), (False,), (True,), ((True, True),)))
+    quiet = [CaseOutcome(f"q{i}", "r", (True,), (True,)) for i in range(200)]  # identical answers: not asked
+    cls = classify_cases(asked + quiet, noise_source="baseline_again")
+    assert cls.noise.measured_by == "baseline_again" and cls.noise.pairs == 10 and cls.noise.disagreements == 5
+    assert cls.regressions == ["broke"]
+    assert cls.allowance >= 1  # five A/A disagreements among ten cases explain one regression among them
+    assert classify_cases(asked + quiet).allowance > cls.allowance  # all 210 cases as eligible would explain more

@@ -1,0 +1,96 @@
+"""The default noise floor: ask the baseline again where the candidate's answer differs.
+
+Greedy decoding is not deterministic under batching (bf16 numerics above
+all), so a pass→fail flip between the baseline and the candidate may be the
+baseline disagreeing with itself. Without a measured floor every such flip
+counts as a regression: at 1% A/A disagreement a 300-case gate then fails
+four runs in five with nothing wrong (`bench/gate_power.py`).
+
+A case can only regress where the candidate's text differs from the
+baseline's: identical answers score identically. So the baseline is asked
+again for exactly those cases (repeat 0), stored as the `control` target: a
+case whose baseline disagrees with itself is flaky, and the statistics
+compare the regressions among the re-asked cases with the baseline's own
+disagreements among them (`verdict._stats`, source `baseline_again`). With a
+faithful candidate most answers are identical and the floor costs few
+requests; where everything diverges it costs what a full control run costs.
+`--control URL` or `--repeats N` measure the floor instead; `--no-noise-floor`
+skips it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from qualitycheck.core._cases import Case
+from qualitycheck.core._config import Config
+from qualitycheck.core._store import RunStore
+from qualitycheck.generation._runner import Progress, RunStats, generate
+
+__all__ = ["NOISE_FLOOR_ARTIFACT", "ask_baseline_again", "noise_floor_source"]
+
+NOISE_FLOOR_ARTIFACT = "noise_floor"
+"""What the run did to measure its floor: {source, cases, requests, of_cases}."""
+
+
+def noise_floor_source(cfg: Config) -> str:
+    """`control`, `repeats`, `baseline_again` or `none`: how this run measures its A/A noise floor."""
+    if cfg.control is not None:
+        return "control"
+    if cfg.run.repeats > 1:
+        return "repeats"
+    if cfg.run.noise_floor == "none" or cfg.baseline is None:
+        return "none"
+    return "baseline_again"
+
+
+def divergent_case_ids(store: RunStore) -> tuple[list[str], int]:
+    """Ids of the cases whose candidate text differs from the baseline's at repeat 0, and how many cases both answered."""
+    ids: list[str] = []
+    both = 0
+    for cid, responses in store.responses_by_case():
+        first = {r.target: r for r in responses if r.repeat == 0 and r.ok}
+        b, c = first.get("baseline"), first.get("candidate")
+        if b is None or c is None:
+            continue
+        both += 1
+        if b.text != c.text:
+            ids.append(cid)
+    return ids, both
+
+
+class _CasesById:
+    """The stored cases with the given ids, read back from the store on every pass (never listed)."""
+
+    def __init__(self, store: RunStore, ids: list[str]):
+        self._store = store
+        self._ids = frozenset(ids)
+
+    def __iter__(self) -> Iterator[Case]:
+        return (c for c in self._store.iter_cases() if c.id in self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+def ask_baseline_again(store: RunStore, cfg: Config, *, progress: Progress | None = None) -> RunStats:
+    """Send each divergent case to the baseline once more, stored as the `control` target.
+
+    Resumable like generation: answers already stored are not asked again.
+    Prints what it costs, and records it in the `noise_floor` artifact.
+    """
+    assert cfg.baseline is not None
+    ids, both = divergent_case_ids(store)
+    total = store.case_count()
+    store.put_artifact(NOISE_FLOOR_ARTIFACT, {"source": "baseline_again", "cases": len(ids), "requests": len(ids),
+                                              "of_cases": both})
+    share = f"{len(ids) / (2 * total):.0%}" if total else "0%"
+    print(f"qualitycheck: noise floor: asking the baseline again for the {len(ids)} of {both} cases whose candidate "
+          f"answer differs (+{len(ids)} requests, {share} of the run's; --no-noise-floor skips this)", file=sys.stderr)
+    if not ids:
+        return RunStats()
+    control = cfg.baseline.model_copy(update={"label": "baseline again"})
+    again = cfg.model_copy(update={"baseline": None, "candidate": None, "control": control,
+                                   "run": cfg.run.model_copy(update={"repeats": 1})})
+    return asyncio.run(generate(store, _CasesById(store, ids), again, progress=progress))
