@@ -258,6 +258,12 @@ def _facts(data: ReportData) -> list[tuple[str, str]]:
     return facts
 
 
+def _errors(s: Summary) -> list[dict[str, Any]]:
+    """Every kind of failure per side, with its count and first message: why the error rate is what it is."""
+    return [{"side": side, "kind": k.kind, "count": k.count, "share": k.count / e.requests if e.requests else None,
+             "message": k.message} for side, e in s.errors.items() for k in e.kinds]
+
+
 def _embedded(data: ReportData) -> dict[str, Any]:
     """What the page says when it holds only some cases: how many, which are missing, where they are."""
     if not data.omitted_total:
@@ -282,6 +288,7 @@ def _context(data: ReportData, nonce: str) -> dict[str, Any]:
         "targets": _targets(data),
         "preflight": _preflight(data),
         "facts": _facts(data),
+        "errors": _errors(s),
         "categories": _categories(data),
         "latency": _latency(data),
         "latency_by_category": _latency_by_category(data),

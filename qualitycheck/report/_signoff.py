@@ -53,6 +53,8 @@ def render_signoff(s: Summary) -> str:
         w(f"- {name}: TTFT ms {_ms(side, 'ttft_ms')}; TPOT ms {_ms(side, 'tpot_ms')}; "
           f"errors {e.count if e else 0}/{e.requests if e else 0} ({_pct(e.rate if e else None)})"
           + (f"; percentiles {approx}" if approx else ""))
+        for k in e.kinds if e else []:  # why they failed: what to fix before anyone reads the rates
+            w(f"  - {k.kind} × {k.count}: {k.message}")
     if lat.baseline is None and lat.candidate is None:
         w("- latency percentiles: not available in this run")
     w("")
@@ -68,7 +70,11 @@ def render_signoff(s: Summary) -> str:
     pre = s.preflight
     if pre is not None:
         ok = pre.ok
-        w(f"- preflight (model, chat template, stop tokens): {'consistent' if ok else 'MISMATCH' if ok is False else 'see details'}")
+        checked = any(item.passed is not None for item in pre.checks)
+        state = ("MISMATCH" if ok is False
+                 else "NOT EVALUATED (no check could be made: the servers expose none of what it compares)" if not checked
+                 else "consistent" if ok else "see details")
+        w(f"- preflight (model, chat template, stop tokens): {state}")
         for item in pre.checks[:10]:
             state = "ok" if item.passed else "MISMATCH" if item.passed is False else "could not check"
             w(f"  - {item.name}: {state} {item.detail}".rstrip())

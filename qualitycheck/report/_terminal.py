@@ -11,7 +11,6 @@ so printing it costs nothing next to the run.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from typing import IO
@@ -33,7 +32,7 @@ __all__ = ["make_console", "print_summary", "summary_renderables"]
 _STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow"}
 _TOP = 10
 _LOG_WIDTH = 140
-"""Width of the summary off a TTY unless COLUMNS says otherwise: wide enough that most tables print as tables."""
+"""Width of the summary off a TTY (a file, a CI log): wide enough that most tables print as tables."""
 _UNBOUNDED = 100_000
 _INDENT = 4
 _READABLE = 24
@@ -41,13 +40,11 @@ _READABLE = 24
 
 
 def make_console(file: IO[str] | None = None) -> Console:
-    """A console that colours only a real terminal and keeps CI logs plain; COLUMNS sets a log's width."""
+    """A console that colours only a real terminal and keeps CI logs plain, at a fixed width."""
     file = file or sys.stderr
     tty = hasattr(file, "isatty") and file.isatty()
-    columns = os.environ.get("COLUMNS", "")
-    width = None if tty else int(columns) if columns.isdigit() and int(columns) > 0 else _LOG_WIDTH
     return Console(file=file, force_terminal=tty, no_color=not tty, highlight=False, soft_wrap=False,
-                   width=width, emoji=False, legacy_windows=False)
+                   width=None if tty else _LOG_WIDTH, emoji=False, legacy_windows=False)
 
 
 def _column_widths(console: Console, options: ConsoleOptions, table: Table) -> list[int] | None:
