@@ -53,8 +53,8 @@ def render_signoff(s: Summary) -> str:
         w(f"- {name}: TTFT ms {_ms(side, 'ttft_ms')}; TPOT ms {_ms(side, 'tpot_ms')}; "
           f"errors {e.count if e else 0}/{e.requests if e else 0} ({_pct(e.rate if e else None)})"
           + (f"; percentiles {approx}" if approx else ""))
-        for k in e.kinds if e else []:  # why they failed: what to fix before anyone reads the rates
-            w(f"  - {k.kind} × {k.count}: {k.message}")
+        for kind in e.kinds if e else []:  # why they failed: what to fix before anyone reads the rates
+            w(f"  - {kind.kind} × {kind.count}: {kind.message}")
     if lat.baseline is None and lat.candidate is None:
         w("- latency percentiles: not available in this run")
     w("")
