@@ -27,6 +27,8 @@ __all__ = ["CaseRecords", "GroupsById", "RunStore", "STORE_NAME", "StoredCases",
 STORE_NAME = "run.sqlite"
 _ROUTE = "COALESCE(json_extract(body, '$.tags.route'), category)"
 """A stored case's route in SQL: `tags.route`, else its category (as `Case.route`)."""
+_JUDGED = "json_extract(body, '$.checks.judge') IS NOT NULL"
+"""A stored case asks for a judge (`Case.checks.judge`; a family switched off is not stored)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -144,7 +146,7 @@ class RunStore:
         """Every case in suite order. Holds them all: stages that stream use `iter_cases` or `by_case`."""
         return list(self.iter_cases())
 
-    def iter_cases(self, *, by_id: bool = False, page: int = 500) -> Iterator[Case]:
+    def iter_cases(self, *, by_id: bool = False, page: int = 500, judged_only: bool = False) -> Iterator[Case]:
         """Cases one at a time, in suite order or (`by_id`) in the order responses and scores are read.
 
         Read a page per query, never through one statement left open: the
@@ -154,8 +156,9 @@ class RunStore:
         """
         key = "id" if by_id else "idx"
         last: Any = "" if by_id else -1
+        where = f" AND {_JUDGED}" if judged_only else ""
         while True:
-            rows = self._db.execute(f"SELECT {key}, body FROM cases WHERE {key} > ? ORDER BY {key} LIMIT ?",
+            rows = self._db.execute(f"SELECT {key}, body FROM cases WHERE {key} > ?{where} ORDER BY {key} LIMIT ?",
                                     (last, page)).fetchall()
             for last, body in rows:
                 d = json.loads(body)
@@ -166,6 +169,10 @@ class RunStore:
 
     def case_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM cases").fetchone()[0])
+
+    def judged_case_count(self) -> int:
+        """Cases that ask for a judge (`checks.judge`), counted by SQLite without parsing a case."""
+        return int(self._db.execute(f"SELECT COUNT(*) FROM cases WHERE {_JUDGED}").fetchone()[0])
 
     def case_labels(self) -> dict[str, tuple[str, str]]:
         """case id → (category, route), without parsing whole cases (a few dozen bytes per case)."""
@@ -180,17 +187,19 @@ class RunStore:
             out.setdefault(cat, {})[route] = n
         return out
 
-    def by_case(self, *, scores: bool = True) -> Iterator[CaseRecords]:
+    def by_case(self, *, scores: bool = True, judged_only: bool = False) -> Iterator[CaseRecords]:
         """Every case with its responses (and scores), one case in memory at a time.
 
         A merge of three reads ordered by case id, so a 100,000-case run costs
         what its largest case costs. Cases without any response come too
         (with empty lists): a stage decides what a missing answer means.
+        `judged_only` walks only the cases that ask for a judge: the other
+        cases' rows are skipped unparsed.
         """
         resp = GroupsById(self._response_groups())
         sc = GroupsById(_grouped(self._db.execute(
             'SELECT case_id, body FROM scores ORDER BY case_id, target, repeat, "check"')) if scores else iter(()))
-        for case in self.iter_cases(by_id=True):
+        for case in self.iter_cases(by_id=True, judged_only=judged_only):
             yield CaseRecords(case, [Response.model_validate_json(b) for b in resp.take(case.id)],
                               [Score.model_validate_json(b) for b in sc.take(case.id)])
 

@@ -30,7 +30,7 @@ import re
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +41,7 @@ from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config, JudgeTarget
 from qualitycheck.core._errors import ConfigError, Problem, SuiteError
 from qualitycheck.core._records import Response, Score
-from qualitycheck.core._store import RunStore
+from qualitycheck.core._store import CaseRecords, RunStore
 
 if TYPE_CHECKING:  # aiohttp is imported with the first judge call, not with the judge definitions
     import aiohttp
@@ -52,6 +52,7 @@ __all__ = [
     "CACHE_NAME",
     "JudgeCache",
     "JudgeDefinition",
+    "JudgeTally",
     "judge_dirs",
     "judge_summary",
     "load_judge_file",
@@ -528,73 +529,109 @@ def _pair_scores(case: Case, repeat: int, outcome: dict[str, Any]) -> list[Score
                   detail=detail) for t, s in zip(("baseline", "candidate"), statuses)]
 
 
-async def _judge_run(store: RunStore, cfg: Config, judges: dict[str, JudgeDefinition], cases: dict[str, Case],
-                     http_client: aiohttp.ClientSession | None = None) -> tuple[list[Score], dict[str, Any]]:
+JUDGE_WINDOW = 512
+"""Pairs handed to the judge endpoint per batch: concurrency is bounded by `run.concurrency` inside a
+batch; the batch bounds how many pairs (answers, pending calls) are held while the run is walked."""
+
+
+@dataclass
+class _JudgeCounts:
+    pairs: int = 0
+    identical: int = 0
+    no_answer: int = 0
+
+
+def _judged_scores(store: RunStore, judges: dict[str, JudgeDefinition], caller: _Caller, runner: asyncio.Runner,
+                   counts: _JudgeCounts, window: int = JUDGE_WINDOW) -> Iterator[Score]:
+    """The judge scores of every judged (case, repeat), walked one case at a time and judged a window at a time.
+
+    Only cases that ask for a judge are read (`by_case(judged_only=True)`);
+    their pairs are sent in windows of `window`, so neither the cases, the
+    answers nor the scores of the whole run are ever held.
+    """
+    batch: list[tuple[Case, int, str, str]] = []
+
+    def flush() -> list[Score]:
+        if not batch:
+            return []
+        jobs = list(batch)
+        batch.clear()
+
+        async def judged() -> list[Any]:
+            return list(await asyncio.gather(*(_judge_pair(caller, judges[c.checks.judge.mode], c, b, k)  # type: ignore[union-attr]
+                                               for c, _, b, k in jobs)))
+
+        outcomes = runner.run(judged())
+        return [sc for (case, rep, _, _), out in zip(jobs, outcomes) for sc in _pair_scores(case, rep, out)]
+
+    for rec in store.by_case(scores=False, judged_only=True):
+        case = rec.case
+        judge = judges[case.checks.judge.mode]  # type: ignore[union-attr]
+        pairs: dict[int, dict[str, Response]] = {}
+        for r in rec.responses:
+            pairs.setdefault(r.repeat, {})[r.target] = r
+        for rep, pair in sorted(pairs.items()):
+            b, c = pair.get("baseline"), pair.get("candidate")
+            missing = _no_answer(b, "baseline") or _no_answer(c, "candidate")
+            base_detail = {"judge": judge.name, "kind": judge.kind}
+            counts.pairs += 1
+            if missing:
+                counts.no_answer += 1
+                yield from (Score(case_id=case.id, target=t, repeat=rep, check="judge", status="error",
+                                  detail={**base_detail, "no_answer": True, "error": missing}) for t in ("baseline", "candidate"))
+            elif b.text == c.text:  # type: ignore[union-attr]
+                counts.identical += 1
+                yield from _pair_scores(case, rep, {
+                    "value": "tie", "error": None,
+                    "detail": {**base_detail, "identical": True, "cached": False, "flagged_injection": False,
+                               "injection_signals": {}, "position_consistent": None, "rubric_scores": None,
+                               "rubric_delta": 0 if judge.kind == "single" else None}})
+            else:
+                batch.append((case, rep, b.text, c.text))  # type: ignore[union-attr]
+                if len(batch) >= window:
+                    yield from flush()
+    yield from flush()
+
+
+def _judge_run(store: RunStore, cfg: Config, judges: dict[str, JudgeDefinition],
+               http_client: aiohttp.ClientSession | None = None) -> dict[str, Any]:
+    """Judge the run a window at a time on one event loop, streaming the scores into the store."""
     from qualitycheck.core._http import HttpClient
 
     assert cfg.judge is not None
     target = cfg.judge
-    http = HttpClient(target, timeout_s=cfg.run.timeout_s, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s,
-                      limit=cfg.run.concurrency, session=http_client)
-    cache = JudgeCache(store.folder / CACHE_NAME)
-    caller = _Caller(http, target, cache, cfg.run.judge_retries, asyncio.Semaphore(cfg.run.concurrency))
-    jobs: list[tuple[Case, int, Any]] = []
-    scores: list[Score] = []
-    identical = no_answer = 0
+    counts = _JudgeCounts()
+    with asyncio.Runner() as runner:
+        async def open_caller() -> _Caller:  # the semaphore and the session belong to the runner's loop
+            http = HttpClient(target, timeout_s=cfg.run.timeout_s, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s,
+                              limit=cfg.run.concurrency, session=http_client)
+            return _Caller(http, target, JudgeCache(store.folder / CACHE_NAME), cfg.run.judge_retries,
+                           asyncio.Semaphore(cfg.run.concurrency))
 
-    async def done(value: Any) -> Any:
-        return value
-
-    try:
-        for case_id, rs in store.responses_by_case():
-            case = cases.get(case_id)
-            if case is None:
-                continue
-            judge = judges[case.checks.judge.mode]  # type: ignore[union-attr]
-            pairs: dict[int, dict[str, Response]] = {}
-            for r in rs:
-                pairs.setdefault(r.repeat, {})[r.target] = r
-            for rep, pair in sorted(pairs.items()):
-                b, c = pair.get("baseline"), pair.get("candidate")
-                missing = _no_answer(b, "baseline") or _no_answer(c, "candidate")
-                base_detail = {"judge": judge.name, "kind": judge.kind}
-                if missing:
-                    no_answer += 1
-                    scores += [Score(case_id=case_id, target=t, repeat=rep, check="judge", status="error",
-                                     detail={**base_detail, "no_answer": True, "error": missing}) for t in ("baseline", "candidate")]
-                elif b.text == c.text:  # type: ignore[union-attr]
-                    identical += 1
-                    out = {"value": "tie", "error": None,
-                           "detail": {**base_detail, "identical": True, "cached": False, "flagged_injection": False,
-                                      "injection_signals": {}, "position_consistent": None, "rubric_scores": None,
-                                      "rubric_delta": 0 if judge.kind == "single" else None}}
-                    jobs.append((case, rep, done(out)))
-                else:
-                    jobs.append((case, rep, _judge_pair(caller, judge, case, b.text, c.text)))  # type: ignore[union-attr]
-        outcomes = await asyncio.gather(*(j[2] for j in jobs))
-    finally:
-        await http.aclose()
-        cache.close()
-    for (case, rep, _), out in zip(jobs, outcomes):
-        scores += _pair_scores(case, rep, out)
-    stage = {"url": target.url, "model": target.model, "calls": caller.calls, "cache_hits": caller.cache_hits,
-             "pairs": len(jobs) + no_answer, "skipped_identical": identical, "no_answer": no_answer,
-             "judges": {j.name: {"hash": j.content_hash, "path": j.path} for j in judges.values()}}
-    return scores, stage
+        caller = runner.run(open_caller())
+        try:
+            store.replace_scores(_judged_scores(store, judges, caller, runner, counts), checks=["judge"])
+        finally:
+            runner.run(caller.http.aclose())
+            caller.cache.close()
+    return {"url": target.url, "model": target.model, "calls": caller.calls, "cache_hits": caller.cache_hits,
+            "pairs": counts.pairs, "skipped_identical": counts.identical, "no_answer": counts.no_answer,
+            "judges": {j.name: {"hash": j.content_hash, "path": j.path} for j in judges.values()}}
 
 
-def _not_configured(store: RunStore, cases: dict[str, Case]) -> dict[str, Any]:
+def _not_configured(store: RunStore, judged: int) -> dict[str, Any]:
     """Cases ask for a judge but none is configured: say so, and record `skipped`, never a pass."""
     import sys
 
     reason = "no judge endpoint configured (--judge URL --judge-model NAME, or `judge:` in the config)"
-    scores = [Score(case_id=r.case_id, target=r.target, repeat=r.repeat, check="judge", status="skipped",
+    scores = (Score(case_id=r.case_id, target=r.target, repeat=r.repeat, check="judge", status="skipped",
                     detail={"not_configured": True, "error": reason})
-              for r in store.responses() if r.case_id in cases and r.target in ("baseline", "candidate")]
+              for rec in store.by_case(scores=False, judged_only=True) for r in rec.responses
+              if r.target in ("baseline", "candidate"))
     store.replace_scores(scores, checks=["judge"])
-    print(f"qualitycheck: warning: {len(cases)} case(s) ask for a judge but {reason}; "
+    print(f"qualitycheck: warning: {judged} case(s) ask for a judge but {reason}; "
           "their judge check is not evaluated", file=sys.stderr)
-    return {"calls": 0, "cache_hits": 0, "pairs": 0, "not_configured": len(cases)}
+    return {"calls": 0, "cache_hits": 0, "pairs": 0, "not_configured": judged}
 
 
 def score_judge(store: RunStore, cfg: Config, *, http_client: aiohttp.ClientSession | None = None) -> dict[str, Any]:
@@ -604,18 +641,20 @@ def score_judge(store: RunStore, cfg: Config, *, http_client: aiohttp.ClientSess
     stored as the `judge_stage` artifact. Without cases asking for a judge
     nothing is called or replaced; without a judge target their judge scores
     are `skipped` (with a warning), so the check reads "not evaluated".
+    The stage streams: the judged cases are read one at a time (first to
+    check them, then to judge them) and their scores go to the store as
+    they are made.
     """
-    cases = {c.id: c for c in store.iter_cases() if c.checks.judge is not None}  # only these are held
-    if not cases:
+    judged = store.judged_case_count()
+    if not judged:
         return {"calls": 0, "cache_hits": 0, "pairs": 0}
     if cfg.judge is None:
-        return _not_configured(store, cases)
+        return _not_configured(store, judged)
     judges = load_judges(judge_dirs(cfg))
-    validate_judge_checks(cases.values(), judges)
+    validate_judge_checks(store.iter_cases(judged_only=True), judges)  # before any call
     t0 = time.monotonic()
-    scores, stage = asyncio.run(_judge_run(store, cfg, judges, cases, http_client))
+    stage = _judge_run(store, cfg, judges, http_client)
     stage["wall_s"] = round(time.monotonic() - t0, 3)
-    store.replace_scores(scores, checks=["judge"])
     store.put_artifact("judge_stage", stage)
     return stage
 
@@ -633,6 +672,74 @@ def _delta_ci(deltas: list[float], seed: int) -> list[float] | None:
     return [lo, hi]
 
 
+class JudgeTally:
+    """summary.json's judge figures (`judge_summary`), folded one case at a time from its judge scores."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self._acc: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def for_store(cls, store: RunStore) -> JudgeTally:
+        """Seeded with the run's own `run.seed` (as stored with its config), whatever config re-gates it."""
+        return cls(_run_seed(store))
+
+    def add(self, rec: CaseRecords) -> None:
+        for s in rec.scores:
+            if s.check == "judge":
+                self.add_score(s, rec.case.category)
+
+    def add_score(self, s: Score, category: str) -> None:
+        if s.check != "judge" or s.target != "candidate" or s.detail.get("not_configured"):
+            return
+        a = self._acc.get(category)
+        if a is None:
+            a = self._acc[category] = {"wins": 0, "losses": 0, "ties": 0, "judge_errors": 0, "judged": 0,
+                                       "skipped_identical": 0, "no_answer": 0, "flagged_injection": 0,
+                                       "_consistent": 0, "_pairwise": 0, "_deltas": [], "lost_cases": [], "won_cases": []}
+        d = s.detail
+        if d.get("no_answer"):
+            a["no_answer"] += 1
+            return
+        if d.get("identical"):
+            a["skipped_identical"] += 1
+            if d.get("kind") == "single":
+                a["_deltas"].append(0.0)
+            return
+        a["judged"] += 1
+        a["flagged_injection"] += bool(d.get("flagged_injection"))
+        if s.status == "error":
+            a["judge_errors"] += 1
+            return
+        a[{"win": "wins", "loss": "losses", "tie": "ties"}[s.value]] += 1
+        if s.value in ("loss", "win"):
+            a["lost_cases" if s.value == "loss" else "won_cases"].append(s.case_id)
+        if d.get("position_consistent") is not None:
+            a["_pairwise"] += 1
+            a["_consistent"] += bool(d["position_consistent"])
+        if d.get("rubric_delta") is not None:
+            a["_deltas"].append(float(d["rubric_delta"]))
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for cat, acc in sorted(self._acc.items()):
+            a = dict(acc)
+            deltas = a.pop("_deltas")
+            pw, cons = a.pop("_pairwise"), a.pop("_consistent")
+            a["lost_cases"] = sorted(set(a["lost_cases"]))
+            a["won_cases"] = sorted(set(a["won_cases"]))
+            a["position_consistency_rate"] = cons / pw if pw else None
+            a["rubric_delta_mean"] = sum(deltas) / len(deltas) if deltas else None
+            a["rubric_delta_ci"] = _delta_ci(deltas, self.seed)
+            out[cat] = a
+        return out
+
+
+def _run_seed(store: RunStore) -> int:
+    """The run's configured seed (`run.seed`), as stored with its config."""
+    return int(((store.artifact("config") or {}).get("run") or {}).get("seed") or 0)
+
+
 def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict[str, Any]]:
     """Per category: win/loss/tie counts, position consistency, judge errors, rubric delta and its CI.
 
@@ -645,51 +752,15 @@ def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict
     a call) and pairs where a side has no answer are `no_answer`. The rubric
     delta (candidate − baseline grade) includes identical pairs as 0, since
     their grades are equal by construction. Categories without judged cases
-    are absent.
+    are absent. This reads the judge scores alone; the summary folds the
+    same `JudgeTally` into its one walk of the store.
     """
-    if seed is None:
-        seed = int(((store.artifact("config") or {}).get("run") or {}).get("seed") or 0)
+    tally = JudgeTally(_run_seed(store) if seed is None else seed)
     labels: dict[str, tuple[str, str]] | None = None  # read only once a judge score turns up
-    acc: dict[str, dict[str, Any]] = {}
     for s in store.scores():
-        if s.check != "judge" or s.target != "candidate" or s.detail.get("not_configured"):
+        if s.check != "judge" or s.target != "candidate":
             continue
         if labels is None:
             labels = store.case_labels()
-        cat = labels[s.case_id][0] if s.case_id in labels else "?"
-        a = acc.setdefault(cat, {"wins": 0, "losses": 0, "ties": 0, "judge_errors": 0, "judged": 0,
-                                 "skipped_identical": 0, "no_answer": 0, "flagged_injection": 0,
-                                 "_consistent": 0, "_pairwise": 0, "_deltas": [], "lost_cases": [], "won_cases": []})
-        d = s.detail
-        if d.get("no_answer"):
-            a["no_answer"] += 1
-            continue
-        if d.get("identical"):
-            a["skipped_identical"] += 1
-            if d.get("kind") == "single":
-                a["_deltas"].append(0.0)
-            continue
-        a["judged"] += 1
-        a["flagged_injection"] += bool(d.get("flagged_injection"))
-        if s.status == "error":
-            a["judge_errors"] += 1
-            continue
-        a[{"win": "wins", "loss": "losses", "tie": "ties"}[s.value]] += 1
-        if s.value in ("loss", "win"):
-            a["lost_cases" if s.value == "loss" else "won_cases"].append(s.case_id)
-        if d.get("position_consistent") is not None:
-            a["_pairwise"] += 1
-            a["_consistent"] += bool(d["position_consistent"])
-        if d.get("rubric_delta") is not None:
-            a["_deltas"].append(float(d["rubric_delta"]))
-    out: dict[str, dict[str, Any]] = {}
-    for cat, a in sorted(acc.items()):
-        deltas = a.pop("_deltas")
-        pw, cons = a.pop("_pairwise"), a.pop("_consistent")
-        a["lost_cases"] = sorted(set(a["lost_cases"]))
-        a["won_cases"] = sorted(set(a["won_cases"]))
-        a["position_consistency_rate"] = cons / pw if pw else None
-        a["rubric_delta_mean"] = sum(deltas) / len(deltas) if deltas else None
-        a["rubric_delta_ci"] = _delta_ci(deltas, seed)
-        out[cat] = a
-    return out
+        tally.add_score(s, labels[s.case_id][0] if s.case_id in labels else "?")
+    return tally.summary()

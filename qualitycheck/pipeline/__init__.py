@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         manifest_for as manifest_for,
         redo as redo,
         run as run,
+        summarize as summarize,
     )
     from qualitycheck.pipeline._sweep import (
         SweepCandidate as SweepCandidate,
@@ -52,6 +53,7 @@ _HOME = {
     "run": "_run",
     "run_demo": "_demo",
     "run_sweep": "_sweep",
+    "summarize": "_run",
     "write_suite": "_demo",
 }
 

@@ -8,9 +8,9 @@ run folder redo their part without calling an endpoint.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qualitycheck.core._cases import Case, SuiteCases, scan_suite, suite_fingerprint
 from qualitycheck.core._config import Config
@@ -21,7 +21,11 @@ from qualitycheck.generation._measure import measured_generate
 from qualitycheck.generation._preflight import check_served_models
 from qualitycheck.core._store import RunStore, StoredCases
 
-__all__ = ["finish", "manifest_for", "redo", "run"]
+if TYPE_CHECKING:
+    from qualitycheck.verdict._compare import CaseConsumer
+    from qualitycheck.verdict._model import Summary
+
+__all__ = ["finish", "manifest_for", "redo", "run", "summarize"]
 
 EXIT_FOR_VERDICT = {"pass": 0, "fail": 1, "inconclusive": 1}
 
@@ -92,7 +96,15 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
 
 def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True, report: bool = True) -> int:
     """Everything after generation, from the store alone: scores (unless `score=False`), summary.json,
-    signoff.md, then report.html and the terminal summary (only the terminal summary when `report=False`)."""
+    signoff.md, then report.html and the terminal summary (only the terminal summary when `report=False`).
+
+    Scoring and the judge write their scores first (each its own pass, each
+    replacing its scores in one transaction). Everything after reads the
+    store in one walk (`build_summary`): each case is parsed once and handed
+    to the comparison, the summary's tallies and, unless `report=False`, the
+    report's row selection (`RowCollector`), whose ranking waits for the
+    summary's statuses.
+    """
     if score:
         from qualitycheck.scoring import score_store
 
@@ -101,18 +113,33 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True, re
             from qualitycheck.judge._judge import score_judge
 
             score_judge(store, cfg)  # after the deterministic scorers; cached calls; `skipped` without a judge
-    from qualitycheck.report import print_summary, publish  # scipy/statsmodels: imported after generation, not before the first request
+    from qualitycheck.report import RowCollector, print_summary, publish  # scipy/statsmodels: imported after generation, not before the first request
     from qualitycheck.report._signoff import write_signoff
-    from qualitycheck.verdict._summary import build_summary, write_summary
+    from qualitycheck.verdict._summary import write_summary
 
-    summary = build_summary(store, cfg)
+    rows = RowCollector(store, max_cases=(cfg or Config()).run.report_max_cases) if report else None
+    summary = summarize(store, cfg, also=[rows.add] if rows is not None else [])
     write_summary(store.folder, summary)
     write_signoff(store.folder, summary)
-    if report:
-        publish(store, summary, max_cases=(cfg or Config()).run.report_max_cases)  # report.html + the terminal summary
+    if rows is not None:
+        publish(store, summary, data=rows.result(summary))  # report.html + the terminal summary
     else:
         print_summary(summary)
     return EXIT_FOR_VERDICT[summary.verdict]
+
+
+def summarize(store: RunStore, cfg: Config | None = None, *, also: Sequence[CaseConsumer] = ()) -> Summary:
+    """summary.json as `finish` writes it, without writing anything: the verdict and its sign-off text.
+
+    The sign-off is rendered here, by the layer above both the verdict and
+    the reports: the verdict never imports the reports.
+    """
+    from qualitycheck.report._signoff import render_signoff
+    from qualitycheck.verdict._summary import build_summary
+
+    summary = build_summary(store, cfg, also=also)
+    summary.signoff = render_signoff(summary)
+    return summary
 
 
 def redo(folder: Path, stage: str, config_path: str | None, *, report_max_cases: int | None = None) -> int:

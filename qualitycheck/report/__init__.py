@@ -9,22 +9,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from qualitycheck.core._store import RunStore
-from qualitycheck.report._data import MAX_CASES, ReportData, collect
+from qualitycheck.report._data import MAX_CASES, ReportData, RowCollector, collect
 from qualitycheck.report._html import REPORT_NAME, render_html, write_html, write_report
 from qualitycheck.report._terminal import print_summary, summary_renderables
 from qualitycheck.verdict._model import Summary
 
-__all__ = ["MAX_CASES", "REPORT_NAME", "ReportData", "collect", "print_summary", "publish", "render_html", "summary_renderables",
+__all__ = ["MAX_CASES", "REPORT_NAME", "ReportData", "RowCollector", "collect", "print_summary", "publish", "render_html", "summary_renderables",
            "write_html", "write_report"]
 
 
-def publish(store: RunStore, summary: Summary, *, max_cases: int = MAX_CASES) -> Path:
+def publish(store: RunStore, summary: Summary, *, max_cases: int = MAX_CASES, data: ReportData | None = None) -> Path:
     """Write report.html into the run folder and print the terminal summary (stderr).
 
     The page embeds at most `max_cases` cases (the most important first); the
-    terminal summary says when some are left out and where they are.
+    terminal summary says when some are left out and where they are. `data`
+    is the report already gathered during the summary's walk of the store
+    (`RowCollector`); without it the store is walked here (`collect`).
     """
-    data = collect(store, summary, max_cases=max_cases)
+    if data is None:
+        data = collect(store, summary, max_cases=max_cases)
     path = write_html(data, store.folder / REPORT_NAME)
     print_summary(summary, data, report_path=str(path))
     return path

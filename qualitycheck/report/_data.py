@@ -14,6 +14,7 @@ matter most, so a 100,000-case run costs what 5,000 cases cost.
 from __future__ import annotations
 
 import heapq
+import pickle
 import time
 from array import array
 from collections.abc import Iterable, Mapping
@@ -28,7 +29,7 @@ from qualitycheck.verdict._compare import CaseComparison
 from qualitycheck.verdict._model import Summary
 from qualitycheck.verdict._status import STATUS_ORDER, CaseStatus, Status, StatusBook
 
-__all__ = ["CaseRow", "ITL_SAMPLE", "MAX_CASES", "ReportData", "collect", "percentiles", "run_date"]
+__all__ = ["CaseRow", "ITL_SAMPLE", "MAX_CASES", "ReportData", "RowCollector", "collect", "percentiles", "run_date"]
 
 MAX_CASES = 5_000
 """Cases whose detail (answers, score details, comparison records) report.html embeds.
@@ -305,8 +306,8 @@ class _Latency:
         return out, sampled
 
 
-def _case_row(rec: CaseRecords, repeats: int, status: CaseStatus, latency: _Latency) -> CaseRow:
-    """One case's row with its status, without the prompt and comparison (added only if the case is embedded)."""
+def _case_row(rec: CaseRecords, repeats: int, latency: _Latency) -> CaseRow:
+    """One case's row without its status, prompt and comparison (added only if the case may be embedded)."""
     c = rec.case
     row = CaseRow(c.id, c.category, c.route, "")
     for r in rec.responses:
@@ -326,87 +327,221 @@ def _case_row(rec: CaseRecords, repeats: int, status: CaseStatus, latency: _Late
         if s.repeat >= repeats:
             continue
         letters.setdefault(s.check, {}).setdefault(s.target, ["-"] * repeats)[s.repeat] = _STATUS_LETTER.get(s.status, "-")
-        detail = dict(s.detail)
+        detail = s.detail
         if s.value is not None and not isinstance(s.value, bool):
             detail = {"value": s.value, **detail}
         if detail:
-            row.details.setdefault(s.check, {}).setdefault(s.target, [None] * repeats)[s.repeat] = detail
+            row.details.setdefault(s.check, {}).setdefault(s.target, [None] * repeats)[s.repeat] = dict(detail)
     row.statuses = {check: {t: "".join(v) for t, v in per.items()} for check, per in letters.items()}  # type: ignore[misc]
+    return row
 
+
+def _set_status(row: CaseRow, status: CaseStatus) -> None:
     row.regressed, row.tolerated = status.checks_with("regression"), status.checks_with("tolerated")
     row.improved, row.flaky = status.checks_with("improved"), status.checks_with("flaky")
     row.flags = list(status.statuses)
-    return row
 
 
 _RANK: dict[str, int] = {**{f: i for i, f in enumerate(STATUS_ORDER)}, "": len(STATUS_ORDER)}
 
 
-def _first_flag(flags: list[Status]) -> str:
+def _first_flag(flags: list[Status] | tuple[Status, ...]) -> str:
     """The status a case is listed (and kept) under: its primary one, "" when it has none."""
     return flags[0] if flags else ""
 
 
-def collect(store: RunStore, summary: Summary | Mapping[str, Any], *, max_cases: int = MAX_CASES,
-            itl_sample: int = ITL_SAMPLE) -> ReportData:
-    """Stream the store once: give every case its status and count it, keep full rows for the `max_cases` that matter most.
+_DECIDED = ("pass", "fail")
 
-    Which cases: by their primary status in STATUS_ORDER (every counted
-    regression, then tolerated ones, errors, improvements, flaky, divergent,
-    identical), suite order within a status. The selection is a bounded heap, so memory holds at most
-    `max_cases` rows whatever the run's size; regressions are dropped only
-    when they alone outnumber `max_cases` (`ReportData.regressions_omitted`).
-    `summary` may also be summary.json as parsed JSON: it is validated into the model here.
+
+def _may_hold_check_status(comps: Iterable[CaseComparison]) -> bool:
+    """Whether the statistics may list this case (regression, tolerated, improved, flaky on some check).
+
+    Each of those needs a check that both passed and failed on the case:
+    the candidate against the baseline (a flip), or the baseline against
+    itself (the control, a baseline asked again, or its repeats). A case
+    where every check decided alike everywhere is listed by none of them,
+    so its status is known before the statistics are.
     """
-    if not isinstance(summary, Summary):
-        summary = Summary.model_validate(summary)
-    if max_cases < 0:
-        raise ValueError(f"max_cases must be >= 0, got {max_cases}")
-    repeats = max(1, int(store.manifest.get("repeats") or 1))
-    suite_index = {cid: i for i, cid in enumerate(store.case_labels())}  # by_case walks by id; the page lists in suite order
-    book = StatusBook(summary)
-    latency = _Latency(itl_sample)
-    flag_counts: dict[str, int] = {f: 0 for f in STATUS_ORDER}
-    primary: dict[str, int] = {}
-    category_flags: dict[str, dict[str, int]] = {}
-    checks: set[str] = set()
-    heap: list[tuple[int, int, CaseRow]] = []  # (-rank, -suite index, row): the root is the least important kept case
-    comps = GroupsById(store.comparisons_by_case())
+    seen: dict[str, set[str]] = {}
+    for c in comps:
+        for name, o in c.checks.items():
+            got = seen.setdefault(name, set())
+            got.update(x for x in (o.baseline, o.candidate, o.control) if x in _DECIDED)
+            if len(got) == 2:
+                return True
+    return False
 
-    for rec in store.by_case():
-        records = [CaseComparison.model_validate_json(b) for b in comps.take(rec.case.id)]
-        status = book.case(rec.case.id, records)
-        row = _case_row(rec, repeats, status, latency)
-        checks.update(row.statuses)
-        per_cat = category_flags.setdefault(row.category, {f: 0 for f in STATUS_ORDER})
-        for f in row.flags:
-            flag_counts[f] += 1
+
+class _Spill:
+    """Rows held aside until the statistics rank them: in memory up to `limit`, past that in a temporary file.
+
+    Rows of cases whose status the statistics decide cannot be ranked while
+    the store is walked; they are kept whole (so the walk never comes back
+    for them), and a run where more of them exist than the page embeds keeps
+    them on disk, not in memory.
+    """
+
+    def __init__(self, limit: int):
+        self._limit = limit
+        self._rows: dict[str, CaseRow] = {}
+        self._db: Any = None
+        self._dir: Any = None
+
+    def put(self, row: CaseRow) -> None:
+        if self._db is None and len(self._rows) < self._limit:
+            self._rows[row.id] = row
+            return
+        if self._db is None:
+            import sqlite3
+            import tempfile
+
+            self._dir = tempfile.TemporaryDirectory(prefix="qc-report-")
+            self._db = sqlite3.connect(Path(self._dir.name) / "rows.sqlite")
+            self._db.execute("CREATE TABLE rows (id TEXT PRIMARY KEY, body BLOB NOT NULL)")
+        self._db.execute("INSERT OR REPLACE INTO rows VALUES (?,?)", (row.id, pickle.dumps(row, pickle.HIGHEST_PROTOCOL)))
+
+    def take(self, case_id: str) -> CaseRow:
+        row = self._rows.pop(case_id, None)
+        if row is not None:
+            return row
+        (body,) = self._db.execute("SELECT body FROM rows WHERE id=?", (case_id,)).fetchone()
+        return pickle.loads(body)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._rows.clear()
+        if self._db is not None:
+            self._db.close()
+            self._dir.cleanup()
+            self._db = self._dir = None
+
+
+class RowCollector:
+    """The report's share of the one walk of the store: every case counted, full rows kept for the most important.
+
+    `add` takes each case with its comparison records as the walk reaches
+    it; `result` ranks them once the summary (and with it every case's
+    status) is known. A case's error, divergent and identical statuses are
+    known during the walk, so cases that the statistics cannot list are
+    ranked at once, in a heap bounded by `max_cases`. Cases the statistics
+    may list (a check that both passed and failed on them) wait, as a small
+    record each plus their row (`_Spill`), until `result` gives them their
+    status: the selection is exactly the one a second walk with the
+    summary in hand would make, and memory stays bounded by `max_cases`
+    rows however large the run. Given the `summary` up front (a report of
+    a run whose summary is already written), every status is known during
+    the walk and nothing waits.
+    """
+
+    def __init__(self, store: RunStore, *, max_cases: int = MAX_CASES, itl_sample: int = ITL_SAMPLE,
+                 summary: Summary | None = None):
+        if max_cases < 0:
+            raise ValueError(f"max_cases must be >= 0, got {max_cases}")
+        self.store, self.max_cases = store, max_cases
+        self.repeats = max(1, int(store.manifest.get("repeats") or 1))
+        self.suite_index = {cid: i for i, cid in enumerate(store.case_labels())}  # the walk is by id; the page lists in suite order
+        self._known = StatusBook(summary) if summary is not None else StatusBook.without_checks(self.repeats)
+        self._decided = summary is not None
+        self.latency = _Latency(itl_sample)
+        self.flag_counts: dict[str, int] = {f: 0 for f in STATUS_ORDER}
+        self.primary: dict[str, int] = {}
+        self.category_flags: dict[str, dict[str, int]] = {}
+        self.checks: set[str] = set()
+        self._heap: list[tuple[int, int, CaseRow]] = []  # (-rank, -suite index, row): the root is the least important kept case
+        self._pending: list[tuple[str, str, int, CaseStatus]] = []  # (id, category, suite index, status known so far)
+        self._spill = _Spill(max_cases)
+
+    def _count(self, category: str, flags: Iterable[Status]) -> str:
+        per_cat = self.category_flags.setdefault(category, {f: 0 for f in STATUS_ORDER})
+        flags = list(flags)
+        for f in flags:
+            self.flag_counts[f] += 1
             per_cat[f] += 1
-        first = _first_flag(row.flags)
-        primary[first] = primary.get(first, 0) + 1
-        key = (-_RANK[first], -suite_index.get(row.id, len(suite_index)))
-        if max_cases == 0 or (len(heap) >= max_cases and key <= heap[0][:2]):
-            continue  # less important than every kept case
+        first = _first_flag(flags)
+        self.primary[first] = self.primary.get(first, 0) + 1
+        return first
+
+    def _fill(self, row: CaseRow, rec: CaseRecords, comps: list[CaseComparison]) -> None:
         row.prompt = _clip(_prompt_text({"messages": rec.case.messages, "prompt": rec.case.prompt}))
-        row.comparison = _comparison_slots(records, repeats)
-        if len(heap) < max_cases:
+        row.comparison = _comparison_slots(comps, self.repeats)
+
+    def add(self, rec: CaseRecords, comps: list[CaseComparison]) -> None:
+        row = _case_row(rec, self.repeats, self.latency)
+        self.checks.update(row.statuses)
+        known = self._known.case(rec.case.id, comps)
+        index = self.suite_index.get(row.id, len(self.suite_index))
+        if not self._decided and _may_hold_check_status(comps):
+            self.category_flags.setdefault(row.category, {f: 0 for f in STATUS_ORDER})
+            self._pending.append((row.id, row.category, index, known))
+            if self.max_cases:
+                self._fill(row, rec, comps)
+                self._spill.put(row)
+            return
+        _set_status(row, known)
+        key = (-_RANK[self._count(row.category, known.statuses)], -index)
+        heap = self._heap
+        if self.max_cases == 0 or (len(heap) >= self.max_cases and key <= heap[0][:2]):
+            return  # less important than every kept case
+        self._fill(row, rec, comps)
+        if len(heap) < self.max_cases:
             heapq.heappush(heap, (*key, row))
         else:
             heapq.heapreplace(heap, (*key, row))
 
-    kept = [row for _, _, row in sorted(heap, key=lambda e: (-e[0], -e[1]))]
-    omitted = dict(primary)
-    for row in kept:
-        omitted[_first_flag(row.flags)] -= 1
-    samples, sampled = latency.arrays()
-    created = store.meta("created_at")
-    return ReportData(
-        summary=summary, manifest=store.manifest, created_at=float(created) if created else None,
-        rows=kept, checks=sorted(checks), categories=sorted(category_flags),
-        latency_samples=samples,
-        total_cases=len(suite_index), flag_counts=flag_counts, category_flags=category_flags,
-        omitted={k: v for k, v in omitted.items() if v}, max_cases=max_cases, latency_sampled=sampled, folder=store.folder,
-    )
+    def result(self, summary: Summary) -> ReportData:
+        """The report of the walked run, with every case's status from `summary`."""
+        book = StatusBook(summary)
+        ranked: list[tuple[int, int, CaseRow | str]] = [(-neg_rank, -neg_index, row) for neg_rank, neg_index, row in self._heap]
+        final: dict[str, CaseStatus] = {}
+        for case_id, category, index, known in self._pending:
+            listed = book.case(case_id, ())
+            status = CaseStatus(tuple(s for s in STATUS_ORDER if s in {*known.statuses, *listed.statuses}), listed.checks)
+            final[case_id] = status
+            ranked.append((_RANK[self._count(category, status.statuses)], index, case_id))
+        ranked.sort(key=lambda e: (e[0], e[1]))
+        kept: list[CaseRow] = []
+        try:
+            for _, _, item in ranked[: self.max_cases]:
+                if isinstance(item, str):
+                    row = self._spill.take(item)
+                    _set_status(row, final[item])
+                    item = row
+                kept.append(item)
+        finally:
+            self._spill.close()
+        omitted = dict(self.primary)
+        for row in kept:
+            omitted[_first_flag(row.flags)] -= 1
+        samples, sampled = self.latency.arrays()
+        store = self.store
+        created = store.meta("created_at")
+        return ReportData(
+            summary=summary, manifest=store.manifest, created_at=float(created) if created else None,
+            rows=kept, checks=sorted(self.checks), categories=sorted(self.category_flags),
+            latency_samples=samples,
+            total_cases=len(self.suite_index), flag_counts=self.flag_counts, category_flags=self.category_flags,
+            omitted={k: v for k, v in omitted.items() if v}, max_cases=self.max_cases, latency_sampled=sampled, folder=store.folder,
+        )
+
+
+def collect(store: RunStore, summary: Summary | Mapping[str, Any], *, max_cases: int = MAX_CASES,
+            itl_sample: int = ITL_SAMPLE) -> ReportData:
+    """The report of a run folder whose summary is already built: one walk of the store with its stored comparisons.
+
+    Which cases are embedded: by their primary status in STATUS_ORDER (every
+    counted regression, then tolerated ones, errors, improvements, flaky,
+    divergent, identical), suite order within a status, at most `max_cases`
+    (`RowCollector`); regressions are dropped only when they alone outnumber
+    `max_cases` (`ReportData.regressions_omitted`). `finish` feeds the same
+    collector from the summary's own walk instead. `summary` may also be
+    summary.json as parsed JSON: it is validated into the model here.
+    """
+    if not isinstance(summary, Summary):
+        summary = Summary.model_validate(summary)
+    rows = RowCollector(store, max_cases=max_cases, itl_sample=itl_sample, summary=summary)
+    comps = GroupsById(store.comparisons_by_case())
+    for rec in store.by_case():
+        rows.add(rec, [CaseComparison.model_validate_json(b) for b in comps.take(rec.case.id)])
+    return rows.result(summary)
 
 
 def percentiles(values: np.ndarray, qs: Iterable[int] = (50, 95, 99)) -> dict[str, float]:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from qualitycheck.serving._acceptance import WINDOWS_ARTIFACT, acceptance_from_windows, acceptance_summary
 from qualitycheck.serving._errors import ErrorKind, ErrorTally, error_kind
-from qualitycheck.serving._latency import cost_per_1k, itl_per_token, latency_summary, side_latency, tpot_s
-from qualitycheck.serving._slices import slices_summary
+from qualitycheck.serving._latency import LatencyTally, cost_per_1k, itl_per_token, latency_summary, side_latency, tpot_s
+from qualitycheck.serving._slices import SliceTally, slices_summary
 
 __all__ = [
     "ErrorKind",
     "ErrorTally",
+    "LatencyTally",
+    "SliceTally",
     "WINDOWS_ARTIFACT",
     "acceptance_from_windows",
     "acceptance_summary",

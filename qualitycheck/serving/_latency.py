@@ -39,12 +39,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qualitycheck.core._records import Response
-from qualitycheck.core._store import RunStore
+from qualitycheck.core._store import CaseRecords, RunStore
 
 __all__ = [
     "EXACT_RESPONSES",
     "EXACT_SAMPLES",
     "LatencySamples",
+    "LatencyTally",
     "RELATIVE_ERROR",
     "Samples",
     "cost_per_1k",
@@ -327,37 +328,60 @@ def _gpu_hour_usd(store: RunStore) -> float | None:
     return float(value) if value is not None else None
 
 
-def latency_summary(store: RunStore) -> dict[str, Any]:
-    """summary.json `latency`: {baseline: {...}, candidate: {...}, [control], per_category: {cat: {side: {...}}}}.
+class LatencyTally:
+    """summary.json `latency`, folded one case at a time: what a walk of the store hands each case to.
 
-    Read one case at a time; samples are kept per (category, side) only and
-    the side's run-wide figures are merged from them at the end. A side with
-    more than `EXACT_RESPONSES` responses is bucketed once it holds more than
-    `EXACT_SAMPLES` samples, which bounds this stage's memory.
+    Samples are kept per (category, side) only and the side's run-wide
+    figures are merged from them at the end. A side with more than
+    `EXACT_RESPONSES` responses (`sizes`, counted by the store up front) is
+    bucketed once it holds more than `EXACT_SAMPLES` samples, which bounds
+    this stage's memory.
     """
-    sizes = {t: c["requests"] for t, c in store.count_responses().items()}
-    per_cat: dict[str, dict[str, LatencySamples]] = {}
-    held: dict[str, int] = {}
-    for rec in store.by_case(scores=False):
+
+    def __init__(self, sizes: dict[str, int], gpu_hour_usd: float | None = None):
+        self._sizes = sizes
+        self._price = gpu_hour_usd
+        self._per_cat: dict[str, dict[str, LatencySamples]] = {}
+        self._held: dict[str, int] = {}
+
+    @classmethod
+    def for_store(cls, store: RunStore) -> LatencyTally:
+        return cls({t: c["requests"] for t, c in store.count_responses().items()}, _gpu_hour_usd(store))
+
+    def add(self, rec: CaseRecords) -> None:
+        per_cat, held = self._per_cat, self._held
         sides = per_cat.setdefault(rec.case.category, {})
         for r in rec.responses:
-            s = sides.setdefault(r.target, LatencySamples())
+            s = sides.get(r.target)
+            if s is None:
+                s = sides[r.target] = LatencySamples()
             before = s.samples
             s.add(r)
-            if s.exact and sizes.get(r.target, 0) > EXACT_RESPONSES:
+            if s.exact and self._sizes.get(r.target, 0) > EXACT_RESPONSES:
                 held[r.target] = held.get(r.target, 0) + s.samples - before
                 if held[r.target] > EXACT_SAMPLES:
                     for cat_sides in per_cat.values():
                         if r.target in cat_sides:
                             cat_sides[r.target].bucket()
-    price = _gpu_hour_usd(store)
-    targets = sorted({t for sides in per_cat.values() for t in sides})
-    out: dict[str, Any] = {
-        t: LatencySamples.merged(sides[t] for sides in per_cat.values() if t in sides).summary(price) for t in targets
-    }
-    for side in ("baseline", "candidate"):
-        out.setdefault(side, LatencySamples().summary(price))
-    out["per_category"] = {
-        cat: {t: s.summary(price) for t, s in sorted(sides.items())} for cat, sides in sorted(per_cat.items()) if sides
-    }
-    return out
+
+    def summary(self) -> dict[str, Any]:
+        """{baseline: {...}, candidate: {...}, [control], per_category: {cat: {side: {...}}}}."""
+        per_cat, price = self._per_cat, self._price
+        targets = sorted({t for sides in per_cat.values() for t in sides})
+        out: dict[str, Any] = {
+            t: LatencySamples.merged(sides[t] for sides in per_cat.values() if t in sides).summary(price) for t in targets
+        }
+        for side in ("baseline", "candidate"):
+            out.setdefault(side, LatencySamples().summary(price))
+        out["per_category"] = {
+            cat: {t: s.summary(price) for t, s in sorted(sides.items())} for cat, sides in sorted(per_cat.items()) if sides
+        }
+        return out
+
+
+def latency_summary(store: RunStore) -> dict[str, Any]:
+    """summary.json `latency` of a run folder on its own (`LatencyTally` over one walk of the store)."""
+    tally = LatencyTally.for_store(store)
+    for rec in store.by_case(scores=False):
+        tally.add(rec)
+    return tally.summary()

@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._store import RunStore
+from qualitycheck.core._store import CaseRecords, RunStore
 
-__all__ = ["OUTPUT_BUCKETS", "PROMPT_BUCKETS", "TEMPERATURE_BUCKETS", "bucket", "slices_summary"]
+__all__ = ["OUTPUT_BUCKETS", "PROMPT_BUCKETS", "SliceTally", "TEMPERATURE_BUCKETS", "bucket", "slices_summary"]
 
 OUTPUT_BUCKETS = ((32, "1-32"), (128, "33-128"), (512, "129-512"), (None, ">512"))
 PROMPT_BUCKETS = ((128, "1-128"), (512, "129-512"), (2048, "513-2048"), (None, ">2048"))
@@ -47,14 +47,13 @@ def _slice_keys(case: Case, prompt_tokens: int | None, output_tokens: int | None
     return keys
 
 
-def slices_summary(store: RunStore) -> dict[str, dict[str, dict[str, Any]]]:
-    """summary.json `slices`: {dimension: {bucket: {cases, identical_rate, checks: {check: {...}}}}}.
+class SliceTally:
+    """summary.json `slices`, folded one case at a time: memory is the number of buckets, not of cases."""
 
-    Read one case at a time (`by_case`) and folded straight into the
-    per-bucket totals, so memory is the number of buckets, not of cases.
-    """
-    acc: dict[tuple[str, str], dict[str, Any]] = {}
-    for rec in store.by_case():
+    def __init__(self) -> None:
+        self._acc: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def add(self, rec: CaseRecords) -> None:
         prompt_tokens = output_tokens = None
         for r in rec.responses:  # the first usable baseline repeat gives the lengths
             if r.target == "baseline" and r.ok:
@@ -76,7 +75,7 @@ def slices_summary(store: RunStore) -> dict[str, dict[str, dict[str, Any]]]:
                 cell[0] += sc.status == "pass"
                 cell[1] += 1
         for dim, label in _slice_keys(rec.case, prompt_tokens, output_tokens).items():
-            a = acc.setdefault((dim, label), {"cases": 0, "pairs": 0, "identical": 0, "checks": {}})
+            a = self._acc.setdefault((dim, label), {"cases": 0, "pairs": 0, "identical": 0, "checks": {}})
             a["cases"] += 1
             a["pairs"] += pairs
             a["identical"] += identical
@@ -87,15 +86,25 @@ def slices_summary(store: RunStore) -> dict[str, dict[str, dict[str, Any]]]:
                     tot[0] += p
                     tot[1] += n
 
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for (dim, label), a in sorted(acc.items()):
-        checks_out = {}
-        for check, sides in sorted(a["checks"].items()):
-            checks_out[check] = {f"{side}_pass_rate": (p / n if n else None) for side, (p, n) in sorted(sides.items())}
-            checks_out[check]["n"] = max(n for _, n in sides.values())
-        out.setdefault(dim, {})[label] = {
-            "cases": a["cases"],
-            "identical_rate": a["identical"] / a["pairs"] if a["pairs"] else None,
-            "checks": checks_out,
-        }
-    return out
+    def summary(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """{dimension: {bucket: {cases, identical_rate, checks: {check: {...}}}}}."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for (dim, label), a in sorted(self._acc.items()):
+            checks_out = {}
+            for check, sides in sorted(a["checks"].items()):
+                checks_out[check] = {f"{side}_pass_rate": (p / n if n else None) for side, (p, n) in sorted(sides.items())}
+                checks_out[check]["n"] = max(n for _, n in sides.values())
+            out.setdefault(dim, {})[label] = {
+                "cases": a["cases"],
+                "identical_rate": a["identical"] / a["pairs"] if a["pairs"] else None,
+                "checks": checks_out,
+            }
+        return out
+
+
+def slices_summary(store: RunStore) -> dict[str, dict[str, dict[str, Any]]]:
+    """summary.json `slices` of a run folder on its own (`SliceTally` over one walk of the store)."""
+    tally = SliceTally()
+    for rec in store.by_case():
+        tally.add(rec)
+    return tally.summary()

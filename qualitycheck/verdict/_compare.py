@@ -14,7 +14,7 @@ run never holds more than one case's records.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,6 +24,7 @@ from qualitycheck.core._store import CaseRecords, RunStore
 
 __all__ = [
     "CaseComparison",
+    "CaseConsumer",
     "CheckOutcome",
     "compare_case",
     "compare_run",
@@ -223,19 +224,29 @@ def compare_case(rec: CaseRecords, features: Callable[[str, str | None, int | No
     return out
 
 
-def compare_run(store: RunStore, consume: Callable[[list[CaseComparison]], None] | None = None) -> int:
-    """Compare every stored (case, repeat), store the records, and hand each case's records to `consume`.
+CaseConsumer = Callable[[CaseRecords, list[CaseComparison]], None]
+"""What a walk of the store hands each case to: its records (as read) and its comparisons (as made)."""
+
+
+def compare_run(store: RunStore, consume: Callable[[list[CaseComparison]], None] | None = None, *,
+                each: Sequence[CaseConsumer] = ()) -> int:
+    """Compare every stored (case, repeat), store the records, and hand each case on as it is compared.
 
     Streams: one case is in memory at a time, the records go to the store's
     `comparisons` table as they are made (replacing the previous ones in one
-    transaction) and to `consume` (the summary's digest) in case-id order.
-    Returns how many records were stored.
+    transaction) and to `consume` (cases with records only) and every one
+    of `each` (every case, with its records and its comparisons, possibly
+    none) in case-id order. This is the one walk of the store after
+    scoring: the summary's digest, latency, slices and judge figures and the
+    report's rows are all fed from it. Returns how many records were stored.
     """
     from qualitycheck.scoring._format import format_features  # the scoring package loads every check family: only when comparing
 
     def rows() -> Iterator[tuple[str, int, str]]:
         for rec in store.by_case():
             comps = compare_case(rec, format_features)
+            for f in each:
+                f(rec, comps)
             if not comps:
                 continue
             if consume is not None:

@@ -169,6 +169,18 @@ class StatusBook:
                 for case_id, status in check_statuses(check).items():
                     self._by_case.setdefault(case_id, {})[name] = status
 
+    @classmethod
+    def without_checks(cls, repeats: int) -> StatusBook:
+        """A book that knows no check's status: a case's error, divergent and identical only.
+
+        Those follow from the case's own comparisons, so a reader walking the
+        store knows them before the statistics have decided any regression.
+        """
+        book = cls.__new__(cls)
+        book.repeats = max(1, repeats)
+        book._by_case = {}
+        return book
+
     def case(self, case_id: str, comps: Sequence[CaseComparison]) -> CaseStatus:
         """The status of one case from its comparison records (all its repeats)."""
         checks = self._by_case.get(case_id, {})

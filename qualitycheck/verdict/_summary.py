@@ -11,15 +11,16 @@ by `verdict._status` and written per check (`tolerated`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from qualitycheck.core._config import Config
 from qualitycheck.core._records import FORMAT_VERSION
-from qualitycheck.core._store import RunStore
-from qualitycheck.judge._judge import judge_summary
-from qualitycheck.serving import acceptance_summary, latency_summary, slices_summary
+from qualitycheck.core._store import CaseRecords, RunStore
+from qualitycheck.judge._judge import JudgeTally
+from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary
 from qualitycheck.serving._errors import ErrorTally
-from qualitycheck.verdict._compare import compare_run
+from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, compare_run
 from qualitycheck.verdict._digest import RunDigest, TextTally
 from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, build_rules, decide, parse_guardrails
 from qualitycheck.verdict._model import (
@@ -121,24 +122,35 @@ def _category_noise(t: TextTally, cells: dict[str, CheckStats]) -> CategoryNoise
     return floor
 
 
-def build_summary(store: RunStore, cfg: Config | None = None) -> Summary:
-    """The whole verdict from the store: comparisons, statistics, guardrails, case statuses, fallback, sign-off.
+def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[CaseConsumer] = ()) -> Summary:
+    """The whole verdict from the store: comparisons, statistics, guardrails, case statuses, fallback.
 
-    The comparisons are recomputed (and stored) on every call, streaming into
-    a digest, so the verdict always follows the current scores and memory
-    stays flat in the number of cases.
+    One walk of the store (`compare_run`): each case is read and parsed once,
+    compared (the comparisons are recomputed and stored on every call, so the
+    verdict always follows the current scores), and handed to the digest,
+    the latency, slice and judge tallies, and every consumer in `also` (the
+    report's row selection), so memory stays flat in the number of cases.
+    The sign-off text (`Summary.signoff`) is rendered by the caller.
     """
     cfg = cfg or Config()
     guard = parse_guardrails(cfg)
     digest = RunDigest()
-    compare_run(store, consume=digest.add)
+    latency_tally, slice_tally, judge_tally = LatencyTally.for_store(store), SliceTally(), JudgeTally.for_store(store)
+
+    def tally(rec: CaseRecords, comps: list[CaseComparison]) -> None:
+        digest.add(comps)
+        latency_tally.add(rec)
+        slice_tally.add(rec)
+        judge_tally.add(rec)
+
+    compare_run(store, each=[tally, *also])
     stats = quality_stats(digest.outcomes, margins=cfg.non_inferiority_margin, seed=cfg.run.seed)
     drift = format_drift(digest.drift)
     text = digest.text
     errors = _errors(store)
-    latency = latency_summary(store)
+    latency = latency_tally.summary()
     acceptance = acceptance_summary(store)
-    judge = judge_summary(store)
+    judge = judge_tally.summary()
 
     case_counts = store.category_routes()
     category_routes = {cat: set(routes) for cat, routes in case_counts.items()}
@@ -203,16 +215,13 @@ def build_summary(store: RunStore, cfg: Config | None = None) -> Summary:
         latency=Latency.model_validate(latency),
         acceptance=Acceptance.model_validate(acceptance),
         preflight=Preflight.model_validate(preflight) if preflight is not None else None,
-        slices={dim: {label: Slice.model_validate(v) for label, v in buckets.items()} for dim, buckets in slices_summary(store).items()},
+        slices={dim: {label: Slice.model_validate(v) for label, v in buckets.items()} for dim, buckets in slice_tally.summary().items()},
         guardrails=results,
         allow_not_evaluated=cfg.allow_not_evaluated,
         fallback=Fallback.model_validate(fallback),
         not_evaluated=not_evaluated,
         seed=cfg.run.seed,
     )
-    from qualitycheck.report._signoff import render_signoff
-
-    summary.signoff = render_signoff(summary)
     return summary
 
 

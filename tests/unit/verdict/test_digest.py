@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from tests.unit.verdict.verdict_builders import make_store
 
+from qualitycheck.pipeline._run import summarize
 from qualitycheck.verdict._compare import CaseComparison, compare_run
 from qualitycheck.core._config import Config
 from qualitycheck.verdict._digest import RunDigest
@@ -81,7 +82,7 @@ def test_a_check_no_case_decided_keeps_its_row(tmp_path):
                                                             "contains": {"baseline": "pass", "candidate": "pass"}}}
             for i in range(3)]
     with make_store(tmp_path, rows) as store:
-        s = build_summary(store, Config()).model_dump(mode="json")
+        s = summarize(store, Config()).model_dump(mode="json")  # the sign-off is rendered above the verdict
     checks = s["categories"]["code"]["checks"]
     assert checks["unit_tests"]["n"] == 0 and checks["unit_tests"]["baseline_pass_rate"] is None
     assert checks["contains"]["n"] == 3

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from qualitycheck.core._config import Config
-from qualitycheck.verdict._summary import build_summary
+from qualitycheck.pipeline._run import summarize  # the verdict with its sign-off, as `finish` writes it
 from tests.unit.verdict.verdict_builders import make_store
 
 
@@ -13,7 +13,7 @@ def test_format_drift_flags_a_systematic_change_but_not_noise(tmp_path):
             for i in range(40)]
     rows += [{"id": f"q{i}", "category": "qa", "texts": {"baseline": "Yes.", "candidate": "Yes." if i else "Yes!"}} for i in range(40)]
     with make_store(tmp_path, rows) as store:
-        s = build_summary(store, Config()).model_dump(mode="json")
+        s = summarize(store, Config()).model_dump(mode="json")
     drift = s["categories"]["json"]["format_drift"]
     assert drift["code_fence"]["baseline"] == 0.0 and drift["code_fence"]["candidate"] == pytest.approx(15 / 40)
     assert drift["code_fence"]["flag"] and drift["json_strict"]["flag"]
@@ -26,7 +26,7 @@ def test_repeats_compare_per_case_pass_rates_and_measure_the_floor(tmp_path):
     rows.append({"id": "drop", "category": "qa", "checks": {"exact": {"baseline": "pass", "candidate": ["fail", "fail", "pass"]}}})
     rows.append({"id": "wobbly", "category": "qa", "checks": {"exact": {"baseline": ["pass", "fail", "pass"], "candidate": "fail"}}})
     with make_store(tmp_path, rows, repeats=3) as store:
-        s = build_summary(store, Config(speculative_decoding_guardrails={"max_quality_regression_cases": 0})).model_dump(mode="json")
+        s = summarize(store, Config(speculative_decoding_guardrails={"max_quality_regression_cases": 0})).model_dump(mode="json")
     exact = s["categories"]["qa"]["checks"]["exact"]
     assert exact["regressions"] == ["drop"] and exact["flaky"] == ["wobbly"] and exact["flaky_regressions"] == ["wobbly"]
     assert exact["noise_floor"]["measured_by"] == "repeats"
@@ -42,8 +42,8 @@ def test_bootstrap_ci_is_reproducible_across_rebuilds(tmp_path):
     rows = [{"id": f"c{i}", "category": "qa", "checks": {"exact": {"baseline": "pass", "candidate": "fail" if i % 7 == 0 else "pass"}}}
             for i in range(50)]
     with make_store(tmp_path, rows) as store:
-        a = build_summary(store, Config()).model_dump(mode="json")
-        b = build_summary(store, Config()).model_dump(mode="json")
+        a = summarize(store, Config()).model_dump(mode="json")
+        b = summarize(store, Config()).model_dump(mode="json")
     assert a["categories"]["qa"]["checks"]["exact"]["ci"] == b["categories"]["qa"]["checks"]["exact"]["ci"]
 
 
@@ -52,7 +52,7 @@ def test_category_noise_floor_compares_candidate_divergence_with_the_control(tmp
              "texts": {"baseline": "a", "candidate": "b" if i < 12 else "a", "control": "z" if i == 0 else "a"}}
             for i in range(20)]
     with make_store(tmp_path, rows, targets=("baseline", "candidate", "control")) as store:
-        s = build_summary(store, Config()).model_dump(mode="json")
+        s = summarize(store, Config()).model_dump(mode="json")
     nf = s["categories"]["qa"]["noise_floor"]
     assert nf["measured_by"] == "control" and nf["text_divergence_rate"] == pytest.approx(0.05)
     assert nf["candidate_divergence_rate"] == pytest.approx(0.6) and nf["divergence_p_value"] < 0.01
@@ -61,6 +61,6 @@ def test_category_noise_floor_compares_candidate_divergence_with_the_control(tmp
 def test_repeat_texts_measure_text_noise_without_a_control(tmp_path):
     rows = [{"id": f"c{i}", "category": "qa", "texts": {"baseline": ["a", "a" if i else "b"], "candidate": "a"}} for i in range(4)]
     with make_store(tmp_path, rows, repeats=2) as store:
-        s = build_summary(store, Config()).model_dump(mode="json")
+        s = summarize(store, Config()).model_dump(mode="json")
     nf = s["categories"]["qa"]["noise_floor"]
     assert nf["measured_by"] == "repeats" and nf["text_divergence_rate"] == pytest.approx(0.25)

@@ -16,7 +16,7 @@ from qualitycheck.verdict._gate import (
     parse_fraction,
     parse_guardrails,
 )
-from qualitycheck.verdict._summary import build_summary
+from qualitycheck.pipeline._run import summarize  # the verdict with its sign-off, as `finish` writes it
 from tests.unit.verdict.verdict_builders import make_store
 
 SEED_BLOCK = {
@@ -96,7 +96,7 @@ def _rows():
 def test_summary_counts_regressions_per_route_and_fails_only_that_route(tmp_path):
     cfg = Config(speculative_decoding_guardrails={"max_quality_regression_cases": 0, "max_error_rate": "1%"})
     with make_store(tmp_path, _rows()) as store:
-        s = build_summary(store, cfg).model_dump(mode="json")
+        s = summarize(store, cfg).model_dump(mode="json")
     assert s["verdict"] == "fail"
     qa = s["categories"]["qa"]
     assert qa["verdict"] == "fail" and qa["checks"]["exact"]["regressions"] == ["bad"]
@@ -113,12 +113,12 @@ def test_summary_counts_regressions_per_route_and_fails_only_that_route(tmp_path
 def test_route_override_and_allow_not_evaluated(tmp_path):
     cfg = Config(speculative_decoding_guardrails=SEED_BLOCK, routes={"qa": {"max_quality_regression_cases": 1}})
     with make_store(tmp_path / "a", _rows()) as store:
-        s = build_summary(store, cfg).model_dump(mode="json")
+        s = summarize(store, cfg).model_dump(mode="json")
     assert s["categories"]["qa"]["verdict"] == "pass"
     assert s["verdict"] == "inconclusive"  # acceptance and latency were not measured
     assert any("min_acceptance_rate" in x for x in s["not_evaluated"])
     with make_store(tmp_path / "b", _rows()) as store:
-        s = build_summary(store, cfg.model_copy(update={"allow_not_evaluated": True})).model_dump(mode="json")
+        s = summarize(store, cfg.model_copy(update={"allow_not_evaluated": True})).model_dump(mode="json")
     assert s["verdict"] == "pass" and s["fallback"]["routes"] == []
 
 
@@ -127,7 +127,7 @@ def test_control_makes_a_flip_flaky_not_a_regression(tmp_path):
     rows[-2]["checks"]["exact"]["control"] = "fail"
     cfg = Config(speculative_decoding_guardrails={"max_quality_regression_cases": 0})
     with make_store(tmp_path, rows, targets=("baseline", "candidate", "control")) as store:
-        s = build_summary(store, cfg).model_dump(mode="json")
+        s = summarize(store, cfg).model_dump(mode="json")
     exact = s["categories"]["qa"]["checks"]["exact"]
     assert exact["regressions"] == [] and exact["flaky"] == ["bad"] and exact["noise_floor"]["measured_by"] == "control"
     assert s["verdict"] == "pass"
@@ -136,7 +136,7 @@ def test_control_makes_a_flip_flaky_not_a_regression(tmp_path):
 def test_non_inferiority_margin_makes_a_small_category_inconclusive(tmp_path):
     cfg = Config(speculative_decoding_guardrails={"max_quality_regression_cases": 5}, non_inferiority_margin={"exact": 0.01})
     with make_store(tmp_path, _rows()) as store:
-        s = build_summary(store, cfg).model_dump(mode="json")
+        s = summarize(store, cfg).model_dump(mode="json")
     assert s["categories"]["qa"]["checks"]["exact"]["non_inferiority"]["verdict"] in ("inconclusive", "inferior")
     assert s["verdict"] in ("inconclusive", "fail")
 
@@ -148,7 +148,7 @@ def test_route_scoped_error_rate_and_endpoint_wide_failures_disable_every_route(
     cfg = Config(speculative_decoding_guardrails={"max_error_rate": "50%", "max_quality_regression_cases": 1},
                  routes={"billing": {"max_error_rate": "1%"}})
     with make_store(tmp_path, rows) as store:
-        s = build_summary(store, cfg).model_dump(mode="json")
+        s = summarize(store, cfg).model_dump(mode="json")
     by = {(g["name"], g["route"]): g for g in s["guardrails"]}
     assert by[("max_error_rate", "*")]["passed"] is True
     assert by[("max_error_rate", "billing")]["passed"] is False and by[("max_error_rate", "billing")]["observed"] == 1.0

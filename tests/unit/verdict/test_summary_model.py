@@ -11,9 +11,10 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from qualitycheck.cli._main import main
+from qualitycheck.pipeline._run import summarize
 from qualitycheck.testserver import TestServer
 from qualitycheck.verdict._model import Summary, read_summary, summary_json_schema
-from qualitycheck.verdict._summary import SUMMARY_NAME, build_summary, write_summary
+from qualitycheck.verdict._summary import SUMMARY_NAME, write_summary
 from tests.helpers import qa_cases, write_suite
 from tests.unit.verdict.summary_scenarios import SCENARIOS, drift_features
 
@@ -36,7 +37,7 @@ def _write_all(folder: Path) -> dict[str, Path]:
     for name, make in SCENARIOS.items():
         store, cfg = make(folder / name)
         with store:
-            out[name] = write_summary(store.folder, build_summary(store, cfg))
+            out[name] = write_summary(store.folder, summarize(store, cfg))  # as `finish` writes it, sign-off included
     return out
 
 
