@@ -144,8 +144,11 @@ def run_demo(out: Path | None = None, *, suites: list[str] | tuple[str, ...] | N
         _say("step 4/4: stopping the servers")
         candidate.stop()
         baseline.stop()
-    summary_path = out / "summary.json"
-    verdict = json.loads(summary_path.read_text(encoding="utf-8")).get("verdict") if summary_path.is_file() else None
+    from qualitycheck.verdict._model import read_summary  # the typed summary; scipy comes with `run`, not with the demo's start
+    from qualitycheck.verdict._summary import SUMMARY_NAME
+
+    summary_path = out / SUMMARY_NAME
+    verdict = read_summary(summary_path).verdict if summary_path.is_file() else None
     _say(f"done in {time.monotonic() - t0:.0f} s: verdict {verdict} (exit code of `qualitycheck run` would be {code})")
     _say(f"report: {out / 'report.html'}")
     _say(f"summary: {summary_path}")
