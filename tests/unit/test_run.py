@@ -74,7 +74,9 @@ def test_every_fault_kind_ends_stored_exactly_once(tmp_path: Path) -> None:
     failed = sorted(r.case_id for r in rows if not r.ok)
     assert failed == ["qa-1", "qa-4", "qa-6", "qa-7"]
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert s["errors"]["candidate"] == {"count": 4, "requests": 12, "rate": pytest.approx(4 / 12)}
+    cand = s["errors"]["candidate"]
+    assert {k: cand[k] for k in ("count", "requests", "rate")} == {"count": 4, "requests": 12, "rate": pytest.approx(4 / 12)}
+    assert {k["kind"]: k["count"] for k in cand["kinds"]} == {"stream_cut": 2, "http_500": 1, "timeout": 1}  # why, by kind
     assert s["errors"]["baseline"]["count"] == 0
 
 
