@@ -610,7 +610,7 @@ def _judge_run(store: RunStore, cfg: Config, judges: dict[str, JudgeDefinition],
 
         caller = runner.run(open_caller())
         try:
-            store.replace_scores(_judged_scores(store, judges, caller, runner, counts), checks=["judge"])
+            store.replace_scores(_judged_scores(store, judges, caller, runner, counts, JUDGE_WINDOW), checks=["judge"])
         finally:
             runner.run(caller.http.aclose())
             caller.cache.close()
