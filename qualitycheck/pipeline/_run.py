@@ -18,6 +18,7 @@ from qualitycheck.core._errors import RunIncompleteError
 from qualitycheck.generation._progress import RichProgress
 from qualitycheck.generation._runner import in_shard
 from qualitycheck.generation._measure import measured_generate
+from qualitycheck.generation._noise import ask_baseline_again, noise_floor_source
 from qualitycheck.generation._preflight import check_served_models
 from qualitycheck.core._store import RunStore, StoredCases
 
@@ -85,6 +86,8 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
         store.put_artifact("config", redacted_config(cfg))
         print(f"qualitycheck: {scan.count} cases × {len(cfg.targets())} targets × {cfg.run.repeats} repeats → {out}", file=sys.stderr)
         stats = measured_generate(store, StoredCases(store), cfg, progress=RichProgress(), http_clients=http_clients)
+        if not stats.interrupted and noise_floor_source(cfg) == "baseline_again":
+            stats = ask_baseline_again(store, cfg, progress=RichProgress())
         if stats.interrupted:
             raise RunIncompleteError(f"interrupted; everything received is stored in {out}. Run the same command again to resume.")
         return finish(store, cfg)

@@ -101,12 +101,17 @@ def render_signoff(s: Summary) -> str:
     floors = sorted({(k.noise_floor.measured_by, cat, name, k.noise_floor.flip_rate)
                      for cat, c in s.categories.items() for name, k in c.checks.items() if k.noise_floor.measured_by},
                     key=lambda x: (x[1], x[2]))
+    how = s.noise_floor
+    if how is not None and how.source != "none":
+        cost = f"; it cost {how.requests} extra request(s)" if how.requests else ""
+        w(f"Noise floor measured by {how.source}: {how.note}{cost}.")
     if floors:
         w("Noise floor (how often the baseline disagrees with itself; flaky cases are kept apart from regressions):")
         for by, cat, name, rate in floors:
             w(f"- {cat} / {name}: {_pct(rate)} of A/A pairs disagree (measured by {by})")
-    else:
-        w("Noise floor: not measured (no control target, one repeat): every pass→fail flip counts as a regression.")
+    elif how is None or how.source == "none":
+        w("Noise floor: not measured (--no-noise-floor, or no control target and one repeat): every pass→fail flip "
+          "counts as a regression.")
     for cat, c in s.categories.items():
         nf = c.noise_floor
         if nf.measured_by and nf.candidate_divergence_rate is not None and nf.text_divergence_rate is not None:

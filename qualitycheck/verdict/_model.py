@@ -49,6 +49,7 @@ __all__ = [
     "FormatDrift",
     "Latency",
     "LatencySide",
+    "NoiseFloorSummary",
     "NonInferiority",
     "Percentiles",
     "Preflight",
@@ -64,7 +65,7 @@ __all__ = [
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 Verdict = Literal["pass", "fail", "inconclusive"]
-MeasuredBy = Literal["control", "repeats"]
+MeasuredBy = Literal["control", "repeats", "baseline_again"]
 
 
 class _Closed(BaseModel):
@@ -101,7 +102,8 @@ class CheckNoiseFloor(_Closed):
     """How often the baseline disagrees with itself on this check (the A/A noise floor)."""
 
     measured_by: MeasuredBy | None = None
-    """'control' (baseline vs control at the same repeat), 'repeats' (baseline repeats), or null: not measured."""
+    """'control' (baseline vs control at the same repeat), 'repeats' (baseline repeats), 'baseline_again' (the
+    baseline asked again where the candidate's text diverged), or null: not measured."""
     pairs: int = 0
     """A/A pairs compared."""
     flip_rate: float | None = None
@@ -362,6 +364,21 @@ class Slice(_Open):
     checks: dict[str, SliceCheck] = Field(default_factory=dict)
 
 
+class NoiseFloorSummary(_Closed):
+    """How the run measured how often the baseline disagrees with itself (the A/A noise floor)."""
+
+    source: Literal["control", "repeats", "baseline_again", "none"]
+    """control: a control target; repeats: the baseline's repeats; baseline_again (the default): the baseline
+    asked again for every case whose candidate text differed; none: not measured."""
+    cases: int = 0
+    """Cases with an A/A comparison (for baseline_again: the cases asked again)."""
+    disagreement_rate: float | None = None
+    """Share of A/A pairs whose texts differ; for baseline_again, among the cases asked again only."""
+    requests: int = 0
+    """Requests the floor cost beyond the baseline and candidate answers."""
+    note: str = ""
+
+
 class Summary(_Closed):
     """summary.json: the whole verdict of one run."""
 
@@ -386,6 +403,8 @@ class Summary(_Closed):
     fallback: Fallback
     not_evaluated: list[str] = Field(default_factory=list)
     """Everything that was not evaluated, one sentence each (never counted as passed)."""
+    noise_floor: NoiseFloorSummary | None = None
+    """null in summaries written before the floor was reported."""
     seed: int = 0
     """Seed of the statistics (bootstrap)."""
     signoff: str = ""

@@ -11,12 +11,14 @@ by `verdict._status` and written per check (`tolerated`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
 
 from qualitycheck.core._config import Config
 from qualitycheck.core._records import FORMAT_VERSION
 from qualitycheck.core._store import CaseRecords, RunStore
+from qualitycheck.generation._noise import NOISE_FLOOR_ARTIFACT
 from qualitycheck.judge._judge import JudgeTally
 from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary
 from qualitycheck.serving._errors import ErrorTally
@@ -24,6 +26,7 @@ from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, compare_
 from qualitycheck.verdict._digest import RunDigest, TextTally
 from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, build_rules, decide, parse_guardrails
 from qualitycheck.verdict._model import (
+    NoiseFloorSummary,
     Acceptance,
     CategoryNoiseFloor,
     CategorySummary,
@@ -122,6 +125,34 @@ def _category_noise(t: TextTally, cells: dict[str, CheckStats]) -> CategoryNoise
     return floor
 
 
+def _noise_floor(store: RunStore, text: Mapping[str, TextTally]) -> NoiseFloorSummary:
+    """How this run measured its A/A floor, from what generation stored (`generation._noise`) and the text tallies."""
+    asked = store.artifact(NOISE_FLOOR_ARTIFACT) or {}
+    aa_pairs = sum(t.aa_pairs for t in text.values())
+    if aa_pairs:
+        same = sum(t.aa_identical for t in text.values())
+        rate = 1 - same / aa_pairs
+        if asked.get("source") == "baseline_again":
+            n = int(asked.get("cases", 0))
+            return NoiseFloorSummary(source="baseline_again", cases=n, disagreement_rate=rate, requests=int(asked.get("requests", n)),
+                                     note=f"the baseline was asked again for the {n} of {asked.get('of_cases', n)} cases whose "
+                                          f"candidate answer differed; {rate:.1%} of those answers differed from its first")
+        repeats = max(1, int(store.manifest.get("repeats") or 1))
+        return NoiseFloorSummary(source="control", cases=aa_pairs // repeats, disagreement_rate=rate,
+                                 requests=store.count_responses().get("control", {}).get("requests", 0),
+                                 note=f"a control target answered; {rate:.1%} of its answers differed from the baseline's")
+    rep_pairs = sum(t.rep_pairs for t in text.values())
+    if rep_pairs:
+        rate = 1 - sum(t.rep_identical for t in text.values()) / rep_pairs
+        repeats = max(2, int(store.manifest.get("repeats") or 2))
+        return NoiseFloorSummary(source="repeats", cases=rep_pairs // (repeats - 1), disagreement_rate=rate,
+                                 note=f"the baseline's repeats: {rate:.1%} of its later answers differed from its first")
+    if asked.get("source") == "baseline_again":  # asked for nothing: every candidate answer equals the baseline's
+        return NoiseFloorSummary(source="baseline_again", cases=0, requests=0,
+                                 note="no candidate answer differed from the baseline's, so nothing needed asking again")
+    return NoiseFloorSummary(source="none", note="not measured: every pass→fail flip counts as a regression")
+
+
 def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[CaseConsumer] = ()) -> Summary:
     """The whole verdict from the store: comparisons, statistics, guardrails, case statuses, fallback.
 
@@ -144,7 +175,9 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         judge_tally.add(rec)
 
     compare_run(store, each=[tally, *also])
-    stats = quality_stats(digest.outcomes, margins=cfg.non_inferiority_margin, seed=cfg.run.seed)
+    noise = _noise_floor(store, digest.text)
+    stats = quality_stats(digest.outcomes, margins=cfg.non_inferiority_margin, seed=cfg.run.seed,
+                          noise_source="baseline_again" if noise.source == "baseline_again" else None)
     drift = format_drift(digest.drift)
     text = digest.text
     errors = _errors(store)
@@ -201,9 +234,9 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
     not_evaluated += [f"category {cat}: {c.verdict_reason}" for cat, c in categories.items() if c.verdict == "inconclusive"]
     not_evaluated += [f"guardrail {name}: not configured, so not gated (add it to speculative_decoding_guardrails)"
                       for name in ("min_acceptance_rate", "max_tpot_p95_regression") if name not in guard.thresholds]
-    if not any(s.noise.measured_by for cells in stats.values() for s in cells.values()):
-        not_evaluated.append("noise floor: no control target and one repeat, so every pass→fail flip counts as a regression "
-                             "(add --control or --repeats to measure how often the baseline disagrees with itself)")
+    if noise.source == "none":
+        not_evaluated.append("noise floor: not measured (--no-noise-floor, or no baseline answers to compare), so every "
+                             "pass→fail flip counts as a regression (leave the default on, or add --control or --repeats)")
     summary = Summary(
         format_version=FORMAT_VERSION,
         verdict=verdict,  # type: ignore[arg-type]
@@ -220,6 +253,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         allow_not_evaluated=cfg.allow_not_evaluated,
         fallback=Fallback.model_validate(fallback),
         not_evaluated=not_evaluated,
+        noise_floor=noise,
         seed=cfg.run.seed,
     )
     return summary
