@@ -306,7 +306,7 @@ class _Latency:
         return out, sampled
 
 
-def _case_row(rec: CaseRecords, repeats: int, latency: _Latency) -> CaseRow:
+def _case_row(rec: CaseRecords, repeats: int) -> CaseRow:
     """One case's row without its status, prompt and comparison (added only if the case may be embedded)."""
     c = rec.case
     row = CaseRow(c.id, c.category, c.route, "")
@@ -320,8 +320,6 @@ def _case_row(rec: CaseRecords, repeats: int, latency: _Latency) -> CaseRow:
                 "e2e_s": None if r.e2e_s is None else round(r.e2e_s, 4)}
         if r.error is not None:
             row.errors.setdefault(r.target, [None] * repeats)[r.repeat] = f"{r.error.kind}: {r.error.message}"
-        elif r.target in _SIDES or r.target == "control":
-            latency.add(r)
     letters: dict[str, dict[str, list[str]]] = {}
     for s in rec.scores:
         if s.repeat >= repeats:
@@ -465,22 +463,27 @@ class RowCollector:
         row.comparison = _comparison_slots(comps, self.repeats)
 
     def add(self, rec: CaseRecords, comps: list[CaseComparison]) -> None:
-        row = _case_row(rec, self.repeats, self.latency)
-        self.checks.update(row.statuses)
-        known = self._known.case(rec.case.id, comps)
-        index = self.suite_index.get(row.id, len(self.suite_index))
+        repeats, case = self.repeats, rec.case
+        for r in rec.responses:  # every answer feeds the charts, embedded or not
+            if r.repeat < repeats and r.error is None and (r.target in _SIDES or r.target == "control"):
+                self.latency.add(r)
+        self.checks.update(s.check for s in rec.scores if s.repeat < repeats)
+        known = self._known.case(case.id, comps)
+        index = self.suite_index.get(case.id, len(self.suite_index))
         if not self._decided and _may_hold_check_status(comps):
-            self.category_flags.setdefault(row.category, {f: 0 for f in STATUS_ORDER})
-            self._pending.append((row.id, row.category, index, known))
+            self.category_flags.setdefault(case.category, {f: 0 for f in STATUS_ORDER})
+            self._pending.append((case.id, case.category, index, known))
             if self.max_cases:
+                row = _case_row(rec, repeats)
                 self._fill(row, rec, comps)
                 self._spill.put(row)
             return
-        _set_status(row, known)
-        key = (-_RANK[self._count(row.category, known.statuses)], -index)
+        key = (-_RANK[self._count(case.category, known.statuses)], -index)
         heap = self._heap
         if self.max_cases == 0 or (len(heap) >= self.max_cases and key <= heap[0][:2]):
-            return  # less important than every kept case
+            return  # less important than every kept case: its row is never built
+        row = _case_row(rec, repeats)
+        _set_status(row, known)
         self._fill(row, rec, comps)
         if len(heap) < self.max_cases:
             heapq.heappush(heap, (*key, row))
