@@ -55,23 +55,27 @@ def _targets(store: RunStore) -> dict[str, TargetInfo]:
             for n, t in store.manifest.get("targets", {}).items()}
 
 
-def _errors(store: RunStore) -> dict[str, ErrorCounts]:
+class _Errors:
     """Failed requests per target: the counts, and why they failed (kinds with a sample message each).
 
-    A rate alone says something is wrong, not what. The kinds come from one
-    pass over the stored responses, made only when some request failed,
-    each error folded into its side's `ErrorTally` as it is read (the
-    sweep's grouping), so memory is one entry per kind, not a list of errors.
+    A rate alone says something is wrong, not what. Each failed response is
+    folded into its side's `ErrorTally` (the sweep's grouping) as the
+    summary's walk reads it, so the kinds cost no pass of their own and
+    memory is one entry per kind, not a list of errors.
     """
-    counts = store.count_responses()
-    tallies = {t: ErrorTally() for t, v in counts.items() if v["errors"]}
-    if tallies:
-        for r in store.responses():
-            if r.error is not None and (tally := tallies.get(r.target)) is not None:
-                tally.add(r)
-    return {t: ErrorCounts(count=v["errors"], requests=v["requests"], rate=v["errors"] / v["requests"] if v["requests"] else 0.0,
-                           kinds=tallies[t].kinds() if t in tallies else [])
-            for t, v in counts.items()}
+
+    def __init__(self) -> None:
+        self._sides: dict[str, ErrorTally] = {}
+
+    def add(self, rec: CaseRecords) -> None:
+        for r in rec.responses:
+            if r.error is not None:
+                self._sides.setdefault(r.target, ErrorTally()).add(r)
+
+    def summary(self, store: RunStore) -> dict[str, ErrorCounts]:
+        return {t: ErrorCounts(count=v["errors"], requests=v["requests"], rate=v["errors"] / v["requests"] if v["requests"] else 0.0,
+                               kinds=self._sides[t].kinds() if t in self._sides else [])
+                for t, v in store.count_responses().items()}
 
 
 def _check(s: CheckStats, tolerated: list[str], judge: dict[str, object] | None) -> CheckSummary:
@@ -167,12 +171,14 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
     guard = parse_guardrails(cfg)
     digest = RunDigest()
     latency_tally, slice_tally, judge_tally = LatencyTally.for_store(store), SliceTally(), JudgeTally.for_store(store)
+    error_tally = _Errors()
 
     def tally(rec: CaseRecords, comps: list[CaseComparison]) -> None:
         digest.add(comps)
         latency_tally.add(rec)
         slice_tally.add(rec)
         judge_tally.add(rec)
+        error_tally.add(rec)
 
     compare_run(store, each=[tally, *also])
     noise = _noise_floor(store, digest.text)
@@ -180,7 +186,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
                           noise_source="baseline_again" if noise.source == "baseline_again" else None)
     drift = format_drift(digest.drift)
     text = digest.text
-    errors = _errors(store)
+    errors = error_tally.summary(store)
     latency = latency_tally.summary()
     acceptance = acceptance_summary(store)
     judge = judge_tally.summary()

@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 
 from qualitycheck.cli import main
+from qualitycheck.core._config import Config
+from qualitycheck.pipeline._run import finish
 from qualitycheck.testserver import Fault, TestServer
 from qualitycheck.verdict._model import read_summary
 from qualitycheck.verdict._summary import SUMMARY_NAME
 from tests.helpers import qa_cases, write_suite
+from tests.unit.verdict.verdict_builders import make_store
 
 NOT_SERVED = "The model `test-model` does not exist."
 
@@ -65,3 +68,18 @@ def test_a_timeout_and_a_reset_mid_stream_are_told_apart(tmp_path: Path, capsys:
     assert kinds["timeout"].count == 1 and kinds["stream_cut"].count == 1
     assert all(k.message for k in kinds.values())
     assert s.errors["candidate"].count == 2 and s.errors["baseline"].kinds == []
+
+
+def test_the_kinds_are_folded_from_the_summary_walk_not_a_pass_of_their_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Errors add no read of the store: each failed response is tallied as the one walk after scoring reads it."""
+    from tests.unit.test_one_walk import READERS, _counting
+
+    rows = [{"id": f"c{i}", "category": "qa", "texts": {"baseline": "Yes.", "candidate": None if i % 3 == 0 else "Yes."},
+             "checks": {"exact": {"baseline": "pass", "candidate": "error" if i % 3 == 0 else "pass"}}} for i in range(9)]
+    with make_store(tmp_path, rows) as store:
+        calls = _counting(monkeypatch)
+        finish(store, Config(), score=False, report=False)
+        assert calls == {**{name: 0 for name in READERS}, "by_case": 1}, calls
+    s = read_summary(tmp_path / SUMMARY_NAME)
+    assert [(k.kind, k.count, k.message) for k in s.errors["candidate"].kinds] == [("http_503", 3, "503")]
+    assert s.errors["candidate"].count == 3 and s.errors["baseline"].kinds == []
