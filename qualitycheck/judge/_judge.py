@@ -41,7 +41,7 @@ from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config, JudgeTarget
 from qualitycheck.core._errors import ConfigError, Problem, SuiteError
 from qualitycheck.core._records import Response, Score
-from qualitycheck.core._store import CaseRecords, RunStore
+from qualitycheck.core._store import RunStore
 
 if TYPE_CHECKING:  # aiohttp is imported with the first judge call, not with the judge definitions
     import aiohttp
@@ -52,9 +52,7 @@ __all__ = [
     "CACHE_NAME",
     "JudgeCache",
     "JudgeDefinition",
-    "JudgeTally",
     "judge_dirs",
-    "judge_summary",
     "load_judge_file",
     "load_judges",
     "neutralise",
@@ -657,110 +655,3 @@ def score_judge(store: RunStore, cfg: Config, *, http_client: aiohttp.ClientSess
     stage["wall_s"] = round(time.monotonic() - t0, 3)
     store.put_artifact("judge_stage", stage)
     return stage
-
-
-# ------------------------------------------------------------------ summary
-
-
-def _delta_ci(deltas: list[float], seed: int) -> list[float] | None:
-    """The project's seeded paired bootstrap (stats.py) over per-pair grade deltas."""
-    if not deltas:
-        return None
-    from qualitycheck.verdict._stats import paired_bootstrap_ci
-
-    lo, hi = paired_bootstrap_ci([0.0] * len(deltas), deltas, seed=seed)
-    return [lo, hi]
-
-
-class JudgeTally:
-    """summary.json's judge figures (`judge_summary`), folded one case at a time from its judge scores."""
-
-    def __init__(self, seed: int = 0):
-        self.seed = seed
-        self._acc: dict[str, dict[str, Any]] = {}
-
-    @classmethod
-    def for_store(cls, store: RunStore) -> JudgeTally:
-        """Seeded with the run's own `run.seed` (as stored with its config), whatever config re-gates it."""
-        return cls(_run_seed(store))
-
-    def add(self, rec: CaseRecords) -> None:
-        for s in rec.scores:
-            if s.check == "judge":
-                self.add_score(s, rec.case.category)
-
-    def add_score(self, s: Score, category: str) -> None:
-        if s.check != "judge" or s.target != "candidate" or s.detail.get("not_configured"):
-            return
-        a = self._acc.get(category)
-        if a is None:
-            a = self._acc[category] = {"wins": 0, "losses": 0, "ties": 0, "judge_errors": 0, "judged": 0,
-                                       "skipped_identical": 0, "no_answer": 0, "flagged_injection": 0,
-                                       "_consistent": 0, "_pairwise": 0, "_deltas": [], "lost_cases": [], "won_cases": []}
-        d = s.detail
-        if d.get("no_answer"):
-            a["no_answer"] += 1
-            return
-        if d.get("identical"):
-            a["skipped_identical"] += 1
-            if d.get("kind") == "single":
-                a["_deltas"].append(0.0)
-            return
-        a["judged"] += 1
-        a["flagged_injection"] += bool(d.get("flagged_injection"))
-        if s.status == "error":
-            a["judge_errors"] += 1
-            return
-        a[{"win": "wins", "loss": "losses", "tie": "ties"}[s.value]] += 1
-        if s.value in ("loss", "win"):
-            a["lost_cases" if s.value == "loss" else "won_cases"].append(s.case_id)
-        if d.get("position_consistent") is not None:
-            a["_pairwise"] += 1
-            a["_consistent"] += bool(d["position_consistent"])
-        if d.get("rubric_delta") is not None:
-            a["_deltas"].append(float(d["rubric_delta"]))
-
-    def summary(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for cat, acc in sorted(self._acc.items()):
-            a = dict(acc)
-            deltas = a.pop("_deltas")
-            pw, cons = a.pop("_pairwise"), a.pop("_consistent")
-            a["lost_cases"] = sorted(set(a["lost_cases"]))
-            a["won_cases"] = sorted(set(a["won_cases"]))
-            a["position_consistency_rate"] = cons / pw if pw else None
-            a["rubric_delta_mean"] = sum(deltas) / len(deltas) if deltas else None
-            a["rubric_delta_ci"] = _delta_ci(deltas, self.seed)
-            out[cat] = a
-        return out
-
-
-def _run_seed(store: RunStore) -> int:
-    """The run's configured seed (`run.seed`), as stored with its config."""
-    return int(((store.artifact("config") or {}).get("run") or {}).get("seed") or 0)
-
-
-def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict[str, Any]]:
-    """Per category: win/loss/tie counts, position consistency, judge errors, rubric delta and its CI.
-
-    `lost_cases` / `won_cases` list the case ids the candidate lost / won on
-    any repeat (the contract's `regressions`, with the noise floor, come from
-    the statistics over the judge scores' pass/fail).
-
-    `judged` counts pairs that needed the judge (wins + losses + ties +
-    judge_errors); byte-identical pairs are `skipped_identical` (ties without
-    a call) and pairs where a side has no answer are `no_answer`. The rubric
-    delta (candidate − baseline grade) includes identical pairs as 0, since
-    their grades are equal by construction. Categories without judged cases
-    are absent. This reads the judge scores alone; the summary folds the
-    same `JudgeTally` into its one walk of the store.
-    """
-    tally = JudgeTally(_run_seed(store) if seed is None else seed)
-    labels: dict[str, tuple[str, str]] | None = None  # read only once a judge score turns up
-    for s in store.scores():
-        if s.check != "judge" or s.target != "candidate":
-            continue
-        if labels is None:
-            labels = store.case_labels()
-        tally.add_score(s, labels[s.case_id][0] if s.case_id in labels else "?")
-    return tally.summary()

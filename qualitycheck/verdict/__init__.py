@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING
 from qualitycheck.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from qualitycheck.verdict._judge_figures import (
+        JudgeTally as JudgeTally,
+        judge_summary as judge_summary,
+    )
     from qualitycheck.verdict._compare import (
         CaseComparison as CaseComparison,
         CheckOutcome as CheckOutcome,
@@ -87,6 +91,8 @@ if TYPE_CHECKING:
     )
 
 _HOME = {
+    "JudgeTally": "_judge_figures",
+    "judge_summary": "_judge_figures",
     "ALPHA": "_stats",
     "Acceptance": "_model",
     "CaseClassification": "_stats",

@@ -19,11 +19,11 @@ from qualitycheck.core._config import Config
 from qualitycheck.core._records import FORMAT_VERSION
 from qualitycheck.core._store import CaseRecords, RunStore
 from qualitycheck.generation._noise import NOISE_FLOOR_ARTIFACT
-from qualitycheck.judge._judge import JudgeTally
 from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary
 from qualitycheck.serving._errors import ErrorTally
 from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, compare_run
 from qualitycheck.verdict._digest import RunDigest, TextTally
+from qualitycheck.verdict._judge_figures import JudgeTally
 from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, build_rules, decide, parse_guardrails
 from qualitycheck.verdict._model import (
     NoiseFloorSummary,

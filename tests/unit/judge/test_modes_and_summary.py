@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qualitycheck.judge._judge import judge_summary, score_judge
+from qualitycheck.judge._judge import score_judge
+from qualitycheck.verdict._judge_figures import judge_summary
 from qualitycheck.testserver import TestServer
 
 from .conftest import blocks, judge_config, make_store, prefer

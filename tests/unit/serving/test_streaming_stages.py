@@ -20,7 +20,7 @@ import pytest
 from qualitycheck.core._cases import Case
 from qualitycheck.core._records import ErrorInfo, Response, Score, Usage
 from qualitycheck.scoring import score_store
-from qualitycheck.judge._judge import judge_summary
+from qualitycheck.verdict._judge_figures import judge_summary
 from qualitycheck.serving import _latency as latency, slices_summary
 from qualitycheck.serving._latency import LatencySamples, Samples, itl_per_token, latency_summary, tpot_s
 from qualitycheck.core._store import RunStore
