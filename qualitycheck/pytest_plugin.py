@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from _pytest._code.code import TerminalRepr
 
 from qualitycheck.cli._options import REPORT_OPTIONS, RUN_OPTIONS, TARGET_OPTIONS, add_options, config_overrides, dest
 
@@ -132,10 +133,10 @@ class QualitycheckItem(pytest.Item):
         if self.outcome == "fail":
             raise QualitycheckFailure(self.message)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, QualitycheckFailure):
             return str(excinfo.value)
-        return super().repr_failure(excinfo, style)  # type: ignore[arg-type]
+        return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         return str(self.path), None, self.name

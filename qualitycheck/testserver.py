@@ -42,7 +42,7 @@ def tokenize_text(text: str) -> list[str]:
 
 
 def _tok_id(piece: str) -> int:
-    return sum(ord(c) * 31**i for i, c in enumerate(piece[:6])) % 49152
+    return int(sum(ord(c) * 31**i for i, c in enumerate(piece[:6])) % 49152)
 
 
 @dataclass
@@ -96,8 +96,8 @@ class TestServer:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self.counters = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_pos": {},
-                         "generation_tokens": 0.0, "requests": 0.0}
+        self.counters: dict[str, Any] = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_pos": {},
+                                         "generation_tokens": 0.0, "requests": 0.0}
         """Exposed on /metrics as vLLM names them; tests may set values directly to script them."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

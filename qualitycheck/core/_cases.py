@@ -259,7 +259,8 @@ def _read_yaml(path: Path, problems: list[Problem]) -> list[tuple[int, Any, Any]
         return []
     if isinstance(data, dict) and "cases" in data:
         data = data["cases"]
-        root = next((v for k, v in root.value if k.value == "cases"), root)
+        if isinstance(root, yaml.MappingNode):
+            root = next((v for k, v in root.value if k.value == "cases"), root)
     if not isinstance(data, list) or not isinstance(root, yaml.SequenceNode):
         problems.append(Problem(str(path), 1, "", "expected a list of cases (or a mapping with key 'cases')"))
         return []

@@ -258,7 +258,7 @@ class VllmServer:
     def healthy(self) -> bool:
         try:
             with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                return r.status == 200
+                return bool(r.status == 200)
         except (urllib.error.URLError, OSError):
             return False
 

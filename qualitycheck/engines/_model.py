@@ -151,8 +151,9 @@ def _convert(gguf_path: Path, out: Path) -> None:
         raise ModelPrepareError(f"converting needs the `model` extra ({exc}): pip install 'qualitycheck[model]'") from None
     tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
-    model.hf_quantizer = None
-    model.is_quantized = False
+    # the weights are plain fp32 by now; transformers only refuses to save while these say otherwise
+    setattr(model, "hf_quantizer", None)  # noqa: B010  (not declared on the model class: mypy would refuse the assignment)
+    setattr(model, "is_quantized", False)  # noqa: B010
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as _RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, TaskID, MofNCompleteColumn, Progress as _RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from qualitycheck.generation._runner import Progress
 
@@ -18,7 +18,7 @@ class RichProgress(Progress):
     def __init__(self) -> None:
         self._console = Console(stderr=True)
         self._bars: _RichProgress | None = None
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
         self._errors: dict[str, int] = {}
         self._done: dict[str, int] = {}
         self._totals: dict[str, int] = {}

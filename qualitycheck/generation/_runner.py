@@ -10,6 +10,7 @@ and every outcome is written the moment it arrives, so memory stays flat on
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import queue
 import threading
@@ -207,7 +208,7 @@ async def _generate(store: RunStore, cases: Iterable[Case], config: Config, prog
                 break
             task = asyncio.create_task(pair(case, rep, need))
             tasks.add(task)
-            task.add_done_callback(lambda t: (tasks.discard(t), window.release()))
+            task.add_done_callback(functools.partial(_finished, tasks, window))
         while tasks and not refused:
             await asyncio.wait(set(tasks), return_when=asyncio.FIRST_COMPLETED)
         if refused:
@@ -228,6 +229,12 @@ async def _generate(store: RunStore, cases: Iterable[Case], config: Config, prog
     if refused:
         raise RunIncompleteError(f"{refused[0]}. Everything received is stored; fix the target and run the same command again.")
     return stats
+
+
+def _finished(tasks: set[asyncio.Task[None]], window: asyncio.Semaphore, task: asyncio.Task[None]) -> None:
+    """A pair is done: forget its task and free its slot in the window."""
+    tasks.discard(task)
+    window.release()
 
 
 class _StoreWriter:

@@ -129,7 +129,7 @@ def _line_of(node: yaml.Node | None, key: str) -> int | None:
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             if k.value == key:
-                return k.start_mark.line + 1
+                return int(k.start_mark.line) + 1
     return None
 
 
@@ -556,15 +556,15 @@ def _judged_scores(store: RunStore, judges: dict[str, JudgeDefinition], caller: 
         batch.clear()
 
         async def judged() -> list[Any]:
-            return list(await asyncio.gather(*(_judge_pair(caller, judges[c.checks.judge.mode], c, b, k)  # type: ignore[union-attr]
+            return list(await asyncio.gather(*(_judge_pair(caller, judges[c.checks.judge.mode], c, b, k)
                                                for c, _, b, k in jobs)))
 
         outcomes = runner.run(judged())
-        return [sc for (case, rep, _, _), out in zip(jobs, outcomes) for sc in _pair_scores(case, rep, out)]
+        return [sc for (case, rep, _, _), out in zip(jobs, outcomes, strict=True) for sc in _pair_scores(case, rep, out)]
 
     for rec in store.by_case(scores=False, judged_only=True):
         case = rec.case
-        judge = judges[case.checks.judge.mode]  # type: ignore[union-attr]
+        judge = judges[case.checks.judge.mode]
         pairs: dict[int, dict[str, Response]] = {}
         for r in rec.responses:
             pairs.setdefault(r.repeat, {})[r.target] = r

@@ -132,20 +132,20 @@ def merge_runs(folders: Sequence[str | Path], out: str | Path) -> int:
     """Merge shard run folders into `out` and rebuild its summary; returns the verdict's exit code."""
     from qualitycheck.pipeline._run import finish, manifest_for
 
-    folders = [Path(f) for f in folders]
+    paths = [Path(f) for f in folders]
     out = Path(out)
-    if len(set(map(str, (f.resolve() for f in folders)))) != len(folders):
+    if len(set(map(str, (f.resolve() for f in paths)))) != len(paths):
         raise RunMismatchError("the same run folder is given twice")
     if (out / STORE_NAME).exists():
         raise RunMismatchError(f"{out} already holds a run; merge into a new folder")
-    if any(out.resolve() == f.resolve() for f in folders):
+    if any(out.resolve() == f.resolve() for f in paths):
         raise RunMismatchError(f"{out} is one of the shards; merge into a new folder")
-    stores = [RunStore.open(f) for f in folders]
+    stores = [RunStore.open(f) for f in paths]
     try:
-        _check_compatible(folders, stores)
+        _check_compatible(paths, stores)
         raw_cfg = stores[0].artifact("config")
         if raw_cfg is None:
-            raise StoreError(f"{folders[0]}: run has no stored config; was it started by `qualitycheck run`?")
+            raise StoreError(f"{paths[0]}: run has no stored config; was it started by `qualitycheck run`?")
         raw_cfg = dict(raw_cfg)
         raw_cfg["run"] = {**(raw_cfg.get("run") or {}), "shard": None}
         cfg = Config.model_validate(raw_cfg)
@@ -157,7 +157,7 @@ def merge_runs(folders: Sequence[str | Path], out: str | Path) -> int:
         cases = _MergedCases(stores, suite_files)
         manifest = manifest_for(cases, cfg, suite_files)
         manifest["targets"] = stores[0].manifest.get("targets", manifest["targets"])
-        manifest["merged_from"] = [str(f) for f in folders]
+        manifest["merged_from"] = [str(f) for f in paths]
         merged = RunStore.create(out, manifest, cases)
         try:
             merged.put_artifact("config", raw_cfg)
@@ -170,8 +170,8 @@ def merge_runs(folders: Sequence[str | Path], out: str | Path) -> int:
                 for r in s.responses():
                     merged.put_response(r)
             merged.replace_scores((sc for s in stores for sc in s.scores()))
-            _merge_judge_caches(folders, out)
-            print(f"qualitycheck: merged {len(folders)} runs, {len(cases)} cases → {out}", file=sys.stderr)
+            _merge_judge_caches(paths, out)
+            print(f"qualitycheck: merged {len(paths)} runs, {len(cases)} cases → {out}", file=sys.stderr)
             return finish(merged, cfg)
         finally:
             merged.close()

@@ -12,6 +12,8 @@ in both cases, and the score's detail lists the steps applied.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import re
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -194,7 +196,7 @@ class ContainsScorer:
         self.spec = spec
 
     def score(self, answer: Response, baseline: Response | None) -> Outcome:
-        fold = (lambda s: s.casefold()) if self.spec.ignore_case else (lambda s: s)
+        fold: Callable[[str], str] = str.casefold if self.spec.ignore_case else str
         text = fold(answer.text)
         missing = [s for s in self.spec.all if fold(s) not in text]
         any_found = [s for s in self.spec.any if fold(s) in text]

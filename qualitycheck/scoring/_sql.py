@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._records import Response
+from qualitycheck.core._records import Response, ScoreStatus
 from qualitycheck.scoring._base import BASELINE, BrokenScorer, CheckSpec, LoadContext, Outcome, Scorer, check_family
 from qualitycheck.scoring._extract import fences
 
@@ -83,7 +83,7 @@ def normalised_tree(sql: str, dialect: str) -> str | None:
         tree = normalize_identifiers(_parse_one(sql, dialect), dialect=dialect)
     except Exception:
         return None
-    return tree.sql(dialect=dialect, normalize=True, comments=False)
+    return str(tree.sql(dialect=dialect, normalize=True, comments=False))
 
 
 class SqlParseScorer:
@@ -106,7 +106,7 @@ class SqlParseScorer:
         except Exception as exc:  # sqlglot's ParseError/TokenError, or our statement count
             detail["error"] = str(exc).splitlines()[0][:300]
             detail["truncated"] = answer.finish_reason == "length"
-            status = "fail"
+            status: ScoreStatus = "fail"
         else:
             status = "pass"
         if answer.target != BASELINE and baseline is not None and baseline.error is None:

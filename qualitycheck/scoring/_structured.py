@@ -116,7 +116,7 @@ class JsonSchemaScorer:
         from jsonschema import validators
 
         cls = validators.validator_for(schema, default=validators.Draft202012Validator)
-        cls.check_schema(schema)
+        cls.check_schema(schema)  # type: ignore[arg-type]  # a boolean schema is valid JSON Schema; the stubs allow mappings only
         self._validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
         self._draft = cls.__name__
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,7 +196,7 @@ class Samples:
             import numpy as np  # here, not at import: `qualitycheck run` reaches this module before its first request
 
             ms = np.frombuffer(self._exact, dtype=float) * 1000.0  # a copy, so numpy may partition it in place
-            arr = np.percentile(ms, PERCENTILES, overwrite_input=True)
+            arr: Sequence[float] = list(np.percentile(ms, PERCENTILES, overwrite_input=True))
         else:
             arr = [self._bucketed(p) * 1000.0 for p in PERCENTILES]
         return {f"p{p}": round(float(v), 3) for p, v in zip(PERCENTILES, arr)}

@@ -22,6 +22,7 @@ non_inferiority_margin: {exact: 0.02}
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -100,7 +101,8 @@ class Evidence:
 
 
 class Rule(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def evaluate(self, ev: Evidence) -> GuardrailResult: ...
 
@@ -224,7 +226,7 @@ class MaxQualityRegressionCases:
         return GuardrailResult(self.name, self.threshold, n, ok, msg, self.route)
 
 
-_RULES = {
+_RULES: dict[str, tuple[Callable[..., Rule], str]] = {
     "min_acceptance_rate": (MinAcceptanceRate, "a rate like 0.55 or '55%'"),
     "max_tpot_p95_regression": (MaxTpotP95Regression, "a percentage like '10%' or a fraction like 0.1"),
     "max_error_rate": (MaxErrorRate, "a percentage like '1%' or a fraction like 0.01"),
@@ -342,10 +344,7 @@ def parse_guardrails(cfg: Config) -> Guardrails:
 
     thresholds = check(raw, "speculative_decoding_guardrails")
     routes = {}
-    for route, block in cfg.routes.items():
-        if not isinstance(block, dict):
-            problems.append(Problem(src, None, f"routes.{route}", "expected a mapping of guardrail overrides"))
-            continue
+    for route, block in cfg.routes.items():  # the config model has already made each block a mapping
         routes[route] = check(block, f"routes.{route}")
     for check_name, margin in cfg.non_inferiority_margin.items():
         if not 0 <= margin < 1:
@@ -367,7 +366,7 @@ def build_rules(g: Guardrails, routes_in_run: set[str], *, preflight_ran: bool =
     rules: list[Rule] = [PreflightConsistent()] if preflight_ran else []
     for name, value in g.thresholds.items():
         if name != "max_quality_regression_cases":
-            rules.append(_RULES[name][0](value))  # type: ignore[call-arg]
+            rules.append(_RULES[name][0](value))
     for route in sorted(routes_in_run | set(g.routes)):
         over = g.routes.get(route, {})
         q = over.get("max_quality_regression_cases", g.thresholds.get("max_quality_regression_cases"))
@@ -375,7 +374,7 @@ def build_rules(g: Guardrails, routes_in_run: set[str], *, preflight_ran: bool =
             rules.append(MaxQualityRegressionCases(int(q), route))
         for name, value in over.items():
             if name != "max_quality_regression_cases":
-                rules.append(_RULES[name][0](value, route))  # type: ignore[call-arg]
+                rules.append(_RULES[name][0](value, route))
     return rules
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import numpy as np
 from scipy import stats as sps
@@ -476,7 +476,7 @@ def format_drift(samples: Mapping[str, Mapping[str, DriftSamples]], alpha: float
     return out
 
 
-def _numeric(v: Any) -> bool:
+def _numeric(v: Any) -> TypeGuard[float]:
     return isinstance(v, (bool, int, float)) and not (isinstance(v, float) and np.isnan(v))
 
 

@@ -15,7 +15,7 @@ from qualitycheck.judge import _judge
 from qualitycheck.judge._judge import score_judge
 from qualitycheck.testserver import TestServer
 
-from .conftest import judge_config, prefer
+from tests.unit.judge.conftest import judge_config, prefer
 
 
 def _store(folder: Path, judged: int, plain: int) -> RunStore:
