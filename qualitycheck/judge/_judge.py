@@ -52,11 +52,11 @@ __all__ = [
     "CACHE_NAME",
     "JudgeCache",
     "JudgeDefinition",
+    "injection_signals",
     "judge_dirs",
     "load_judge_file",
     "load_judges",
     "neutralise",
-    "injection_signals",
     "score_judge",
     "validate_judge_checks",
 ]
@@ -147,7 +147,9 @@ def load_judge_file(path: str | Path) -> JudgeDefinition:
         raise ConfigError([Problem(src, None, "", f"not UTF-8 text: {exc.reason}")]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise ConfigError([Problem(src, mark.line + 1 if mark else None, "", f"bad YAML: {getattr(exc, 'problem', None) or exc}")]) from None
+        raise ConfigError(
+            [Problem(src, mark.line + 1 if mark else None, "", f"bad YAML: {getattr(exc, 'problem', None) or exc}")]
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError([Problem(src, 1, "", "expected a mapping with kind, prompt and verdict")])
     problems: list[Problem] = []
@@ -215,14 +217,33 @@ def load_judge_file(path: str | Path) -> JudgeDefinition:
             bad("prompt", f"a {kind} judge's prompt must show {{{name}}}")
     if problems:
         raise ConfigError(problems)
-    canonical = json.dumps({"kind": kind, "system": system, "prompt": prompt, "pattern": verdict["pattern"],  # type: ignore[index]
-                            "map": vmap, "range": rng, "defaults": defaults, "params": params, "tie_margin": margin},
-                           sort_keys=True)
+    canonical = json.dumps(
+        {
+            "kind": kind,
+            "system": system,
+            "prompt": prompt,
+            "pattern": verdict["pattern"],  # type: ignore[index]
+            "map": vmap,
+            "range": rng,
+            "defaults": defaults,
+            "params": params,
+            "tie_margin": margin,
+        },
+        sort_keys=True,
+    )
     return JudgeDefinition(
-        name=str(data.get("name") or path.stem), kind=str(kind), prompt=prompt, system=system,
+        name=str(data.get("name") or path.stem),
+        kind=str(kind),
+        prompt=prompt,
+        system=system,
         pattern=pattern,  # type: ignore[arg-type]
-        verdict_map=vmap, score_range=rng, tie_margin=float(margin), defaults=dict(defaults), params=dict(params),
-        description=str(data.get("description", "")), path=src,
+        verdict_map=vmap,
+        score_range=rng,
+        tie_margin=float(margin),
+        defaults=dict(defaults),
+        params=dict(params),
+        description=str(data.get("description", "")),
+        path=src,
         content_hash=hashlib.sha256(canonical.encode()).hexdigest()[:16],
     )
 
@@ -271,8 +292,9 @@ def validate_judge_checks(cases: Iterable[Case], judges: dict[str, JudgeDefiniti
         where = (c.file or c.id, c.line)
         j = judges.get(spec.mode)
         if j is None:
-            problems.append(Problem(*where, "checks.judge.mode",
-                                    f"unknown judge {spec.mode!r} (known: {', '.join(sorted(judges)) or 'none'})"))
+            problems.append(
+                Problem(*where, "checks.judge.mode", f"unknown judge {spec.mode!r} (known: {', '.join(sorted(judges)) or 'none'})")
+            )
             continue
         for var in ("reference", "rubric"):
             if var in j.variables and getattr(spec, var) is None and var not in j.defaults:
@@ -285,17 +307,32 @@ def validate_judge_checks(cases: Iterable[Case], judges: dict[str, JudgeDefiniti
 
 _DELIMITER_LOOKALIKE = re.compile(r"<{3,}|>{3,}")
 _INJECTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("overrides instructions", re.compile(
-        r"\b(ignore|disregard|forget|override|bypass)\b[^.\n]{0,40}\b(instructions?|rules|prompts?|guidelines|directions)\b", re.I)),
+    (
+        "overrides instructions",
+        re.compile(
+            r"\b(ignore|disregard|forget|override|bypass)\b[^.\n]{0,40}\b(instructions?|rules|prompts?|guidelines|directions)\b", re.I
+        ),
+    ),
     ("overrides instructions", re.compile(r"\b(new|updated|real) (system )?instructions?\s*:|\bsystem prompt\b", re.I)),
     ("addresses the judge", re.compile(r"\byou are (now )?(the|a|an) (judge|grader|evaluator|assessor|referee)\b", re.I)),
     ("addresses the judge", re.compile(r"\b(judges?|graders?|evaluators?)\b[^.\n]{0,40}\b(must|should|shall|will|need to)\b", re.I)),
-    ("dictates a verdict", re.compile(
-        r"\b(answer|output|respond|reply|say|write|print|choose|pick|select|declare|return)\b[^\n]{0,40}\[\[", re.I)),
-    ("dictates a verdict", re.compile(
-        r"\b(reply|response|answer|assistant) ?(a|b|1|2)\b[^.\n]{0,12}\b(is|was) (better|the (winner|best)|superior|preferred)\b", re.I)),
-    ("asks for a grade", re.compile(
-        r"\b(give|rate|score|grade|award)\b[^.\n]{0,30}\b(10|ten|full marks|highest|perfect)\b[^.\n]{0,20}\b(score|grade|rating|marks|points)?", re.I)),
+    (
+        "dictates a verdict",
+        re.compile(r"\b(answer|output|respond|reply|say|write|print|choose|pick|select|declare|return)\b[^\n]{0,40}\[\[", re.I),
+    ),
+    (
+        "dictates a verdict",
+        re.compile(
+            r"\b(reply|response|answer|assistant) ?(a|b|1|2)\b[^.\n]{0,12}\b(is|was) (better|the (winner|best)|superior|preferred)\b", re.I
+        ),
+    ),
+    (
+        "asks for a grade",
+        re.compile(
+            r"\b(give|rate|score|grade|award)\b[^.\n]{0,30}\b(10|ten|full marks|highest|perfect)\b[^.\n]{0,20}\b(score|grade|rating|marks|points)?",
+            re.I,
+        ),
+    ),
 ]
 
 
@@ -306,7 +343,7 @@ def _break_markers(text: str, pattern: re.Pattern[str]) -> str:
         if m is None:
             return text
         s = m.group(0)
-        text = text[: m.start()] + s[:1] + " " + s[1:] + text[m.end():]
+        text = text[: m.start()] + s[:1] + " " + s[1:] + text[m.end() :]
     return pattern.sub("[verdict marker removed]", text)
 
 
@@ -347,8 +384,14 @@ def question_text(case: Case) -> str:
 
 def render(judge: JudgeDefinition, inputs: dict[str, str], nonce: str) -> list[dict[str, str]]:
     """The chat messages for one call; inputs are already neutralised, each is fenced with the nonce."""
-    labels = {"question": "conversation", "answer": "reply", "answer_a": "reply A", "answer_b": "reply B",
-              "reference": "reference answer", "rubric": "rubric"}
+    labels = {
+        "question": "conversation",
+        "answer": "reply",
+        "answer_a": "reply A",
+        "answer_b": "reply B",
+        "reference": "reference answer",
+        "rubric": "rubric",
+    }
     values = {k: _fence(labels[k], v, nonce) for k, v in inputs.items()}
     values["nonce"] = nonce
 
@@ -375,8 +418,14 @@ class JudgeCache:
 
     @staticmethod
     def key(target: JudgeTarget, judge: JudgeDefinition, inputs: dict[str, str]) -> str:
-        ident = {"url": target.url, "model": target.model, "extra_body": target.extra_body,
-                 "judge": judge.name, "template": judge.content_hash, "inputs": inputs}
+        ident = {
+            "url": target.url,
+            "model": target.model,
+            "extra_body": target.extra_body,
+            "judge": judge.name,
+            "template": judge.content_hash,
+            "inputs": inputs,
+        }
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -424,22 +473,28 @@ class _Caller:
         attempts = 1 + self.retries
         url = self.target.base_url + "/chat/completions"
         for attempt in range(1, attempts + 1):
-            body = {"model": self.target.model, "messages": render(judge, inputs, secrets.token_hex(8)),
-                    **judge.params, **self.target.extra_body}
+            body = {
+                "model": self.target.model,
+                "messages": render(judge, inputs, secrets.token_hex(8)),
+                **judge.params,
+                **self.target.extra_body,
+            }
             async with self.sem:
                 self.calls += 1
                 out = await self.http.post_json(url, body)
             if out.error is not None:
-                return {"error": f"judge endpoint failed: {out.error.kind}: {out.error.message}"[:500],
-                        "attempts": attempt, "cached": False}
+                return {
+                    "error": f"judge endpoint failed: {out.error.kind}: {out.error.message}"[:500],
+                    "attempts": attempt,
+                    "cached": False,
+                }
             last = _answer_text(out.value)
             parsed = judge.parse(last)
             if parsed is not None:
                 rec = {"marker": parsed[0], "verdict": parsed[1], "raw": last, "attempts": attempt}
                 self.cache.put(key, rec)
                 return {**rec, "cached": False}
-        return {"error": f"judge answer unparseable after {attempts} attempts", "raw": last,
-                "attempts": attempts, "cached": False}
+        return {"error": f"judge answer unparseable after {attempts} attempts", "raw": last, "attempts": attempts, "cached": False}
 
 
 def _answer_text(body: Any) -> str:
@@ -457,12 +512,17 @@ _FROM_BASELINE_FIRST = {"a": "loss", "b": "win", "tie": "tie"}
 
 def _excerpt(text: str | None) -> str:
     text = (text or "").strip()
-    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS // 3] + " … " + text[-2 * EXCERPT_CHARS // 3:]
+    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS // 3] + " … " + text[-2 * EXCERPT_CHARS // 3 :]
 
 
 def _order_detail(order: str, res: dict[str, Any]) -> dict[str, Any]:
-    d = {"order": order, "verdict": res.get("marker"), "attempts": res.get("attempts"), "cached": res.get("cached", False),
-         "excerpt": _excerpt(res.get("raw"))}
+    d = {
+        "order": order,
+        "verdict": res.get("marker"),
+        "attempts": res.get("attempts"),
+        "cached": res.get("cached", False),
+        "excerpt": _excerpt(res.get("raw")),
+    }
     if "error" in res:
         d["error"] = res["error"]
     return d
@@ -478,15 +538,21 @@ async def _judge_pair(caller: _Caller, judge: JudgeDefinition, case: Case, base:
             shared[var] = getattr(spec, var) or judge.defaults.get(var, "")
     shared = {k: neutralise(v, judge) for k, v in shared.items()}
     b, c = neutralise(base, judge), neutralise(cand, judge)
-    signals = {side: s for side, s in (("baseline", injection_signals(base, judge)),
-                                        ("candidate", injection_signals(cand, judge))) if s}
-    detail: dict[str, Any] = {"judge": judge.name, "kind": judge.kind, "identical": False,
-                              "flagged_injection": bool(signals), "injection_signals": signals,
-                              "position_consistent": None, "rubric_scores": None, "rubric_delta": None}
+    signals = {side: s for side, s in (("baseline", injection_signals(base, judge)), ("candidate", injection_signals(cand, judge))) if s}
+    detail: dict[str, Any] = {
+        "judge": judge.name,
+        "kind": judge.kind,
+        "identical": False,
+        "flagged_injection": bool(signals),
+        "injection_signals": signals,
+        "position_consistent": None,
+        "rubric_scores": None,
+        "rubric_delta": None,
+    }
     if judge.kind == "pairwise":
         first, second = await asyncio.gather(
-            caller.ask(judge, {**shared, "answer_a": b, "answer_b": c}),
-            caller.ask(judge, {**shared, "answer_a": c, "answer_b": b}))
+            caller.ask(judge, {**shared, "answer_a": b, "answer_b": c}), caller.ask(judge, {**shared, "answer_a": c, "answer_b": b})
+        )
         detail["orders"] = [_order_detail("baseline_first", first), _order_detail("candidate_first", second)]
         detail["cached"] = bool(first.get("cached") and second.get("cached"))
         errors = [r["error"] for r in (first, second) if "error" in r]
@@ -523,8 +589,18 @@ def _pair_scores(case: Case, repeat: int, outcome: dict[str, Any]) -> list[Score
         statuses = ("error", "error")
     else:
         statuses = ("pass", "fail" if value == "loss" else "pass")
-    return [Score(case_id=case.id, target=t, repeat=repeat, check="judge", status=s, value=value,  # type: ignore[arg-type]
-                  detail=detail) for t, s in zip(("baseline", "candidate"), statuses)]
+    return [
+        Score(
+            case_id=case.id,
+            target=t,
+            repeat=repeat,
+            check="judge",
+            status=s,
+            value=value,  # type: ignore[arg-type]
+            detail=detail,
+        )
+        for t, s in zip(("baseline", "candidate"), statuses)
+    ]
 
 
 JUDGE_WINDOW = 512
@@ -539,8 +615,14 @@ class _JudgeCounts:
     no_answer: int = 0
 
 
-def _judged_scores(store: RunStore, judges: dict[str, JudgeDefinition], caller: _Caller, runner: asyncio.Runner,
-                   counts: _JudgeCounts, window: int = JUDGE_WINDOW) -> Iterator[Score]:
+def _judged_scores(
+    store: RunStore,
+    judges: dict[str, JudgeDefinition],
+    caller: _Caller,
+    runner: asyncio.Runner,
+    counts: _JudgeCounts,
+    window: int = JUDGE_WINDOW,
+) -> Iterator[Score]:
     """The judge scores of every judged (case, repeat), walked one case at a time and judged a window at a time.
 
     Only cases that ask for a judge are read (`by_case(judged_only=True)`);
@@ -556,8 +638,7 @@ def _judged_scores(store: RunStore, judges: dict[str, JudgeDefinition], caller: 
         batch.clear()
 
         async def judged() -> list[Any]:
-            return list(await asyncio.gather(*(_judge_pair(caller, judges[c.checks.judge.mode], c, b, k)
-                                               for c, _, b, k in jobs)))
+            return list(await asyncio.gather(*(_judge_pair(caller, judges[c.checks.judge.mode], c, b, k) for c, _, b, k in jobs)))
 
         outcomes = runner.run(judged())
         return [sc for (case, rep, _, _), out in zip(jobs, outcomes, strict=True) for sc in _pair_scores(case, rep, out)]
@@ -575,15 +656,37 @@ def _judged_scores(store: RunStore, judges: dict[str, JudgeDefinition], caller: 
             counts.pairs += 1
             if missing:
                 counts.no_answer += 1
-                yield from (Score(case_id=case.id, target=t, repeat=rep, check="judge", status="error",
-                                  detail={**base_detail, "no_answer": True, "error": missing}) for t in ("baseline", "candidate"))
+                yield from (
+                    Score(
+                        case_id=case.id,
+                        target=t,
+                        repeat=rep,
+                        check="judge",
+                        status="error",
+                        detail={**base_detail, "no_answer": True, "error": missing},
+                    )
+                    for t in ("baseline", "candidate")
+                )
             elif b.text == c.text:  # type: ignore[union-attr]
                 counts.identical += 1
-                yield from _pair_scores(case, rep, {
-                    "value": "tie", "error": None,
-                    "detail": {**base_detail, "identical": True, "cached": False, "flagged_injection": False,
-                               "injection_signals": {}, "position_consistent": None, "rubric_scores": None,
-                               "rubric_delta": 0 if judge.kind == "single" else None}})
+                yield from _pair_scores(
+                    case,
+                    rep,
+                    {
+                        "value": "tie",
+                        "error": None,
+                        "detail": {
+                            **base_detail,
+                            "identical": True,
+                            "cached": False,
+                            "flagged_injection": False,
+                            "injection_signals": {},
+                            "position_consistent": None,
+                            "rubric_scores": None,
+                            "rubric_delta": 0 if judge.kind == "single" else None,
+                        },
+                    },
+                )
             else:
                 batch.append((case, rep, b.text, c.text))  # type: ignore[union-attr]
                 if len(batch) >= window:
@@ -591,8 +694,9 @@ def _judged_scores(store: RunStore, judges: dict[str, JudgeDefinition], caller: 
     yield from flush()
 
 
-def _judge_run(store: RunStore, cfg: Config, judges: dict[str, JudgeDefinition],
-               http_client: aiohttp.ClientSession | None = None) -> dict[str, Any]:
+def _judge_run(
+    store: RunStore, cfg: Config, judges: dict[str, JudgeDefinition], http_client: aiohttp.ClientSession | None = None
+) -> dict[str, Any]:
     """Judge the run a window at a time on one event loop, streaming the scores into the store."""
     from qualitycheck.core._http import HttpClient
 
@@ -600,11 +704,19 @@ def _judge_run(store: RunStore, cfg: Config, judges: dict[str, JudgeDefinition],
     target = cfg.judge
     counts = _JudgeCounts()
     with asyncio.Runner() as runner:
+
         async def open_caller() -> _Caller:  # the semaphore and the session belong to the runner's loop
-            http = HttpClient(target, timeout_s=cfg.run.timeout_s, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s,
-                              limit=cfg.run.concurrency, session=http_client)
-            return _Caller(http, target, JudgeCache(store.folder / CACHE_NAME), cfg.run.judge_retries,
-                           asyncio.Semaphore(cfg.run.concurrency))
+            http = HttpClient(
+                target,
+                timeout_s=cfg.run.timeout_s,
+                retries=cfg.run.retries,
+                backoff_s=cfg.run.backoff_s,
+                limit=cfg.run.concurrency,
+                session=http_client,
+            )
+            return _Caller(
+                http, target, JudgeCache(store.folder / CACHE_NAME), cfg.run.judge_retries, asyncio.Semaphore(cfg.run.concurrency)
+            )
 
         caller = runner.run(open_caller())
         try:
@@ -612,9 +724,16 @@ def _judge_run(store: RunStore, cfg: Config, judges: dict[str, JudgeDefinition],
         finally:
             runner.run(caller.http.aclose())
             caller.cache.close()
-    return {"url": target.url, "model": target.model, "calls": caller.calls, "cache_hits": caller.cache_hits,
-            "pairs": counts.pairs, "skipped_identical": counts.identical, "no_answer": counts.no_answer,
-            "judges": {j.name: {"hash": j.content_hash, "path": j.path} for j in judges.values()}}
+    return {
+        "url": target.url,
+        "model": target.model,
+        "calls": caller.calls,
+        "cache_hits": caller.cache_hits,
+        "pairs": counts.pairs,
+        "skipped_identical": counts.identical,
+        "no_answer": counts.no_answer,
+        "judges": {j.name: {"hash": j.content_hash, "path": j.path} for j in judges.values()},
+    }
 
 
 def _not_configured(store: RunStore, judged: int) -> dict[str, Any]:
@@ -622,13 +741,21 @@ def _not_configured(store: RunStore, judged: int) -> dict[str, Any]:
     import sys
 
     reason = "no judge endpoint configured (--judge URL --judge-model NAME, or `judge:` in the config)"
-    scores = (Score(case_id=r.case_id, target=r.target, repeat=r.repeat, check="judge", status="skipped",
-                    detail={"not_configured": True, "error": reason})
-              for rec in store.by_case(scores=False, judged_only=True) for r in rec.responses
-              if r.target in ("baseline", "candidate"))
+    scores = (
+        Score(
+            case_id=r.case_id,
+            target=r.target,
+            repeat=r.repeat,
+            check="judge",
+            status="skipped",
+            detail={"not_configured": True, "error": reason},
+        )
+        for rec in store.by_case(scores=False, judged_only=True)
+        for r in rec.responses
+        if r.target in ("baseline", "candidate")
+    )
     store.replace_scores(scores, checks=["judge"])
-    print(f"qualitycheck: warning: {judged} case(s) ask for a judge but {reason}; "
-          "their judge check is not evaluated", file=sys.stderr)
+    print(f"qualitycheck: warning: {judged} case(s) ask for a judge but {reason}; their judge check is not evaluated", file=sys.stderr)
     return {"calls": 0, "cache_hits": 0, "pairs": 0, "not_configured": judged}
 
 

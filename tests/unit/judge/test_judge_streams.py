@@ -14,15 +14,17 @@ from qualitycheck.core._store import CaseRecords, RunStore
 from qualitycheck.judge import _judge
 from qualitycheck.judge._judge import score_judge
 from qualitycheck.testserver import TestServer
-
 from tests.unit.judge.conftest import judge_config, prefer
 
 
 def _store(folder: Path, judged: int, plain: int) -> RunStore:
-    cases = [Case(id=f"j{i}", category="s", messages=[{"role": "user", "content": f"item {i}"}], checks={"judge": {"mode": "pairwise"}})
-             for i in range(judged)]
-    cases += [Case(id=f"p{i}", category="s", messages=[{"role": "user", "content": f"plain {i}"}], checks={"exact": "x"})
-              for i in range(plain)]
+    cases = [
+        Case(id=f"j{i}", category="s", messages=[{"role": "user", "content": f"item {i}"}], checks={"judge": {"mode": "pairwise"}})
+        for i in range(judged)
+    ]
+    cases += [
+        Case(id=f"p{i}", category="s", messages=[{"role": "user", "content": f"plain {i}"}], checks={"exact": "x"}) for i in range(plain)
+    ]
     store = RunStore.create(folder, {"targets": {}, "repeats": 1, "suite_fingerprint": "t"}, cases)
     for c in cases:
         store.put_response(Response(case_id=c.id, target="baseline", fingerprint="f", text="meh"))
@@ -30,8 +32,7 @@ def _store(folder: Path, judged: int, plain: int) -> RunStore:
     return store
 
 
-def test_the_judge_reads_judged_cases_one_at_a_time_and_judges_a_window_at_a_time(tmp_path: Path,
-                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_judge_reads_judged_cases_one_at_a_time_and_judges_a_window_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = _store(tmp_path / "run", judged=7, plain=5)
     walked: list[str] = []
     started: list[int] = []  # how many judged cases the walk had read when each pair went to the judge

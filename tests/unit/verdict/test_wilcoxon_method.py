@@ -37,12 +37,15 @@ def test_a_40_case_category_with_ties_uses_the_normal_approximation(monkeypatch:
     assert out["qa"]["chars"]["p_value"] == pytest.approx(real(b, c, zero_method="wilcox", method="asymptotic").pvalue)
 
 
-@pytest.mark.parametrize(("b", "c", "method"), [
-    ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [1.5, 3.1, 2.8, 5.4, 6.9, 8.2], "exact"),  # no ties, no zeros, small
-    ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2.0, 3.0, 4.0, 5.0, 6.0, 9.0], "asymptotic"),  # tied differences
-    ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [1.0, 3.5, 3.7, 5.1, 6.9, 8.2], "asymptotic"),  # a zero difference
-    (list(map(float, range(60))), [x + 0.01 * (i + 1) * (-1) ** i for i, x in enumerate(range(60))], "asymptotic"),  # large n
-])
+@pytest.mark.parametrize(
+    ("b", "c", "method"),
+    [
+        ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [1.5, 3.1, 2.8, 5.4, 6.9, 8.2], "exact"),  # no ties, no zeros, small
+        ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2.0, 3.0, 4.0, 5.0, 6.0, 9.0], "asymptotic"),  # tied differences
+        ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [1.0, 3.5, 3.7, 5.1, 6.9, 8.2], "asymptotic"),  # a zero difference
+        (list(map(float, range(60))), [x + 0.01 * (i + 1) * (-1) ** i for i, x in enumerate(range(60))], "asymptotic"),  # large n
+    ],
+)
 def test_p_values_agree_with_scipy_for_the_chosen_method(b: list[float], c: list[float], method: str) -> None:
     d = np.array(c) - np.array(b)
     assert wilcoxon_method(d) == method
