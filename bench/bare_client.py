@@ -27,12 +27,17 @@ async def run(url: str, n: int, concurrency: int, keep_timings: bool) -> dict:
     queue = iter(range(n))
 
     async with aiohttp.ClientSession(connector=conn) as session:
+
         async def worker() -> None:
             nonlocal ok
             for i in queue:
                 rid = f"r{i}"
-                body = {"model": "bench", "messages": [{"role": "user", "content": f"Say something {rid}"}],
-                        "stream": True, "max_tokens": 64}
+                body = {
+                    "model": "bench",
+                    "messages": [{"role": "user", "content": f"Say something {rid}"}],
+                    "stream": True,
+                    "max_tokens": 64,
+                }
                 t0 = time.perf_counter()
                 times: list[float] = []
                 async with session.post(url + "/chat/completions", json=body) as resp:

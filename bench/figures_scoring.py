@@ -34,21 +34,33 @@ def _has(module: str) -> bool:
 def _store(folder: Path, cases: list[Any], answers: dict[str, tuple[str, str]]) -> Any:
     """A finished two-target run folder filled by hand (no endpoint involved)."""
     from qualitycheck.core._config import Config
-    from qualitycheck.pipeline._run import manifest_for, redacted_config
     from qualitycheck.core._records import Response, Usage
     from qualitycheck.core._store import RunStore
+    from qualitycheck.pipeline._run import manifest_for, redacted_config
 
-    cfg = Config.model_validate({"baseline": {"url": "http://127.0.0.1:9/v1", "model": "m"},
-                                 "candidate": {"url": "http://127.0.0.1:9/v1", "model": "m"}})
+    cfg = Config.model_validate(
+        {"baseline": {"url": "http://127.0.0.1:9/v1", "model": "m"}, "candidate": {"url": "http://127.0.0.1:9/v1", "model": "m"}}
+    )
     store = RunStore.create(folder, manifest_for(cases, cfg, ["bench"]), cases)
     store.put_artifact("config", redacted_config(cfg))
     for i, c in enumerate(cases):
         for side, text in zip(("baseline", "candidate"), answers[c.id]):
             n = max(1, len(text.split()))
             times = [0.05 + 0.002 * k for k in range(min(n, 64))]
-            store.put_response(Response(case_id=c.id, target=side, fingerprint="bench", text=text, finish_reason="stop",
-                                        usage=Usage(prompt_tokens=12, completion_tokens=n), ttft_s=times[0],
-                                        chunk_times=times, e2e_s=times[-1] + 0.001, started_at=1.7e9 + i))
+            store.put_response(
+                Response(
+                    case_id=c.id,
+                    target=side,
+                    fingerprint="bench",
+                    text=text,
+                    finish_reason="stop",
+                    usage=Usage(prompt_tokens=12, completion_tokens=n),
+                    ttft_s=times[0],
+                    chunk_times=times,
+                    e2e_s=times[-1] + 0.001,
+                    started_at=1.7e9 + i,
+                )
+            )
     return store
 
 
@@ -80,8 +92,15 @@ def sandbox_rate(figure: Figure, skipped: Callable[[str, str], None], quick: boo
     from qualitycheck.scoring import _sandbox, score_store
 
     rows = [json.loads(line) for line in MBPP.read_text().splitlines()[:30]]
-    cases = [Case(id=f"mbpp-{r['task_id']}", category="code", messages=[{"role": "user", "content": r["prompt"]}],
-                  checks={"unit_tests": {"tests": "\n".join(r["test_imports"] + r["test_list"])}}) for r in rows]
+    cases = [
+        Case(
+            id=f"mbpp-{r['task_id']}",
+            category="code",
+            messages=[{"role": "user", "content": r["prompt"]}],
+            checks={"unit_tests": {"tests": "\n".join(r["test_imports"] + r["test_list"])}},
+        )
+        for r in rows
+    ]
     answers = {c.id: (f"```python\n{r['code']}\n```",) * 2 for c, r in zip(cases, rows, strict=True)}
 
     def cpu_s(who: int) -> float:
@@ -105,12 +124,20 @@ def sandbox_rate(figure: Figure, skipped: Callable[[str, str], None], quick: boo
     _sandbox._stop_servers()  # a zygote's CPU (and its runs') is counted once it has exited and been reaped
     cpu_ms = (cpu + cpu_s(resource.RUSAGE_CHILDREN) - children0) * 1000 / runs
     level = _sandbox.isolation()["level"]
-    figure(name, statistics.median(rates), "tests/s",
-           f"median of {len(rates)} rounds of {len(scores)} sandboxed runs (30 MBPP reference solutions, baseline+candidate) "
-           f"through score_store; rounds {min(rates):.0f}-{max(rates):.0f}/s, the first incl. the fork server's start; "
-           f"{passed}/{runs} passed; isolation {level}; {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}")
-    figure("sandbox_cpu_ms_per_test", cpu_ms, "ms",
-           "CPU per sandboxed run: score_store in this process + fork server + run processes (kernel workers not counted)")
+    figure(
+        name,
+        statistics.median(rates),
+        "tests/s",
+        f"median of {len(rates)} rounds of {len(scores)} sandboxed runs (30 MBPP reference solutions, baseline+candidate) "
+        f"through score_store; rounds {min(rates):.0f}-{max(rates):.0f}/s, the first incl. the fork server's start; "
+        f"{passed}/{runs} passed; isolation {level}; {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}",
+    )
+    figure(
+        "sandbox_cpu_ms_per_test",
+        cpu_ms,
+        "ms",
+        "CPU per sandboxed run: score_store in this process + fork server + run processes (kernel workers not counted)",
+    )
 
 
 def judge_savings(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, quick: bool) -> None:
@@ -125,24 +152,36 @@ def judge_savings(figure: Figure, skipped: Callable[[str, str], None], tmp: Path
     from qualitycheck.testserver import TestServer
 
     n, divergent_every = (200, 10) if quick else (1000, 10)
-    cases = [Case(id=f"j{i}", category="summaries", messages=[{"role": "user", "content": f"Summarise item j{i}."}],
-                  checks={"judge": "pairwise"}) for i in range(n)]
-    answers = {c.id: (f"summary {i}", f"summary {i}" if i % divergent_every else f"a different summary {i}")
-               for i, c in enumerate(cases)}
+    cases = [
+        Case(
+            id=f"j{i}", category="summaries", messages=[{"role": "user", "content": f"Summarise item j{i}."}], checks={"judge": "pairwise"}
+        )
+        for i in range(n)
+    ]
+    answers = {c.id: (f"summary {i}", f"summary {i}" if i % divergent_every else f"a different summary {i}") for i, c in enumerate(cases)}
     store = _store(tmp / "judge-run", cases, answers)
     try:
         with TestServer(default="Both are fine. [[TIE]]", model="J") as judge:
-            cfg = Config.model_validate({"baseline": {"url": "http://127.0.0.1:9", "model": "m"},
-                                         "candidate": {"url": "http://127.0.0.1:9", "model": "m"},
-                                         "judge": {"url": judge.url, "model": "J"}, "run": {"concurrency": 32}})
+            cfg = Config.model_validate(
+                {
+                    "baseline": {"url": "http://127.0.0.1:9", "model": "m"},
+                    "candidate": {"url": "http://127.0.0.1:9", "model": "m"},
+                    "judge": {"url": judge.url, "model": "J"},
+                    "run": {"concurrency": 32},
+                }
+            )
             stage = score_judge(store, cfg)
             calls = len(judge.requests("/chat/completions"))
     finally:
         store.close()
     without = 2 * n  # pairwise in both orders
-    figure(name, 100 * (1 - calls / without), "%",
-           f"{calls} judge calls instead of {without} for {n} pairs; {stage.get('skipped_identical')} identical pairs skipped; "
-           f"input: 1 pair in {divergent_every} diverges (the saving equals the identical share of a real greedy run)")
+    figure(
+        name,
+        100 * (1 - calls / without),
+        "%",
+        f"{calls} judge calls instead of {without} for {n} pairs; {stage.get('skipped_identical')} identical pairs skipped; "
+        f"input: 1 pair in {divergent_every} diverges (the saving equals the identical share of a real greedy run)",
+    )
 
 
 def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, n: int) -> None:
@@ -152,10 +191,16 @@ def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path,
         return
     from qualitycheck.core._cases import Case
 
-    cases = [Case(id=f"r{i}", category=f"cat{i % 8}", messages=[{"role": "user", "content": f"Question r{i}?"}],
-                  checks={"exact": f"answer {i}", "contains": ["answer"]}) for i in range(n)]
-    answers = {c.id: (f"answer {i}", f"answer {i}" if i % 20 else f"answer {i} but longer and different")
-               for i, c in enumerate(cases)}
+    cases = [
+        Case(
+            id=f"r{i}",
+            category=f"cat{i % 8}",
+            messages=[{"role": "user", "content": f"Question r{i}?"}],
+            checks={"exact": f"answer {i}", "contains": ["answer"]},
+        )
+        for i in range(n)
+    ]
+    answers = {c.id: (f"answer {i}", f"answer {i}" if i % 20 else f"answer {i} but longer and different") for i, c in enumerate(cases)}
     folder = tmp / "report-run"
     _store(folder, cases, answers).close()
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -25,8 +25,15 @@ def _executable(name: str) -> str | None:
     return str(venv_bin) if venv_bin.exists() else shutil.which(name)
 
 
-def run_peers(figure: Callable[..., None], skipped: Callable[[str, str], None], tmp: Path,
-              bench_server: Any, run_process: Any, mode: dict[str, float], n: int) -> None:
+def run_peers(
+    figure: Callable[..., None],
+    skipped: Callable[[str, str], None],
+    tmp: Path,
+    bench_server: Any,
+    run_process: Any,
+    mode: dict[str, float],
+    n: int,
+) -> None:
     for peer, exe in PEERS.items():
         path = _executable(exe)
         if path is None:

@@ -31,8 +31,7 @@ from qualitycheck.generation._runner import generate
 def bench_cases(n: int) -> Iterator[Case]:
     """The same prompts the bare client sends; the request id is the prompt's last word."""
     for i in range(n):
-        yield Case(id=f"c{i}", category="bench", messages=[{"role": "user", "content": f"Say something r{i}"}],
-                   params={"max_tokens": 64})
+        yield Case(id=f"c{i}", category="bench", messages=[{"role": "user", "content": f"Say something r{i}"}], params={"max_tokens": 64})
 
 
 def main() -> None:
@@ -43,10 +42,12 @@ def main() -> None:
     ap.add_argument("--timings", action="store_true")
     ap.add_argument("--no-stream", action="store_true")
     a = ap.parse_args()
-    cfg = Config.model_validate({
-        "baseline": {"url": a.url, "model": "bench"},
-        "run": {"concurrency": a.concurrency, "stream": not a.no_stream, "retries": 0, "preflight": False},
-    })
+    cfg = Config.model_validate(
+        {
+            "baseline": {"url": a.url, "model": "bench"},
+            "run": {"concurrency": a.concurrency, "stream": not a.no_stream, "retries": 0, "preflight": False},
+        }
+    )
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore.create(Path(tmp), {"cases": a.n, "targets": {}, "repeats": 1}, bench_cases(a.n))
         cases = StoredCases(store)  # as `qualitycheck run` does: read back from the store, never listed

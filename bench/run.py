@@ -62,8 +62,17 @@ def _pin(cpu: int) -> list[str]:
 @contextmanager
 def bench_server(mode: dict[str, float], record: bool = False) -> Iterator[str]:
     """bench/server.py in a subprocess on its own core; yields the /v1 base URL."""
-    cmd = [*_pin(SERVER_CPU), PY, str(BENCH / "server.py"), "--ttft", str(mode["ttft"]),
-           "--itl", str(mode["itl"]), "--chunks", str(int(mode["chunks"]))] + (["--record"] if record else [])
+    cmd = [
+        *_pin(SERVER_CPU),
+        PY,
+        str(BENCH / "server.py"),
+        "--ttft",
+        str(mode["ttft"]),
+        "--itl",
+        str(mode["itl"]),
+        "--chunks",
+        str(int(mode["chunks"])),
+    ] + (["--record"] if record else [])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
@@ -83,7 +92,6 @@ def server_stats(url: str) -> list[tuple[str, float, list[float]]]:
     """Per request (id, received, [chunk send times]) on the system-wide monotonic clock; clears them."""
     with urllib.request.urlopen(url.removesuffix("/v1") + "/stats", timeout=30) as resp:
         return json.loads(resp.read())
-
 
 
 class Measured:
@@ -124,16 +132,43 @@ def run_process(cmd: list[str], *, timeout: float = 900, env: dict[str, str] | N
 def bench_suite(path: Path, n: int) -> Path:
     with path.open("w") as f:
         for i in range(n):
-            f.write(json.dumps({"id": f"c{i}", "category": "bench", "params": {"max_tokens": 64},
-                                "messages": [{"role": "user", "content": f"Say something r{i}"}]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": f"c{i}",
+                        "category": "bench",
+                        "params": {"max_tokens": 64},
+                        "messages": [{"role": "user", "content": f"Say something r{i}"}],
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
 def qc_run_cmd(url: str, suite: Path, out: Path, concurrency_per_target: int) -> list[str]:
     """`qualitycheck run`, baseline and candidate on the same server: 2 requests per case."""
-    return [PY, "-m", "qualitycheck", "run", "--baseline", url, "--candidate", url, "--model", "bench",
-            "--suite", str(suite), "--out", str(out), "--concurrency", str(concurrency_per_target),
-            "--no-preflight", "--retries", "0"]
+    return [
+        PY,
+        "-m",
+        "qualitycheck",
+        "run",
+        "--baseline",
+        url,
+        "--candidate",
+        url,
+        "--model",
+        "bench",
+        "--suite",
+        str(suite),
+        "--out",
+        str(out),
+        "--concurrency",
+        str(concurrency_per_target),
+        "--no-preflight",
+        "--retries",
+        "0",
+    ]
 
 
 def _cli_env() -> dict[str, str]:
@@ -180,16 +215,28 @@ def overhead(tmp: Path, n: int, reps: int) -> None:
     med = statistics.median
     bare_loop = med([m.out["wall_s"] for m in bare])
     note = f"N={n} requests, c=64, server 50 ms TTFT + 2 ms x 20 chunks, median of {reps}"
-    figure("harness_overhead_ratio", med(spans) / bare_loop, "x",
-           f"`qualitycheck run` first request to last answer / bare aiohttp client request loop; {note}")
+    figure(
+        "harness_overhead_ratio",
+        med(spans) / bare_loop,
+        "x",
+        f"`qualitycheck run` first request to last answer / bare aiohttp client request loop; {note}",
+    )
     figure("qualitycheck_run_generation_s", med(spans), "s", "baseline+candidate, 32 in flight each (64 total)")
     figure("bare_aiohttp_loop_s", bare_loop, "s")
-    figure("harness_driver_ratio", med([m.out["wall_s"] for m in gen]) / bare_loop, "x",
-           "runner+client+store driven in-process (one target, c=64) / bare client")
+    figure(
+        "harness_driver_ratio",
+        med([m.out["wall_s"] for m in gen]) / bare_loop,
+        "x",
+        "runner+client+store driven in-process (one target, c=64) / bare client",
+    )
     qc_wall, bare_wall = med([m.wall_s for m in qc]), med([m.wall_s for m in bare])
-    figure("harness_process_ratio", qc_wall / bare_wall, "x",
-           f"whole processes: qualitycheck run {qc_wall:.2f} s (start-up {med(before):.2f} s before the first request, "
-           f"{med(after):.2f} s after the last answer: scoring, stats, summary, report) / bare client {bare_wall:.2f} s")
+    figure(
+        "harness_process_ratio",
+        qc_wall / bare_wall,
+        "x",
+        f"whole processes: qualitycheck run {qc_wall:.2f} s (start-up {med(before):.2f} s before the first request, "
+        f"{med(after):.2f} s after the last answer: scoring, stats, summary, report) / bare client {bare_wall:.2f} s",
+    )
     figure("qualitycheck_run_cpu_ms_per_request", med([m.cpu_s for m in qc]) / n * 1000, "ms", "whole process CPU / N")
     figure("qualitycheck_run_peak_rss_mb", med([m.rss_mb for m in qc]), "MB")
     figure("bare_aiohttp_peak_rss_mb", med([m.rss_mb for m in bare]), "MB")
@@ -210,8 +257,9 @@ def client_cpu(n: int, reps: int) -> None:
         figure(f"{name}_requests_per_s", rps, "req/s", "one process, one core")
 
 
-def _errors(timings: dict[str, list[float]], server: list[tuple[str, float, list[float]]],
-            skip_first: int = 0) -> tuple[list[float], list[float], list[float]]:
+def _errors(
+    timings: dict[str, list[float]], server: list[tuple[str, float, list[float]]], skip_first: int = 0
+) -> tuple[list[float], list[float], list[float]]:
     """(TTFT errors, ITL errors, server TTFTs) in ms: client-measured minus what the server did.
 
     `skip_first` leaves out the first requests (ids r0..): they also time opening the connections.
@@ -251,12 +299,20 @@ def measurement_error(n1: int, n64: int) -> None:
                 if not ttft:
                     skipped(f"{name}_ttft_error_ms_c{c}", f"no matched requests (exit {m.rc}: {m.err[-200:]})")
                     continue
-                figure(f"{name}_ttft_error_ms_c{c}", statistics.median(ttft), "ms",
-                       f"median client-minus-server, p99 {_pct(ttft, 0.99):.2f} ms; N={len(ttft)} after the first {c} "
-                       f"(those open connections: median {statistics.median(cold) if cold else float('nan'):.1f} ms); "
-                       f"server TTFT p50 {statistics.median(srv_ttft):.1f} ms (injected 50)")
-                figure(f"{name}_itl_error_ms_c{c}", statistics.median([abs(x) for x in itl]), "ms",
-                       f"median |client gap - server gap|, p99 {_pct([abs(x) for x in itl], 0.99):.2f} ms; injected gap 2 ms")
+                figure(
+                    f"{name}_ttft_error_ms_c{c}",
+                    statistics.median(ttft),
+                    "ms",
+                    f"median client-minus-server, p99 {_pct(ttft, 0.99):.2f} ms; N={len(ttft)} after the first {c} "
+                    f"(those open connections: median {statistics.median(cold) if cold else float('nan'):.1f} ms); "
+                    f"server TTFT p50 {statistics.median(srv_ttft):.1f} ms (injected 50)",
+                )
+                figure(
+                    f"{name}_itl_error_ms_c{c}",
+                    statistics.median([abs(x) for x in itl]),
+                    "ms",
+                    f"median |client gap - server gap|, p99 {_pct([abs(x) for x in itl], 0.99):.2f} ms; injected gap 2 ms",
+                )
 
 
 def peak_rss(tmp: Path, sizes: list[int], quick: bool) -> None:
@@ -282,25 +338,38 @@ def peak_rss(tmp: Path, sizes: list[int], quick: bool) -> None:
             shutil.rmtree(out, ignore_errors=True)
             suite.unlink()
             d = run_process([PY, str(BENCH / "qc_driver.py"), url, str(2 * n), "64"], env=_cli_env(), timeout=3600)
-            figure(f"peak_rss_generation_{2 * n}_requests_mb", d.rss_mb, "MB",
-                   "runner+client+store only (qc_driver): the request loop streams to the store")
+            figure(
+                f"peak_rss_generation_{2 * n}_requests_mb",
+                d.rss_mb,
+                "MB",
+                "runner+client+store only (qc_driver): the request loop streams to the store",
+            )
     if len(whole) >= 2:
         lo, hi = min(whole), max(whole)
-        figure("peak_rss_growth_kb_per_case", (whole[hi] - whole[lo]) * 1024 / (hi - lo), "KB",
-               f"whole-run peak RSS slope between {lo:,} and {hi:,} cases (2 responses each); the rest is fixed cost")
+        figure(
+            "peak_rss_growth_kb_per_case",
+            (whole[hi] - whole[lo]) * 1024 / (hi - lo),
+            "KB",
+            f"whole-run peak RSS slope between {lo:,} and {hi:,} cases (2 responses each); the rest is fixed cost",
+        )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description="qualitycheck benchmarks; prints one `name: value unit` line per figure")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions and cases (under ten minutes)")
     ap.add_argument("--peers", action="store_true", help="also drive lm-eval, promptfoo and inspect-ai when installed")
-    ap.add_argument("--only", action="append", help="run only these sections (overhead, cpu, error, rss, sandbox, judge, report, gate, peers)")
+    ap.add_argument(
+        "--only", action="append", help="run only these sections (overhead, cpu, error, rss, sandbox, judge, report, gate, peers)"
+    )
     a = ap.parse_args()
     from bench import figures_scoring
 
     uname = platform.uname()
-    print(f"# machine: {uname.system} {uname.release} {uname.machine}, {os.cpu_count()} cores, "
-          f"python {platform.python_version()}, {'quick' if a.quick else 'full'} mode", flush=True)
+    print(
+        f"# machine: {uname.system} {uname.release} {uname.machine}, {os.cpu_count()} cores, "
+        f"python {platform.python_version()}, {'quick' if a.quick else 'full'} mode",
+        flush=True,
+    )
     sections = set(a.only or ["overhead", "cpu", "error", "rss", "sandbox", "judge", "report", "gate"] + (["peers"] if a.peers else []))
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="qc-bench-") as td:

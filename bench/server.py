@@ -75,7 +75,7 @@ class _Conn(asyncio.Protocol):
         end = head_end + 4 + length
         if len(self.buf) < end:
             return
-        body = self.buf[head_end + 4:end]
+        body = self.buf[head_end + 4 : end]
         self.buf = self.buf[end:]
         self.busy = True
         t_recv = time.perf_counter()
@@ -129,9 +129,15 @@ class _Conn(asyncio.Protocol):
                 fin = b'"stop"' if i == n - 1 else b"null"
                 extra = ids % (1000 + i) if ids else b""
                 if chat:
-                    c = b'{"id":"b","object":"chat.completion.chunk","model":"bench","choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":%s%s}]}' % (_CHUNK_TEXT.encode(), fin, extra)
+                    c = (
+                        b'{"id":"b","object":"chat.completion.chunk","model":"bench","choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":%s%s}]}'
+                        % (_CHUNK_TEXT.encode(), fin, extra)
+                    )
                 else:
-                    c = b'{"id":"b","object":"text_completion","model":"bench","choices":[{"index":0,"text":"%s","finish_reason":%s%s}]}' % (_CHUNK_TEXT.encode(), fin, extra)
+                    c = (
+                        b'{"id":"b","object":"text_completion","model":"bench","choices":[{"index":0,"text":"%s","finish_reason":%s%s}]}'
+                        % (_CHUNK_TEXT.encode(), fin, extra)
+                    )
                 tr.write(_sse_chunk(c))
                 sent.append(time.perf_counter())
             if (req.get("stream_options") or {}).get("include_usage"):

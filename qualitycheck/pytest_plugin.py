@@ -63,10 +63,20 @@ def _run_or_regate(config: pytest.Config) -> Path:
         cfg = load_config(opt("qc_config"), config_overrides(values, _GATE_OPTIONS, _PREFIX))
         suites = opt("qc_suite") or cfg.suites
         if not suites:
-            raise ConfigError([Problem(cfg.source or "command line", None, "--qc-suite", "no suite given (--qc-suite PATH or `suites:` in --qc-config)")])
+            raise ConfigError(
+                [Problem(cfg.source or "command line", None, "--qc-suite", "no suite given (--qc-suite PATH or `suites:` in --qc-config)")]
+            )
         if cfg.baseline is None or cfg.candidate is None:
-            raise ConfigError([Problem(cfg.source or "command line", None, "--qc-baseline/--qc-candidate",
-                                       "both endpoints are needed to run a suite (or give --qc-run DIR)")])
+            raise ConfigError(
+                [
+                    Problem(
+                        cfg.source or "command line",
+                        None,
+                        "--qc-baseline/--qc-candidate",
+                        "both endpoints are needed to run a suite (or give --qc-run DIR)",
+                    )
+                ]
+            )
         out = Path(opt("qc_out")) if opt("qc_out") else Path("reports") / time.strftime("pytest-%Y%m%d-%H%M%S")
         run(cfg, suites, out)
         return out
@@ -164,15 +174,28 @@ def gate_items(summary: Summary) -> list[tuple[str, str, str]]:
         for check, k in c.checks.items():
             statuses = check_statuses(k)
             for case_id in k.regressions:
-                msg = (f"{cat}/{case_id}: {check} passed on the baseline and failed on the candidate "
-                       f"(category {check}: {_pct(k.baseline_pass_rate)} → {_pct(k.candidate_pass_rate)})")
+                msg = (
+                    f"{cat}/{case_id}: {check} passed on the baseline and failed on the candidate "
+                    f"(category {check}: {_pct(k.baseline_pass_rate)} → {_pct(k.candidate_pass_rate)})"
+                )
                 if statuses[case_id] == "regression":
                     out.append((f"regression::{cat}::{check}::{case_id}", "fail", msg))
                 else:
-                    out.append((f"regression::{cat}::{check}::{case_id}", "xfail", msg + "; tolerated: within the noise floor or the route's allowance"))
+                    out.append(
+                        (
+                            f"regression::{cat}::{check}::{case_id}",
+                            "xfail",
+                            msg + "; tolerated: within the noise floor or the route's allowance",
+                        )
+                    )
             for case_id in k.flaky_regressions:
-                out.append((f"flaky::{cat}::{check}::{case_id}", "xfail",
-                            f"{cat}/{case_id}: {check} dropped on the candidate, but the baseline disagrees with itself on this case (flaky)"))
+                out.append(
+                    (
+                        f"flaky::{cat}::{check}::{case_id}",
+                        "xfail",
+                        f"{cat}/{case_id}: {check} dropped on the candidate, but the baseline disagrees with itself on this case (flaky)",
+                    )
+                )
     return out
 
 

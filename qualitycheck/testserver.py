@@ -96,8 +96,14 @@ class TestServer:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self.counters: dict[str, Any] = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_pos": {},
-                                         "generation_tokens": 0.0, "requests": 0.0}
+        self.counters: dict[str, Any] = {
+            "drafts": 0.0,
+            "draft_tokens": 0.0,
+            "accepted": 0.0,
+            "per_pos": {},
+            "generation_tokens": 0.0,
+            "requests": 0.0,
+        }
         """Exposed on /metrics as vLLM names them; tests may set values directly to script them."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -189,11 +195,19 @@ class TestServer:
             return web.json_response({"error": {"message": "bad json"}}, status=400)
         prompt = self._prompt_of(body)
         with self._lock:
-            self.log.append({"path": request.path, "body": body, "t": time.time(),
-                             "auth": request.headers.get("Authorization")})
+            self.log.append({"path": request.path, "body": body, "t": time.time(), "auth": request.headers.get("Authorization")})
         if self.strict_model and body.get("model") != self.model:
-            return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.",
-                                                "type": "NotFoundError", "param": "model", "code": 404}}, status=404)
+            return web.json_response(
+                {
+                    "error": {
+                        "message": f"The model `{body.get('model')}` does not exist.",
+                        "type": "NotFoundError",
+                        "param": "model",
+                        "code": 404,
+                    }
+                },
+                status=404,
+            )
         fault = self._fault(prompt)
         if fault and fault.kind == "status":
             headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
@@ -207,8 +221,11 @@ class TestServer:
         if max_tokens is not None and len(pieces) > max_tokens:
             pieces, finish = pieces[:max_tokens], "length"
         self._count_speculation(len(pieces))
-        usage = {"prompt_tokens": len(tokenize_text(prompt)), "completion_tokens": len(pieces),
-                 "total_tokens": len(tokenize_text(prompt)) + len(pieces)}
+        usage = {
+            "prompt_tokens": len(tokenize_text(prompt)),
+            "completion_tokens": len(pieces),
+            "total_tokens": len(tokenize_text(prompt)) + len(pieces),
+        }
         want_ids = self.return_token_ids and body.get("return_token_ids")
         if self.ttft_s:
             await asyncio.sleep(self.ttft_s)
@@ -220,11 +237,18 @@ class TestServer:
                 choice["text"] = "".join(pieces)
             if want_ids:
                 choice["token_ids"] = [_tok_id(p) for p in pieces]
-            return web.json_response({"id": "cmpl-test", "object": "chat.completion" if chat else "text_completion",
-                                      "model": self.model, "choices": [choice], "usage": usage})
+            return web.json_response(
+                {
+                    "id": "cmpl-test",
+                    "object": "chat.completion" if chat else "text_completion",
+                    "model": self.model,
+                    "choices": [choice],
+                    "usage": usage,
+                }
+            )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        groups = [pieces[i:i + self.tokens_per_chunk] for i in range(0, len(pieces), self.tokens_per_chunk)] or [[]]
+        groups = [pieces[i : i + self.tokens_per_chunk] for i in range(0, len(pieces), self.tokens_per_chunk)] or [[]]
         for n, group in enumerate(groups):
             if n and self.itl_s:
                 await asyncio.sleep(self.itl_s)
@@ -278,8 +302,12 @@ class TestServer:
         return web.json_response({"version": self.version})
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": self.model, "object": "model", "root": f"/models/{self.model}", "max_model_len": self.max_model_len}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": self.model, "object": "model", "root": f"/models/{self.model}", "max_model_len": self.max_model_len}],
+            }
+        )
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -295,21 +323,32 @@ class TestServer:
         return web.json_response({"count": len(toks), "max_model_len": self.max_model_len, "tokens": toks})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        lines = ["# HELP vllm:num_requests_running Running requests.", "# TYPE vllm:num_requests_running gauge",
-                 f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} 0.0',
-                 "# TYPE vllm:generation_tokens_total counter",
-                 f'vllm:generation_tokens_total{{engine="0",model_name="{self.model}"}} {float(self.counters["generation_tokens"])}',
-                 "# TYPE vllm:request_success_total counter",
-                 f'vllm:request_success_total{{engine="0",finished_reason="stop",model_name="{self.model}"}} {float(self.counters["requests"])}']
+        lines = [
+            "# HELP vllm:num_requests_running Running requests.",
+            "# TYPE vllm:num_requests_running gauge",
+            f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} 0.0',
+            "# TYPE vllm:generation_tokens_total counter",
+            f'vllm:generation_tokens_total{{engine="0",model_name="{self.model}"}} {float(self.counters["generation_tokens"])}',
+            "# TYPE vllm:request_success_total counter",
+            f'vllm:request_success_total{{engine="0",finished_reason="stop",model_name="{self.model}"}} {float(self.counters["requests"])}',
+        ]
         if self.speculative:
             c = self.counters
             lab = f'engine="0",model_name="{self.model}"'
-            for name, value in (("num_drafts", c["drafts"]), ("num_draft_tokens", c["draft_tokens"]),
-                                ("num_accepted_tokens", c["accepted"])):
-                lines += [f"# HELP vllm:spec_decode_{name}_total x", f"# TYPE vllm:spec_decode_{name}_total counter",
-                          f"vllm:spec_decode_{name}_total{{{lab}}} {float(value)}"]
-            lines += ["# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total x",
-                      "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter"]
+            for name, value in (
+                ("num_drafts", c["drafts"]),
+                ("num_draft_tokens", c["draft_tokens"]),
+                ("num_accepted_tokens", c["accepted"]),
+            ):
+                lines += [
+                    f"# HELP vllm:spec_decode_{name}_total x",
+                    f"# TYPE vllm:spec_decode_{name}_total counter",
+                    f"vllm:spec_decode_{name}_total{{{lab}}} {float(value)}",
+                ]
+            lines += [
+                "# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total x",
+                "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter",
+            ]
             for pos, v in sorted(c["per_pos"].items()):
                 lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{pos}"}} {float(v)}')
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")

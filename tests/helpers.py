@@ -25,8 +25,7 @@ def write_suite(path: Path, cases: list[dict[str, Any]]) -> Path:
 
 def qa_cases(n: int, category: str = "qa", **extra: Any) -> list[dict[str, Any]]:
     return [
-        {"id": f"{category}-{i}", "category": category,
-         "messages": [{"role": "user", "content": f"question {category} {i}?"}], **extra}
+        {"id": f"{category}-{i}", "category": category, "messages": [{"role": "user", "content": f"question {category} {i}?"}], **extra}
         for i in range(n)
     ]
 

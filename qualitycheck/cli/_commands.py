@@ -26,7 +26,9 @@ ESSENTIAL_CHECKS = ("served_model", "tokenize")
 def _suites(a: argparse.Namespace, cfg: Any) -> list[str]:
     suites = a.suite or cfg.suites
     if not suites:
-        raise ConfigError([Problem(cfg.source or "command line", None, "suites", "no suite given (--suite PATH or `suites:` in the config)")])
+        raise ConfigError(
+            [Problem(cfg.source or "command line", None, "suites", "no suite given (--suite PATH or `suites:` in the config)")]
+        )
     return list(suites)
 
 
@@ -50,7 +52,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     cfg = load_config(a.config, config_overrides(vars(a), (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS)))
     missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
     if missing:
-        raise ConfigError([Problem(cfg.source or "command line", None, n, f"no {n} target (--{n} URL or `{n}:` in the config)") for n in missing])
+        raise ConfigError(
+            [Problem(cfg.source or "command line", None, n, f"no {n} target (--{n} URL or `{n}:` in the config)") for n in missing]
+        )
     suites = _suites(a, cfg)
     out = Path(a.out) if a.out else Path("reports") / time.strftime("%Y%m%d-%H%M%S")
     return run(cfg, suites, out)
@@ -60,8 +64,9 @@ def cmd_stage(a: argparse.Namespace) -> int:
     from qualitycheck.pipeline._run import redo
 
     if a.report_max_cases is not None and a.report_max_cases < 1:
-        raise ConfigError([Problem("command line", None, "--report-max-cases",
-                                   f"expected a whole number of at least 1, got {a.report_max_cases}")])
+        raise ConfigError(
+            [Problem("command line", None, "--report-max-cases", f"expected a whole number of at least 1, got {a.report_max_cases}")]
+        )
     return redo(Path(a.dir), a.command, a.config, report_max_cases=a.report_max_cases)
 
 
@@ -88,9 +93,17 @@ def cmd_preflight(a: argparse.Namespace) -> int:
     missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
     if missing:
         raise ConfigError([Problem(cfg.source or "command line", None, f"--{m}", "required (a URL, with --model)") for m in missing])
+    assert cfg.baseline is not None and cfg.candidate is not None
     cases = load_suite(_suites(a, cfg))
-    result = run_preflight(cfg.baseline, cfg.candidate, cases, concurrency=cfg.run.concurrency,  # type: ignore[arg-type]
-                           timeout_s=min(cfg.run.timeout_s, 30.0), retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
+    result = run_preflight(
+        cfg.baseline,
+        cfg.candidate,
+        cases,
+        concurrency=cfg.run.concurrency,
+        timeout_s=min(cfg.run.timeout_s, 30.0),
+        retries=cfg.run.retries,
+        backoff_s=cfg.run.backoff_s,
+    )
     print(json.dumps(result.to_dict(), indent=2) if a.json else format_preflight(result))
     if not result.ok:
         return EXIT_FAIL
@@ -130,11 +143,23 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     print_table(result)
     print(f"qualitycheck: sweep written to {out / 'sweep.json'} and {out / 'sweep.html'}", file=sys.stderr)
     if result["failed_cells"]:
-        print(f"qualitycheck: {len(result['failed_cells'])} sweep cell(s) failed: {', '.join(result['failed_cells'])} "
-              "(error kinds in the table above and in sweep.json)", file=sys.stderr)
+        print(
+            f"qualitycheck: {len(result['failed_cells'])} sweep cell(s) failed: {', '.join(result['failed_cells'])} "
+            "(error kinds in the table above and in sweep.json)",
+            file=sys.stderr,
+        )
         return EXIT_INCOMPLETE
     return EXIT_PASS
 
 
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "score": cmd_stage, "report": cmd_stage, "gate": cmd_stage,
-            "preflight": cmd_preflight, "sweep": cmd_sweep, "demo": cmd_demo, "merge": cmd_merge}
+COMMANDS = {
+    "run": cmd_run,
+    "validate": cmd_validate,
+    "score": cmd_stage,
+    "report": cmd_stage,
+    "gate": cmd_stage,
+    "preflight": cmd_preflight,
+    "sweep": cmd_sweep,
+    "demo": cmd_demo,
+    "merge": cmd_merge,
+}

@@ -24,7 +24,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="qualitycheck", description="Paired quality, latency and acceptance checks of a speculative-decoding candidate against its baseline.")
+    parser = _Parser(
+        prog="qualitycheck",
+        description="Paired quality, latency and acceptance checks of a speculative-decoding candidate against its baseline.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", help="generate, score, compare, gate and report")
@@ -33,9 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check suite files; lists every problem as path:line: field: message")
     p.add_argument("paths", nargs="+", metavar="PATH")
 
-    for name, helptext in (("score", "recompute every score from the stored responses"),
-                           ("report", "rebuild report.html (and summary/sign-off) from the store"),
-                           ("gate", "re-gate a stored run")):
+    for name, helptext in (
+        ("score", "recompute every score from the stored responses"),
+        ("report", "rebuild report.html (and summary/sign-off) from the store"),
+        ("gate", "re-gate a stored run"),
+    ):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("dir", metavar="DIR")
         p.add_argument("-c", "--config", help="config with guardrails (default: the run's own)")

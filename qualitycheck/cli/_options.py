@@ -19,12 +19,12 @@ from typing import Any
 from qualitycheck.core._errors import ConfigError, Problem
 
 __all__ = [
-    "Option",
-    "REPORT_OPTIONS",
     "PREFLIGHT_OPTIONS",
+    "REPORT_OPTIONS",
     "RUN_OPTIONS",
     "SWEEP_OPTIONS",
     "TARGET_OPTIONS",
+    "Option",
     "add_options",
     "config_overrides",
     "dest",
@@ -65,11 +65,9 @@ TARGET_OPTIONS = (
 """Which endpoints and cases: shared by `run`, the pytest gate, and (in part) `preflight` and `sweep`."""
 
 RUN_OPTIONS = (
-    Option("out", "run folder (default: reports/<timestamp>); an existing run of the same suites and targets is resumed",
-           metavar="DIR"),
+    Option("out", "run folder (default: reports/<timestamp>); an existing run of the same suites and targets is resumed", metavar="DIR"),
     Option("concurrency", "requests in flight per target", key="run.concurrency", metavar="N", type=int),
-    Option("repeats", "answers per case and target (for sampled cases and the noise floor)", key="run.repeats",
-           metavar="N", type=int),
+    Option("repeats", "answers per case and target (for sampled cases and the noise floor)", key="run.repeats", metavar="N", type=int),
     Option("timeout", "seconds per request", key="run.timeout_s", metavar="S", type=float),
     Option("retries", "retries per request on 429/5xx/timeouts/resets", key="run.retries", metavar="N", type=int),
     Option("max-tokens", "default max_tokens for cases that set none", key="run.max_tokens", metavar="N", type=int),
@@ -77,21 +75,40 @@ RUN_OPTIONS = (
     Option("judge", "judge endpoint (OpenAI-compatible)", key="judge.url", metavar="URL"),
     Option("judge-model", "judge model name (default: --model)", key="judge.model", metavar="NAME"),
     Option("shard", "run only shard I of N (stable hash of case ids)", key="run.shard", metavar="I/N"),
-    Option("no-preflight", "skip the preflight: served model (a --model a target does not serve is refused), chat template, stop tokens", key="run.preflight",
-           action="store_true", value=False),
-    Option("acceptance-by-category", "run categories one after another and scrape /metrics between them",
-           key="run.acceptance_by_category", action="store_true", value=True),
+    Option(
+        "no-preflight",
+        "skip the preflight: served model (a --model a target does not serve is refused), chat template, stop tokens",
+        key="run.preflight",
+        action="store_true",
+        value=False,
+    ),
+    Option(
+        "acceptance-by-category",
+        "run categories one after another and scrape /metrics between them",
+        key="run.acceptance_by_category",
+        action="store_true",
+        value=True,
+    ),
     Option("no-stream", "non-streaming requests (no TTFT/ITL)", key="run.stream", action="store_true", value=False),
-    Option("no-noise-floor",
-           "do not ask the baseline again where the candidate's answer differs (without --control or --repeats, "
-           "every pass→fail flip then counts as a regression)", key="run.noise_floor", action="store_true", value="none"),
+    Option(
+        "no-noise-floor",
+        "do not ask the baseline again where the candidate's answer differs (without --control or --repeats, "
+        "every pass→fail flip then counts as a regression)",
+        key="run.noise_floor",
+        action="store_true",
+        value="none",
+    ),
 )
 """How a run generates: `run` and the pytest gate."""
 
 REPORT_OPTIONS = (
-    Option("report-max-cases",
-           "cases report.html embeds in full, regressions and errors first (default 5000; all stay in the store)",
-           key="run.report_max_cases", metavar="N", type=int),
+    Option(
+        "report-max-cases",
+        "cases report.html embeds in full, regressions and errors first (default 5000; all stay in the store)",
+        key="run.report_max_cases",
+        metavar="N",
+        type=int,
+    ),
 )
 
 

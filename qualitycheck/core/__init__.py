@@ -8,62 +8,140 @@ from typing import TYPE_CHECKING
 
 from qualitycheck.core._cases import (
     Case as Case,
+)
+from qualitycheck.core._cases import (
     SuiteCases as SuiteCases,
+)
+from qualitycheck.core._cases import (
     SuiteScan as SuiteScan,
+)
+from qualitycheck.core._cases import (
     iter_suite as iter_suite,
+)
+from qualitycheck.core._cases import (
     load_suite as load_suite,
+)
+from qualitycheck.core._cases import (
     scan_suite as scan_suite,
+)
+from qualitycheck.core._cases import (
     suite_files as suite_files,
+)
+from qualitycheck.core._cases import (
     suite_fingerprint as suite_fingerprint,
 )
 from qualitycheck.core._checks import (
     ENTRY_POINT_GROUP as ENTRY_POINT_GROUP,
+)
+from qualitycheck.core._checks import (
     CheckFamily as CheckFamily,
+)
+from qualitycheck.core._checks import (
     CheckFamilyError as CheckFamilyError,
+)
+from qualitycheck.core._checks import (
     CheckRegistry as CheckRegistry,
-    CheckSpec as CheckSpec,
+)
+from qualitycheck.core._checks import (
     Checks as Checks,
+)
+from qualitycheck.core._checks import (
+    CheckSpec as CheckSpec,
+)
+from qualitycheck.core._checks import (
     LoadContext as LoadContext,
+)
+from qualitycheck.core._checks import (
     check_registry as check_registry,
 )
 from qualitycheck.core._config import (
-    Config as Config,
     DEFAULT_CONFIG_NAME as DEFAULT_CONFIG_NAME,
+)
+from qualitycheck.core._config import (
+    Config as Config,
+)
+from qualitycheck.core._config import (
     JudgeTarget as JudgeTarget,
+)
+from qualitycheck.core._config import (
     RunOptions as RunOptions,
+)
+from qualitycheck.core._config import (
     Target as Target,
+)
+from qualitycheck.core._config import (
     load_config as load_config,
 )
 from qualitycheck.core._errors import (
     ConfigError as ConfigError,
+)
+from qualitycheck.core._errors import (
     InputError as InputError,
+)
+from qualitycheck.core._errors import (
     Problem as Problem,
+)
+from qualitycheck.core._errors import (
     QualitycheckError as QualitycheckError,
+)
+from qualitycheck.core._errors import (
     RunIncompleteError as RunIncompleteError,
+)
+from qualitycheck.core._errors import (
     RunMismatchError as RunMismatchError,
+)
+from qualitycheck.core._errors import (
     StoreError as StoreError,
+)
+from qualitycheck.core._errors import (
     SuiteError as SuiteError,
 )
 from qualitycheck.core._lazy import lazy_exports
 from qualitycheck.core._records import (
-    ErrorInfo as ErrorInfo,
     FORMAT_VERSION as FORMAT_VERSION,
+)
+from qualitycheck.core._records import (
+    ErrorInfo as ErrorInfo,
+)
+from qualitycheck.core._records import (
     Response as Response,
+)
+from qualitycheck.core._records import (
     Score as Score,
+)
+from qualitycheck.core._records import (
     ScoreStatus as ScoreStatus,
+)
+from qualitycheck.core._records import (
     Usage as Usage,
 )
 from qualitycheck.core._store import (
-    CaseRecords as CaseRecords,
-    GroupsById as GroupsById,
-    RunStore as RunStore,
     STORE_NAME as STORE_NAME,
+)
+from qualitycheck.core._store import (
+    CaseRecords as CaseRecords,
+)
+from qualitycheck.core._store import (
+    GroupsById as GroupsById,
+)
+from qualitycheck.core._store import (
+    RunStore as RunStore,
+)
+from qualitycheck.core._store import (
     StoredCases as StoredCases,
+)
+from qualitycheck.core._store import (
     StoredOutcomes as StoredOutcomes,
+)
+from qualitycheck.core._store import (
     load_run as load_run,
 )
 
 __all__ = [
+    "DEFAULT_CONFIG_NAME",
+    "ENTRY_POINT_GROUP",
+    "FORMAT_VERSION",
+    "STORE_NAME",
     "Case",
     "CaseRecords",
     "CheckFamily",
@@ -73,10 +151,7 @@ __all__ = [
     "Checks",
     "Config",
     "ConfigError",
-    "DEFAULT_CONFIG_NAME",
-    "ENTRY_POINT_GROUP",
     "ErrorInfo",
-    "FORMAT_VERSION",
     "GroupsById",
     "HttpClient",
     "HttpError",
@@ -91,7 +166,6 @@ __all__ = [
     "RunMismatchError",
     "RunOptions",
     "RunStore",
-    "STORE_NAME",
     "Score",
     "ScoreStatus",
     "StoreError",
@@ -115,7 +189,11 @@ __all__ = [
 if TYPE_CHECKING:
     from qualitycheck.core._http import (
         HttpClient as HttpClient,
+    )
+    from qualitycheck.core._http import (
         HttpError as HttpError,
+    )
+    from qualitycheck.core._http import (
         Outcome as Outcome,
     )
 

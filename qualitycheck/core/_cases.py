@@ -319,8 +319,7 @@ class SuiteCases:
     it, spares a pass to answer `len` (the runner sizes a fresh run with it).
     """
 
-    def __init__(self, paths: Iterable[str | Path], keep: Callable[[Case], bool] | None = None, *,
-                 count: int | None = None):
+    def __init__(self, paths: Iterable[str | Path], keep: Callable[[Case], bool] | None = None, *, count: int | None = None):
         self.paths = list(paths)
         self.keep = keep
         self._count = count

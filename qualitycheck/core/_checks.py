@@ -127,8 +127,10 @@ class CheckRegistry:
         with self._lock:
             old = self._families.get(family.key)
             if old is not None and old is not family and not (family.origin and old.origin == family.origin):
-                raise CheckFamilyError(f"check family {family.key!r} of {family.origin or 'unknown origin'} is "
-                                       f"already declared by {old.origin or 'another module'}")
+                raise CheckFamilyError(
+                    f"check family {family.key!r} of {family.origin or 'unknown origin'} is "
+                    f"already declared by {old.origin or 'another module'}"
+                )
             self._families[family.key] = family
         return family
 
@@ -212,7 +214,8 @@ class CheckRegistry:
     def _load(self, key: str, ep: EntryPoint) -> None:
         dist = getattr(ep, "dist", None)
         where = f"entry point {ep.name!r} = {ep.value!r} in group {self._group!r}" + (
-            f" (package {dist.name} {dist.version})" if dist is not None else "")
+            f" (package {dist.name} {dist.version})" if dist is not None else ""
+        )
         try:
             obj = ep.load()
         except CheckFamilyError as exc:
@@ -222,8 +225,9 @@ class CheckRegistry:
         if key not in self._families and isinstance(obj, CheckFamily) and obj.key == key:
             self.register(obj)
         if key not in self._families:
-            raise CheckFamilyError(f"{where} loaded, but declares no check family {key!r} "
-                                   f"(declared: {', '.join(self._families) or 'none'})")
+            raise CheckFamilyError(
+                f"{where} loaded, but declares no check family {key!r} (declared: {', '.join(self._families) or 'none'})"
+            )
 
 
 check_registry = CheckRegistry()
@@ -281,8 +285,9 @@ class Checks(Mapping[str, BaseModel]):
                 specs[key] = fam.spec.model_validate(raw)
             except ValidationError as exc:
                 for err in exc.errors():
-                    errors.append(InitErrorDetails(type=PydanticCustomError(err["type"], err["msg"]),
-                                                   loc=(key, *err["loc"]), input=err["input"]))
+                    errors.append(
+                        InitErrorDetails(type=PydanticCustomError(err["type"], err["msg"]), loc=(key, *err["loc"]), input=err["input"])
+                    )
         out = cls(specs)
         errors.extend(out._collisions())
         if errors:
@@ -296,8 +301,9 @@ class Checks(Mapping[str, BaseModel]):
         for key, spec in self._specs.items():
             for name in check_registry[key].names_of(spec):
                 if name in seen:
-                    errors.append(_init_error((key,), "check_name_collision",
-                                              f"check name {name!r} is also produced by checks.{seen[name]}", name))
+                    errors.append(
+                        _init_error((key,), "check_name_collision", f"check name {name!r} is also produced by checks.{seen[name]}", name)
+                    )
                 else:
                     seen[name] = key
         return errors
@@ -354,5 +360,6 @@ class Checks(Mapping[str, BaseModel]):
         return core_schema.no_info_plain_validator_function(
             cls.model_validate,
             serialization=core_schema.plain_serializer_function_ser_schema(
-                lambda c: dict(c._specs), return_schema=core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema())),
+                lambda c: dict(c._specs), return_schema=core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema())
+            ),
         )

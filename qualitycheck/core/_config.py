@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from qualitycheck.core._errors import ConfigError, Problem
 
-__all__ = ["Config", "JudgeTarget", "RunOptions", "Target", "load_config", "DEFAULT_CONFIG_NAME"]
+__all__ = ["DEFAULT_CONFIG_NAME", "Config", "JudgeTarget", "RunOptions", "Target", "load_config"]
 
 DEFAULT_CONFIG_NAME = "qualitycheck.yaml"
 TARGET_NAMES = ("baseline", "candidate", "control")

@@ -239,8 +239,7 @@ def new_session(limit: int, timeout_s: float) -> aiohttp.ClientSession:
 
 
 @asynccontextmanager
-async def shared_session(given: aiohttp.ClientSession | None, limit: int,
-                         timeout_s: float) -> AsyncIterator[aiohttp.ClientSession]:
+async def shared_session(given: aiohttp.ClientSession | None, limit: int, timeout_s: float) -> AsyncIterator[aiohttp.ClientSession]:
     """`given` as is, else a new session closed on exit: one pool for several `HttpClient`s."""
     if given is not None:
         yield given
@@ -266,8 +265,16 @@ class HttpClient:
     on the first request and closes it in `aclose`.
     """
 
-    def __init__(self, target: Target, *, timeout_s: float, retries: int, backoff_s: float,
-                 limit: int = _MIN_SESSION_CONNECTIONS, session: aiohttp.ClientSession | None = None):
+    def __init__(
+        self,
+        target: Target,
+        *,
+        timeout_s: float,
+        retries: int,
+        backoff_s: float,
+        limit: int = _MIN_SESSION_CONNECTIONS,
+        session: aiohttp.ClientSession | None = None,
+    ):
         self.target = target
         self.timeout_s = timeout_s
         self.retries = retries
@@ -347,8 +354,9 @@ class HttpClient:
             return await resp.read()
 
     @asynccontextmanager
-    async def request(self, method: str, url: str, data: bytes | None = None, *,
-                      accept: str | None = None) -> AsyncIterator[aiohttp.ClientResponse]:
+    async def request(
+        self, method: str, url: str, data: bytes | None = None, *, accept: str | None = None
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
         """One try: a 200 answer to read inside the block, else an `HttpError`.
 
         Faults while the block reads the body are mapped too: a broken

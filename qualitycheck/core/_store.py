@@ -22,7 +22,7 @@ from qualitycheck.core._cases import Case
 from qualitycheck.core._errors import RunMismatchError, StoreError
 from qualitycheck.core._records import FORMAT_VERSION, Response, Score
 
-__all__ = ["CaseRecords", "GroupsById", "RunStore", "STORE_NAME", "StoredCases", "StoredOutcomes", "load_run"]
+__all__ = ["STORE_NAME", "CaseRecords", "GroupsById", "RunStore", "StoredCases", "StoredOutcomes", "load_run"]
 
 STORE_NAME = "run.sqlite"
 _ROUTE = "COALESCE(json_extract(body, '$.tags.route'), category)"
@@ -104,9 +104,7 @@ class RunStore:
         if old is not None:
             diff = _manifest_diff(old, manifest)
             if diff:
-                raise RunMismatchError(
-                    f"{folder} holds a different run ({'; '.join(diff)}); choose another --out or delete it"
-                )
+                raise RunMismatchError(f"{folder} holds a different run ({'; '.join(diff)}); choose another --out or delete it")
             store.set_meta("resumed_at", time.time())
             return store
         with store._db:
@@ -158,9 +156,8 @@ class RunStore:
         last: Any = "" if by_id else -1
         where = f" AND {_JUDGED}" if judged_only else ""
         while True:
-            rows = self._db.execute(f"SELECT {key}, body FROM cases WHERE {key} > ?{where} ORDER BY {key} LIMIT ?",
-                                    (last, page)).fetchall()
-            for last, body in rows:
+            rows = self._db.execute(f"SELECT {key}, body FROM cases WHERE {key} > ?{where} ORDER BY {key} LIMIT ?", (last, page)).fetchall()
+            for last, body in rows:  # noqa: B007  (`last` is the page key the next query starts after)
                 d = json.loads(body)
                 file, line = d.pop("_file", None), d.pop("_line", None)
                 yield Case.model_validate(d).model_copy(update={"file": file, "line": line})
@@ -197,11 +194,15 @@ class RunStore:
         cases' rows are skipped unparsed.
         """
         resp = GroupsById(self._response_groups())
-        sc = GroupsById(_grouped(self._db.execute(
-            'SELECT case_id, body FROM scores ORDER BY case_id, target, repeat, "check"')) if scores else iter(()))
+        sc = GroupsById(
+            _grouped(self._db.execute('SELECT case_id, body FROM scores ORDER BY case_id, target, repeat, "check"')) if scores else iter(())
+        )
         for case in self.iter_cases(by_id=True, judged_only=judged_only):
-            yield CaseRecords(case, [Response.model_validate_json(b) for b in resp.take(case.id)],
-                              [Score.model_validate_json(b) for b in sc.take(case.id)])
+            yield CaseRecords(
+                case,
+                [Response.model_validate_json(b) for b in resp.take(case.id)],
+                [Score.model_validate_json(b) for b in sc.take(case.id)],
+            )
 
     # ------------------------------------------------------------ responses
     def put_response(self, r: Response) -> None:
@@ -414,7 +415,9 @@ def _case_body(c: Case) -> dict[str, Any]:
 def _manifest_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     diff = []
     if old.get("suite_fingerprint") != new.get("suite_fingerprint"):
-        diff.append(f"suites differ: stored {old.get('suite_files')} ({old.get('cases')} cases), now {new.get('suite_files')} ({new.get('cases')} cases)")
+        diff.append(
+            f"suites differ: stored {old.get('suite_files')} ({old.get('cases')} cases), now {new.get('suite_files')} ({new.get('cases')} cases)"
+        )
     if old.get("targets") != new.get("targets"):
         diff.append(f"targets differ: stored {_brief(old.get('targets'))}, now {_brief(new.get('targets'))}")
     if old.get("repeats") != new.get("repeats"):

@@ -28,7 +28,10 @@ __all__ = [
 ]
 
 _HOME = {name: "_launcher" for name in __all__} | {
-    "DEMO_MODEL_NAME": "_model", "ModelPrepareError": "_model", "demo_model_dir": "_model", "prepare": "_model",
+    "DEMO_MODEL_NAME": "_model",
+    "ModelPrepareError": "_model",
+    "demo_model_dir": "_model",
+    "prepare": "_model",
     "qc_home": "_model",
 }
 

@@ -103,11 +103,28 @@ def api_server_argv(
     generation defaults); these servers listen on loopback only.
     """
     argv = [
-        sys.executable, "-m", API_SERVER_MODULE,
-        "--model", str(model_dir), "--served-model-name", served_name,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", dtype, "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
-        "--kv-cache-memory-bytes", str(kv_cache_bytes), "--enforce-eager", "--seed", str(seed),
+        sys.executable,
+        "-m",
+        API_SERVER_MODULE,
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        served_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        str(max_model_len),
+        "--max-num-seqs",
+        str(max_num_seqs),
+        "--kv-cache-memory-bytes",
+        str(kv_cache_bytes),
+        "--enforce-eager",
+        "--seed",
+        str(seed),
     ]
     if speculative_config is not None:
         argv += ["--speculative-config", json.dumps(speculative_config)]
@@ -214,16 +231,18 @@ class VllmServer:
     def environment(self) -> dict[str, str]:
         tmp = self._tmp or Path("/nonexistent")
         env = dict(os.environ)
-        env.update({
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-            "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"),
-            "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
-            "TMPDIR": str(tmp),  # vLLM's vllm_dist_* rendezvous files go to gettempdir()
-            "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1",
+                "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"),
+                "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+                "TMPDIR": str(tmp),  # vLLM's vllm_dist_* rendezvous files go to gettempdir()
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         if self.core is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.core)
         env.update(self._extra_env)
@@ -242,8 +261,13 @@ class VllmServer:
         self._log_file.flush()
         self.started_at = time.monotonic()
         self._proc = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
-            env=self.environment(), start_new_session=True, preexec_fn=_set_parent_death_signal,
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=self.environment(),
+            start_new_session=True,
+            preexec_fn=_set_parent_death_signal,
         )
         with _LIVE_LOCK:
             _LIVE.add(self)
@@ -277,14 +301,17 @@ class VllmServer:
                 tail = self.log_tail()
                 self._keep_log = True
                 self.stop()
-                raise LaunchError(f"vLLM server {self.name!r} exited with code {code} before it was ready; "
-                                  f"log {self.log_path}, last lines:\n{tail}")
+                raise LaunchError(
+                    f"vLLM server {self.name!r} exited with code {code} before it was ready; log {self.log_path}, last lines:\n{tail}"
+                )
             if time.monotonic() - self.started_at > limit:
                 tail = self.log_tail()
                 self._keep_log = True
                 self.stop()
-                raise LaunchError(f"vLLM server {self.name!r} did not answer {self.url}/health within {limit:.0f} s; "
-                                  f"log {self.log_path}, last lines:\n{tail}")
+                raise LaunchError(
+                    f"vLLM server {self.name!r} did not answer {self.url}/health within {limit:.0f} s; "
+                    f"log {self.log_path}, last lines:\n{tail}"
+                )
             time.sleep(0.5)
 
     def stop(self, grace_s: float = 20.0) -> None:
@@ -356,11 +383,28 @@ def launch(
     at exit, but a stopped server frees ~4 GB at once.
     """
     port = free_port()
-    argv = api_server_argv(model_dir, port=port, served_name=served_name, dtype=dtype, max_model_len=max_model_len,
-                           max_num_seqs=max_num_seqs, kv_cache_bytes=kv_cache_bytes,
-                           speculative_config=speculative_config, chat_template=chat_template, extra_args=extra_args)
-    server = VllmServer(argv, port=port, name=name or served_name, served_name=served_name, core=core,
-                        env={"VLLM_SERVER_DEV_MODE": "1"}, log_dir=log_dir, startup_timeout_s=startup_timeout_s)
+    argv = api_server_argv(
+        model_dir,
+        port=port,
+        served_name=served_name,
+        dtype=dtype,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        kv_cache_bytes=kv_cache_bytes,
+        speculative_config=speculative_config,
+        chat_template=chat_template,
+        extra_args=extra_args,
+    )
+    server = VllmServer(
+        argv,
+        port=port,
+        name=name or served_name,
+        served_name=served_name,
+        core=core,
+        env={"VLLM_SERVER_DEV_MODE": "1"},
+        log_dir=log_dir,
+        startup_timeout_s=startup_timeout_s,
+    )
     return _started(server, wait)
 
 

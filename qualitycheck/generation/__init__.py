@@ -14,28 +14,56 @@ from qualitycheck.core._lazy import lazy_exports
 if TYPE_CHECKING:
     from qualitycheck.generation._client import (
         Endpoint as Endpoint,
+    )
+    from qualitycheck.generation._client import (
         RequestPlan as RequestPlan,
+    )
+    from qualitycheck.generation._client import (
         build_request as build_request,
     )
     from qualitycheck.generation._measure import (
         PREFLIGHT_ARTIFACT as PREFLIGHT_ARTIFACT,
+    )
+    from qualitycheck.generation._measure import (
         measured_generate as measured_generate,
+    )
+    from qualitycheck.generation._measure import (
         preflight_into_store as preflight_into_store,
     )
     from qualitycheck.generation._metrics import (
         WINDOWS_ARTIFACT as WINDOWS_ARTIFACT,
+    )
+    from qualitycheck.generation._metrics import (
         SentTally as SentTally,
+    )
+    from qualitycheck.generation._metrics import (
         parse_metrics as parse_metrics,
+    )
+    from qualitycheck.generation._metrics import (
         record_window as record_window,
+    )
+    from qualitycheck.generation._metrics import (
         scrape as scrape,
+    )
+    from qualitycheck.generation._metrics import (
         scrape_all as scrape_all,
+    )
+    from qualitycheck.generation._metrics import (
         window as window,
     )
     from qualitycheck.generation._preflight import (
         Check as Check,
+    )
+    from qualitycheck.generation._preflight import (
         PreflightResult as PreflightResult,
+    )
+    from qualitycheck.generation._preflight import (
         format_preflight as format_preflight,
+    )
+    from qualitycheck.generation._preflight import (
         preflight as preflight,
+    )
+    from qualitycheck.generation._preflight import (
         run_preflight as run_preflight,
     )
     from qualitycheck.generation._progress import (
@@ -43,9 +71,17 @@ if TYPE_CHECKING:
     )
     from qualitycheck.generation._runner import (
         Progress as Progress,
+    )
+    from qualitycheck.generation._runner import (
         RunStats as RunStats,
+    )
+    from qualitycheck.generation._runner import (
         generate as generate,
+    )
+    from qualitycheck.generation._runner import (
         in_shard as in_shard,
+    )
+    from qualitycheck.generation._runner import (
         work_items as work_items,
     )
 

@@ -136,8 +136,9 @@ class Endpoint:
         self.name = name
         self.target = target
         self.opts = opts
-        self._http = HttpClient(target, timeout_s=opts.timeout_s, retries=opts.retries, backoff_s=opts.backoff_s,
-                                limit=opts.concurrency, session=session)
+        self._http = HttpClient(
+            target, timeout_s=opts.timeout_s, retries=opts.retries, backoff_s=opts.backoff_s, limit=opts.concurrency, session=session
+        )
         chat, completions = target.base_url + "/chat/completions", target.base_url + "/completions"
         self._urls = {"chat": chat, "completions": completions}
 
@@ -160,8 +161,13 @@ class Endpoint:
         if out.value is not None:
             return out.value
         return Response(
-            case_id=case.id, target=self.name, repeat=repeat, fingerprint=plan.fingerprint,
-            started_at=started, attempts=out.attempts, error=out.error,
+            case_id=case.id,
+            target=self.name,
+            repeat=repeat,
+            fingerprint=plan.fingerprint,
+            started_at=started,
+            attempts=out.attempts,
+            error=out.error,
         )
 
     async def _attempt(self, plan: RequestPlan) -> tuple[_Accumulator, float | None]:
@@ -185,12 +191,16 @@ class Endpoint:
         acc.feed(body, t0 + t_end, chat)
         return acc, t_end
 
-    def _from_acc(self, case: Case, repeat: int, plan: RequestPlan, acc: _Accumulator, started: float,
-                  attempts: int, e2e: float | None = None) -> Response:
+    def _from_acc(
+        self, case: Case, repeat: int, plan: RequestPlan, acc: _Accumulator, started: float, attempts: int, e2e: float | None = None
+    ) -> Response:
         end = e2e if e2e is not None else (acc.done_at or time.perf_counter()) - acc.t0
         u = acc.usage or {}
         return Response(
-            case_id=case.id, target=self.name, repeat=repeat, fingerprint=plan.fingerprint,
+            case_id=case.id,
+            target=self.name,
+            repeat=repeat,
+            fingerprint=plan.fingerprint,
             text="".join(acc.text),
             token_ids=acc.token_ids if acc.has_token_ids else None,
             finish_reason=acc.finish_reason,
@@ -198,7 +208,9 @@ class Endpoint:
             ttft_s=acc.chunk_times[0] if acc.chunk_times else None,
             chunk_times=acc.chunk_times,
             chunk_tokens=acc.chunk_tokens if acc.has_token_ids else None,
-            e2e_s=end, started_at=started, attempts=attempts,
+            e2e_s=end,
+            started_at=started,
+            attempts=attempts,
         )
 
 

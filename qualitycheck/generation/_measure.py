@@ -32,13 +32,22 @@ def preflight_into_store(store: RunStore, cases: Iterable[Case], cfg: Config) ->
     """Run the preflight when asked and both sides exist; a mismatch is recorded, not fatal."""
     if not cfg.run.preflight or cfg.baseline is None or cfg.candidate is None:
         return None
-    result = run_preflight(cfg.baseline, cfg.candidate, cases, concurrency=cfg.run.concurrency,
-                           timeout_s=min(cfg.run.timeout_s, 30.0), retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
+    result = run_preflight(
+        cfg.baseline,
+        cfg.candidate,
+        cases,
+        concurrency=cfg.run.concurrency,
+        timeout_s=min(cfg.run.timeout_s, 30.0),
+        retries=cfg.run.retries,
+        backoff_s=cfg.run.backoff_s,
+    )
     record = result.to_dict()
     store.put_artifact(PREFLIGHT_ARTIFACT, record)
     if not result.ok:
-        print("qualitycheck: preflight found mismatches (the run continues; the gate will report them):\n"
-              + format_preflight(result), file=sys.stderr)
+        print(
+            "qualitycheck: preflight found mismatches (the run continues; the gate will report them):\n" + format_preflight(result),
+            file=sys.stderr,
+        )
     return record
 
 
@@ -65,8 +74,9 @@ def _groups(cases: Iterable[Case], by_category: bool) -> list[tuple[str | None, 
     return [(cat, _OneCategory(cases, cat)) for cat in dict.fromkeys(c.category for c in cases)]
 
 
-def measured_generate(store: RunStore, cases: Iterable[Case], cfg: Config, *, progress: Progress | None = None,
-                      http_clients: dict[str, Any] | None = None) -> RunStats:
+def measured_generate(
+    store: RunStore, cases: Iterable[Case], cfg: Config, *, progress: Progress | None = None, http_clients: dict[str, Any] | None = None
+) -> RunStats:
     """Preflight, then generation in windows bracketed by /metrics scrapes of every target.
 
     `cases` is walked several times (preflight, then counting and sending per
@@ -82,8 +92,7 @@ def measured_generate(store: RunStore, cases: Iterable[Case], cfg: Config, *, pr
             for category, group in _groups(cases, cfg.run.acceptance_by_category):
                 before = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
                 tally = SentTally()
-                stats = await generate(store, group, cfg, progress=progress, http_clients=http_clients,
-                                       on_response=tally, done=done)
+                stats = await generate(store, group, cfg, progress=progress, http_clients=http_clients, on_response=tally, done=done)
                 after = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
                 record_window(store, window(before, after, tally, category))
                 _merge(total, stats)

@@ -83,9 +83,14 @@ def parse_metrics(text: str, model: str | None = None) -> dict[str, Any]:
     return {"spec": spec or None, **traffic}
 
 
-async def scrape(target: Target, *, timeout_s: float = _SCRAPE_TIMEOUT_S, retries: int = _RUN_DEFAULTS.retries,
-                 backoff_s: float = _RUN_DEFAULTS.backoff_s,
-                 session: aiohttp.ClientSession | None = None) -> dict[str, Any]:
+async def scrape(
+    target: Target,
+    *,
+    timeout_s: float = _SCRAPE_TIMEOUT_S,
+    retries: int = _RUN_DEFAULTS.retries,
+    backoff_s: float = _RUN_DEFAULTS.backoff_s,
+    session: aiohttp.ClientSession | None = None,
+) -> dict[str, Any]:
     """One snapshot of a target's counters, with the target's own auth; never raises."""
     url = target.server_url + "/metrics"
     snap: dict[str, Any] = {"url": url, "t": time.time(), "ok": False, "error": None}
@@ -106,13 +111,19 @@ async def scrape(target: Target, *, timeout_s: float = _SCRAPE_TIMEOUT_S, retrie
     return snap
 
 
-async def scrape_all(targets: dict[str, Target], *, timeout_s: float = _SCRAPE_TIMEOUT_S,
-                     retries: int = _RUN_DEFAULTS.retries, backoff_s: float = _RUN_DEFAULTS.backoff_s,
-                     session: aiohttp.ClientSession | None = None) -> dict[str, dict[str, Any]]:
+async def scrape_all(
+    targets: dict[str, Target],
+    *,
+    timeout_s: float = _SCRAPE_TIMEOUT_S,
+    retries: int = _RUN_DEFAULTS.retries,
+    backoff_s: float = _RUN_DEFAULTS.backoff_s,
+    session: aiohttp.ClientSession | None = None,
+) -> dict[str, dict[str, Any]]:
     """Snapshot every target (keyed by side) at the same time."""
     async with shared_session(session, len(targets), timeout_s) as shared:
-        snaps = await asyncio.gather(*(scrape(t, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
-                                              session=shared) for t in targets.values()))
+        snaps = await asyncio.gather(
+            *(scrape(t, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, session=shared) for t in targets.values())
+        )
     return dict(zip(targets, snaps, strict=True))
 
 
@@ -134,15 +145,24 @@ class SentTally:
             self.output_tokens[t] = self.output_tokens.get(t, 0) + (r.usage.completion_tokens or 0)
 
     def for_target(self, t: str) -> dict[str, int]:
-        return {"requests": self.requests.get(t, 0), "attempts": self.attempts.get(t, 0),
-                "ok": self.ok.get(t, 0), "output_tokens": self.output_tokens.get(t, 0)}
+        return {
+            "requests": self.requests.get(t, 0),
+            "attempts": self.attempts.get(t, 0),
+            "ok": self.ok.get(t, 0),
+            "output_tokens": self.output_tokens.get(t, 0),
+        }
 
 
-def window(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], sent: SentTally,
-           category: str | None = None) -> dict[str, Any]:
+def window(
+    before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], sent: SentTally, category: str | None = None
+) -> dict[str, Any]:
     """One attributable stretch of generation: scrapes around it and what we sent."""
-    return {"category": category, "before": before, "after": after,
-            "sent": {t: sent.for_target(t) for t in sorted(set(before) | set(after))}}
+    return {
+        "category": category,
+        "before": before,
+        "after": after,
+        "sent": {t: sent.for_target(t) for t in sorted(set(before) | set(after))},
+    }
 
 
 def record_window(store: RunStore, w: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Iterator
+
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
 from qualitycheck.core._store import RunStore
@@ -83,14 +84,17 @@ def ask_baseline_again(store: RunStore, cfg: Config, *, progress: Progress | Non
     assert cfg.baseline is not None
     ids, both = divergent_case_ids(store)
     total = store.case_count()
-    store.put_artifact(NOISE_FLOOR_ARTIFACT, {"source": "baseline_again", "cases": len(ids), "requests": len(ids),
-                                              "of_cases": both})
+    store.put_artifact(NOISE_FLOOR_ARTIFACT, {"source": "baseline_again", "cases": len(ids), "requests": len(ids), "of_cases": both})
     share = f"{len(ids) / (2 * total):.0%}" if total else "0%"
-    print(f"qualitycheck: noise floor: asking the baseline again for the {len(ids)} of {both} cases whose candidate "
-          f"answer differs (+{len(ids)} requests, {share} of the run's; --no-noise-floor skips this)", file=sys.stderr)
+    print(
+        f"qualitycheck: noise floor: asking the baseline again for the {len(ids)} of {both} cases whose candidate "
+        f"answer differs (+{len(ids)} requests, {share} of the run's; --no-noise-floor skips this)",
+        file=sys.stderr,
+    )
     if not ids:
         return RunStats()
     control = cfg.baseline.model_copy(update={"label": "baseline again"})
-    again = cfg.model_copy(update={"baseline": None, "candidate": None, "control": control,
-                                   "run": cfg.run.model_copy(update={"repeats": 1})})
+    again = cfg.model_copy(
+        update={"baseline": None, "candidate": None, "control": control, "run": cfg.run.model_copy(update={"repeats": 1})}
+    )
     return asyncio.run(generate(store, _CasesById(store, ids), again, progress=progress))

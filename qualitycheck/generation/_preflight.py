@@ -27,10 +27,18 @@ from qualitycheck.core._http import HttpClient, Outcome, shared_session
 
 __all__ = ["Check", "PreflightResult", "check_served_models", "format_preflight", "preflight", "run_preflight"]
 
-_TOKENIZER_KEYS = ("tokenizer_class", "eos_token", "bos_token", "pad_token", "unk_token", "add_bos_token",
-                   "add_eos_token", "chat_template", "model_max_length")
-_MODEL_CONFIG_KEYS = ("generation_config", "override_generation_config", "dtype", "tokenizer", "tokenizer_mode",
-                      "max_model_len", "seed")
+_TOKENIZER_KEYS = (
+    "tokenizer_class",
+    "eos_token",
+    "bos_token",
+    "pad_token",
+    "unk_token",
+    "add_bos_token",
+    "add_eos_token",
+    "chat_template",
+    "model_max_length",
+)
+_MODEL_CONFIG_KEYS = ("generation_config", "override_generation_config", "dtype", "tokenizer", "tokenizer_mode", "max_model_len", "seed")
 
 
 @dataclass
@@ -61,9 +69,14 @@ class PreflightResult:
         return [c for c in self.checks if c.passed is False]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "baseline": self.baseline, "candidate": self.candidate, "model": self.model,
-                "checks": [asdict(c) for c in self.checks],
-                "mismatches": [c.name for c in self.mismatches]}
+        return {
+            "ok": self.ok,
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "model": self.model,
+            "checks": [asdict(c) for c in self.checks],
+            "mismatches": [c.name for c in self.mismatches],
+        }
 
 
 class _Server:
@@ -96,8 +109,9 @@ def _served_ids(data: Any) -> list[str] | None:
 
 async def _unserved(targets: dict[str, Target], timeout_s: float) -> list[tuple[str, Target, list[str]]]:
     async with shared_session(None, 8, timeout_s) as session:
-        servers = {name: _Server(HttpClient(t, timeout_s=timeout_s, retries=1, backoff_s=0.2, session=session))
-                   for name, t in targets.items()}
+        servers = {
+            name: _Server(HttpClient(t, timeout_s=timeout_s, retries=1, backoff_s=0.2, session=session)) for name, t in targets.items()
+        }
         answers = await asyncio.gather(*(s.get("/models", root=False) for s in servers.values()))
     out = []
     for (name, t), (data, err) in zip(targets.items(), answers, strict=True):
@@ -118,9 +132,12 @@ def check_served_models(targets: dict[str, Target], *, source: str, timeout_s: f
 
     wrong = asyncio.run(_unserved(targets, timeout_s))
     if wrong:
-        raise ConfigError([Problem(source, None, f"{name}.model",
-                                   f"{t.public_url} does not serve {t.model!r}; it serves {', '.join(map(repr, ids))}")
-                           for name, t, ids in wrong])
+        raise ConfigError(
+            [
+                Problem(source, None, f"{name}.model", f"{t.public_url} does not serve {t.model!r}; it serves {', '.join(map(repr, ids))}")
+                for name, t, ids in wrong
+            ]
+        )
 
 
 async def _model_check(b: _Server, c: _Server) -> list[Check]:
@@ -134,15 +151,22 @@ async def _model_check(b: _Server, c: _Server) -> list[Check]:
             ids = [m.get("id") for m in (data or {}).get("data", [])]
             return [Check("served_model", False, f"{side} does not serve {srv.t.model!r} (serves {ids})")]
         entries[side] = found[0]
-    checks = [Check("served_model", True, f"both serve {b.t.model!r}" if b.t.model == c.t.model
-                    else f"baseline {b.t.model!r}, candidate {c.t.model!r}")]
+    checks = [
+        Check(
+            "served_model",
+            True,
+            f"both serve {b.t.model!r}" if b.t.model == c.t.model else f"baseline {b.t.model!r}, candidate {c.t.model!r}",
+        )
+    ]
     for key in ("root", "max_model_len"):
         vb, vc = entries["baseline"].get(key), entries["candidate"].get(key)
         if vb is None and vc is None:
             checks.append(Check(f"model_{key}", None, f"/v1/models shows no {key}"))
         else:
             same = vb == vc
-            checks.append(Check(f"model_{key}", same, f"{key}: {vb!r}" if same else f"{key} differs: baseline {vb!r}, candidate {vc!r}", vb, vc))
+            checks.append(
+                Check(f"model_{key}", same, f"{key}: {vb!r}" if same else f"{key} differs: baseline {vb!r}, candidate {vc!r}", vb, vc)
+            )
     return checks
 
 
@@ -152,7 +176,9 @@ async def _version_check(b: _Server, c: _Server) -> Check:
         return Check("engine_version", None, f"version not exposed: {eb or ec}")
     vb, vc = (vb or {}).get("version"), (vc or {}).get("version")
     same = vb == vc
-    return Check("engine_version", same, f"both {vb}" if same else f"engine differs: baseline {vb}, candidate {vc} (numerics may differ)", vb, vc)
+    return Check(
+        "engine_version", same, f"both {vb}" if same else f"engine differs: baseline {vb}, candidate {vc} (numerics may differ)", vb, vc
+    )
 
 
 async def _dict_check(b: _Server, c: _Server, name: str, path: str, pick: Any) -> Check:
@@ -214,8 +240,9 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
         nonlocal first_error, n_errors
         try:
             try:
-                (rb, eb), (rc, ec) = await asyncio.gather(b.post("/tokenize", _tokenize_body(case, b.t)),
-                                                          c.post("/tokenize", _tokenize_body(case, c.t)))
+                (rb, eb), (rc, ec) = await asyncio.gather(
+                    b.post("/tokenize", _tokenize_body(case, b.t)), c.post("/tokenize", _tokenize_body(case, c.t))
+                )
             finally:
                 window.release()
             shaped = all(isinstance(r, dict) or r is None for r in (rb, rc))
@@ -232,8 +259,7 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
                 first_error = (order, f"{case.id}: {err or 'no tokens in answer'}")
         elif tb != tc:
             first = next((i for i, (x, y) in enumerate(zip(tb, tc, strict=False)) if x != y), min(len(tb), len(tc)))
-            differing[key] = (order, {"cases": users, "baseline_count": len(tb), "candidate_count": len(tc),
-                                      "first_difference": first})
+            differing[key] = (order, {"cases": users, "baseline_count": len(tb), "candidate_count": len(tc), "first_difference": first})
 
     n = 0
     try:
@@ -263,10 +289,16 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
         return Check("tokenize", None, f"/tokenize not usable: {error}")
     if found:
         n_ids = sum(len(d["cases"]) for d in found)
-        shown = ", ".join(f"{d['cases'][0]} (token {d['first_difference']}: {d['baseline_count']} vs {d['candidate_count']} tokens)" for d in found[:5])
+        shown = ", ".join(
+            f"{d['cases'][0]} (token {d['first_difference']}: {d['baseline_count']} vs {d['candidate_count']} tokens)" for d in found[:5]
+        )
         more = f" and {len(found) - 5} more inputs" if len(found) > 5 else ""
-        return Check("tokenize", False, f"{n_ids}/{n} cases tokenize differently (chat template, system prompt or tokenizer drift): {shown}{more}",
-                     candidate={"differing": found})
+        return Check(
+            "tokenize",
+            False,
+            f"{n_ids}/{n} cases tokenize differently (chat template, system prompt or tokenizer drift): {shown}{more}",
+            candidate={"differing": found},
+        )
     if n_errors:
         return Check("tokenize", None, f"{n_errors}/{distinct} inputs could not be tokenized: {error}")
     return Check("tokenize", True, f"identical token ids for all {n} cases ({distinct} distinct inputs)")
@@ -275,25 +307,33 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
 _RUN_DEFAULTS = RunOptions()
 
 
-async def preflight(baseline: Target, candidate: Target, cases: Iterable[Case], *, concurrency: int = 8,
-                    timeout_s: float = 30.0, retries: int = _RUN_DEFAULTS.retries,
-                    backoff_s: float = _RUN_DEFAULTS.backoff_s,
-                    session: aiohttp.ClientSession | None = None) -> PreflightResult:
+async def preflight(
+    baseline: Target,
+    candidate: Target,
+    cases: Iterable[Case],
+    *,
+    concurrency: int = 8,
+    timeout_s: float = 30.0,
+    retries: int = _RUN_DEFAULTS.retries,
+    backoff_s: float = _RUN_DEFAULTS.backoff_s,
+    session: aiohttp.ClientSession | None = None,
+) -> PreflightResult:
     """Every check, both servers asked the same questions at the same time.
 
     Calls are retried and their errors read like generation's (`core._http`);
     `session` may be shared with other callers, otherwise one is opened here.
     """
-    result = PreflightResult(baseline.url, candidate.url, baseline.model if baseline.model == candidate.model
-                             else f"{baseline.model} / {candidate.model}")
+    result = PreflightResult(
+        baseline.url, candidate.url, baseline.model if baseline.model == candidate.model else f"{baseline.model} / {candidate.model}"
+    )
     async with shared_session(session, 2 * concurrency + 8, timeout_s) as shared:
-        b, c = (_Server(HttpClient(t, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, session=shared))
-                for t in (baseline, candidate))
+        b, c = (
+            _Server(HttpClient(t, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, session=shared)) for t in (baseline, candidate)
+        )
         models, version, tok_info, server_info, tokenize = await asyncio.gather(
             _model_check(b, c),
             _version_check(b, c),
-            _dict_check(b, c, "tokenizer_and_stop_tokens", "/tokenizer_info",
-                        lambda d: {k: d[k] for k in _TOKENIZER_KEYS if k in d}),
+            _dict_check(b, c, "tokenizer_and_stop_tokens", "/tokenizer_info", lambda d: {k: d[k] for k in _TOKENIZER_KEYS if k in d}),
             _dict_check(b, c, "generation_defaults", "/server_info?config_format=json", _model_config),
             _tokenize_check(b, c, cases, concurrency),
         )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
-from rich.progress import BarColumn, TaskID, MofNCompleteColumn, Progress as _RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as _RichProgress
 
 from qualitycheck.generation._runner import Progress
 
@@ -34,9 +35,15 @@ class RichProgress(Progress):
             return
         if self._console.is_terminal:
             self._bars = _RichProgress(
-                TextColumn("{task.fields[target]:<9}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("errors {task.fields[errors]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                console=self._console, transient=False,
+                TextColumn("{task.fields[target]:<9}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("errors {task.fields[errors]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=self._console,
+                transient=False,
             )
             for t, n in totals.items():
                 self._tasks[t] = self._bars.add_task(t, total=n, target=t, errors=0)

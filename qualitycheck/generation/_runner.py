@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.generation._client import Endpoint, build_request
 from qualitycheck.core._config import Config
 from qualitycheck.core._errors import RunIncompleteError
 from qualitycheck.core._records import Response
 from qualitycheck.core._store import RunStore, StoredOutcomes
+from qualitycheck.generation._client import Endpoint, build_request
 
 __all__ = ["Progress", "RunStats", "generate", "in_shard", "work_items"]
 
@@ -58,7 +58,9 @@ def in_shard(case_id: str, shard: str | None) -> bool:
     return int(hashlib.sha256(case_id.encode()).hexdigest()[:8], 16) % n == i - 1
 
 
-def work_items(cases: Iterable[Case], config: Config, done: StoredOutcomes | dict[tuple[str, str, int], tuple[str, bool]]) -> Iterable[tuple[Case, int, list[str]]]:
+def work_items(
+    cases: Iterable[Case], config: Config, done: StoredOutcomes | dict[tuple[str, str, int], tuple[str, bool]]
+) -> Iterable[tuple[Case, int, list[str]]]:
     """(case, repeat, targets still needing an answer) for everything not stored yet."""
     targets = config.targets()
     for case in cases:
@@ -104,8 +106,10 @@ class _FailFast:
         self._seen[r.target] = (n + 1, err.status)
         if n + 1 < FAIL_FAST_ANSWERS:
             return None
-        return (f"the {r.target} target answered its first {FAIL_FAST_ANSWERS} requests with HTTP {err.status} "
-                f"({err.message}); it is misconfigured (model name, key, URL?), so the run stopped")
+        return (
+            f"the {r.target} target answered its first {FAIL_FAST_ANSWERS} requests with HTTP {err.status} "
+            f"({err.message}); it is misconfigured (model name, key, URL?), so the run stopped"
+        )
 
 
 MAX_UNWRITTEN = 1024
@@ -148,9 +152,16 @@ async def generate(
             done.close()
 
 
-async def _generate(store: RunStore, cases: Iterable[Case], config: Config, progress: Progress,
-                    http_clients: dict[str, Any] | None, on_response: Callable[[Response], None] | None,
-                    done: StoredOutcomes, stats: RunStats) -> RunStats:
+async def _generate(
+    store: RunStore,
+    cases: Iterable[Case],
+    config: Config,
+    progress: Progress,
+    http_clients: dict[str, Any] | None,
+    on_response: Callable[[Response], None] | None,
+    done: StoredOutcomes,
+    stats: RunStats,
+) -> RunStats:
     totals: dict[str, int] = {}
     if not done and isinstance(cases, Sized):  # nothing stored yet: all of it is to send, no pass needed to count it
         n_cases = len(cases)
@@ -164,10 +175,7 @@ async def _generate(store: RunStore, cases: Iterable[Case], config: Config, prog
                 for n in need:
                     totals[n] = totals.get(n, 0) + 1
     stats.skipped = n_cases * config.run.repeats * len(config.targets()) - sum(totals.values())
-    endpoints = {
-        name: Endpoint(name, t, config.run, (http_clients or {}).get(name))
-        for name, t in config.targets().items()
-    }
+    endpoints = {name: Endpoint(name, t, config.run, (http_clients or {}).get(name)) for name, t in config.targets().items()}
     sems = {name: asyncio.Semaphore(config.run.concurrency) for name in endpoints}
     writer = _StoreWriter(store)
     fail_fast = _FailFast()

@@ -13,14 +13,32 @@ from qualitycheck.core._lazy import lazy_exports
 if TYPE_CHECKING:
     from qualitycheck.judge._judge import (
         CACHE_NAME as CACHE_NAME,
+    )
+    from qualitycheck.judge._judge import (
         JudgeCache as JudgeCache,
+    )
+    from qualitycheck.judge._judge import (
         JudgeDefinition as JudgeDefinition,
+    )
+    from qualitycheck.judge._judge import (
         injection_signals as injection_signals,
+    )
+    from qualitycheck.judge._judge import (
         judge_dirs as judge_dirs,
+    )
+    from qualitycheck.judge._judge import (
         load_judge_file as load_judge_file,
+    )
+    from qualitycheck.judge._judge import (
         load_judges as load_judges,
+    )
+    from qualitycheck.judge._judge import (
         neutralise as neutralise,
+    )
+    from qualitycheck.judge._judge import (
         score_judge as score_judge,
+    )
+    from qualitycheck.judge._judge import (
         validate_judge_checks as validate_judge_checks,
     )
 

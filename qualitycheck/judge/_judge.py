@@ -40,7 +40,7 @@ import yaml
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config, JudgeTarget
 from qualitycheck.core._errors import ConfigError, Problem, SuiteError
-from qualitycheck.core._records import Response, Score
+from qualitycheck.core._records import Response, Score, ScoreStatus
 from qualitycheck.core._store import RunStore
 
 if TYPE_CHECKING:  # aiohttp is imported with the first judge call, not with the judge definitions
@@ -127,7 +127,7 @@ class JudgeDefinition:
 
 def _line_of(node: yaml.Node | None, key: str) -> int | None:
     if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
+        for k, _ in node.value:
             if k.value == key:
                 return int(k.start_mark.line) + 1
     return None
@@ -584,6 +584,7 @@ def _no_answer(r: Response | None, side: str) -> str | None:
 
 def _pair_scores(case: Case, repeat: int, outcome: dict[str, Any]) -> list[Score]:
     value, err, detail = outcome["value"], outcome["error"], outcome["detail"]
+    statuses: tuple[ScoreStatus, ScoreStatus]
     if err is not None:
         detail = {**detail, "error": err}
         statuses = ("error", "error")
@@ -596,7 +597,7 @@ def _pair_scores(case: Case, repeat: int, outcome: dict[str, Any]) -> list[Score
             repeat=repeat,
             check="judge",
             status=s,
-            value=value,  # type: ignore[arg-type]
+            value=value,
             detail=detail,
         )
         for t, s in zip(("baseline", "candidate"), statuses)

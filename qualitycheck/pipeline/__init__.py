@@ -13,9 +13,17 @@ from qualitycheck.core._lazy import lazy_exports
 if TYPE_CHECKING:
     from qualitycheck.pipeline._demo import (
         DEMO_GUARDRAILS as DEMO_GUARDRAILS,
+    )
+    from qualitycheck.pipeline._demo import (
         default_suites as default_suites,
+    )
+    from qualitycheck.pipeline._demo import (
         demo_cases as demo_cases,
+    )
+    from qualitycheck.pipeline._demo import (
         run_demo as run_demo,
+    )
+    from qualitycheck.pipeline._demo import (
         write_suite as write_suite,
     )
     from qualitycheck.pipeline._merge import (
@@ -23,17 +31,35 @@ if TYPE_CHECKING:
     )
     from qualitycheck.pipeline._run import (
         finish as finish,
+    )
+    from qualitycheck.pipeline._run import (
         manifest_for as manifest_for,
+    )
+    from qualitycheck.pipeline._run import (
         redo as redo,
+    )
+    from qualitycheck.pipeline._run import (
         run as run,
+    )
+    from qualitycheck.pipeline._run import (
         summarize as summarize,
     )
     from qualitycheck.pipeline._sweep import (
         SweepCandidate as SweepCandidate,
+    )
+    from qualitycheck.pipeline._sweep import (
         parse_candidate as parse_candidate,
+    )
+    from qualitycheck.pipeline._sweep import (
         parse_levels as parse_levels,
+    )
+    from qualitycheck.pipeline._sweep import (
         recommend as recommend,
+    )
+    from qualitycheck.pipeline._sweep import (
         render_html as render_html,
+    )
+    from qualitycheck.pipeline._sweep import (
         run_sweep as run_sweep,
     )
 

@@ -90,26 +90,32 @@ def default_suites() -> list[str]:
     checkout = Path(__file__).resolve().parents[2] / "suites"
     if checkout.is_dir():
         return [str(checkout)]
-    raise SuiteError([Problem("suites", None, "", "no suites folder here or in the qualitycheck checkout; "
-                              "run the demo from the repository root")])
+    raise SuiteError(
+        [Problem("suites", None, "", "no suites folder here or in the qualitycheck checkout; run the demo from the repository root")]
+    )
 
 
 def _check_engine() -> None:
     if importlib.util.find_spec("vllm") is None:
-        raise LaunchError("the vLLM CPU engine is not installed in this Python "
-                          f"({sys.executable}); install it with: bash scripts/dev.sh setup (see docs/ENGINE.md)")
+        raise LaunchError(
+            "the vLLM CPU engine is not installed in this Python "
+            f"({sys.executable}); install it with: bash scripts/dev.sh setup (see docs/ENGINE.md)"
+        )
 
 
-def run_demo(out: Path | None = None, *, suites: list[str] | tuple[str, ...] | None = None,
-             max_tokens: int = DEMO_MAX_TOKENS, concurrency: int = 4) -> int:
+def run_demo(
+    out: Path | None = None, *, suites: list[str] | tuple[str, ...] | None = None, max_tokens: int = DEMO_MAX_TOKENS, concurrency: int = 4
+) -> int:
     """Run the demo into `out` (default reports/demo-<timestamp>); returns the CLI exit code."""
     from qualitycheck.pipeline._run import run
 
     t0 = time.monotonic()
     out = out or Path("reports") / time.strftime("demo-%Y%m%d-%H%M%S")
     if out.exists() and any(out.iterdir()):
-        raise QualitycheckError(f"{out}: not empty; the demo writes a fresh run folder (its servers get new ports, "
-                                "so an earlier demo run cannot be resumed). Give another --out.")
+        raise QualitycheckError(
+            f"{out}: not empty; the demo writes a fresh run folder (its servers get new ports, "
+            "so an earlier demo run cannot be resumed). Give another --out."
+        )
     suites = list(suites) if suites else default_suites()
     cases = demo_cases(suites, max_tokens)
     if not cases:
@@ -120,15 +126,23 @@ def run_demo(out: Path | None = None, *, suites: list[str] | tuple[str, ...] | N
     out.mkdir(parents=True, exist_ok=True)
     suite = write_suite(cases, out / DEMO_SUITE_NAME)
     cats = sorted({c.category for c in cases})
-    _say(f"step 2/4: starting vLLM baseline (fp32) and ngram candidate (fp32, k=3) — about a minute on 2 cores; "
-         f"logs in {out / 'servers'}")
+    _say(f"step 2/4: starting vLLM baseline (fp32) and ngram candidate (fp32, k=3) — about a minute on 2 cores; logs in {out / 'servers'}")
     baseline = launch(model_dir, served_name=DEMO_MODEL_NAME, name="baseline", core=0, wait=False, log_dir=out / "servers")
-    candidate = launch(model_dir, served_name=DEMO_MODEL_NAME, name="candidate-ngram", core=1, wait=False,
-                       speculative_config=ngram_config(), log_dir=out / "servers")
+    candidate = launch(
+        model_dir,
+        served_name=DEMO_MODEL_NAME,
+        name="candidate-ngram",
+        core=1,
+        wait=False,
+        speculative_config=ngram_config(),
+        log_dir=out / "servers",
+    )
     try:
         start_together([baseline, candidate])
-        _say(f"servers ready after {max(baseline.ready_after_s or 0, candidate.ready_after_s or 0):.0f} s: "
-             f"baseline {baseline.url}, candidate {candidate.url}")
+        _say(
+            f"servers ready after {max(baseline.ready_after_s or 0, candidate.ready_after_s or 0):.0f} s: "
+            f"baseline {baseline.url}, candidate {candidate.url}"
+        )
         cfg = Config(
             baseline=Target(url=baseline.url, model=DEMO_MODEL_NAME, label="vLLM fp32"),
             candidate=Target(url=candidate.url, model=DEMO_MODEL_NAME, label="vLLM fp32 + ngram k=3"),

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 from qualitycheck.core._cases import Case, SuiteCases, scan_suite, suite_fingerprint
 from qualitycheck.core._config import Config
 from qualitycheck.core._errors import RunIncompleteError
-from qualitycheck.generation._progress import RichProgress
-from qualitycheck.generation._runner import in_shard
+from qualitycheck.core._store import RunStore, StoredCases
 from qualitycheck.generation._measure import measured_generate
 from qualitycheck.generation._noise import ask_baseline_again, noise_floor_source
 from qualitycheck.generation._preflight import check_served_models
-from qualitycheck.core._store import RunStore, StoredCases
+from qualitycheck.generation._progress import RichProgress
+from qualitycheck.generation._runner import in_shard
 
 if TYPE_CHECKING:
     from qualitycheck.verdict._compare import CaseConsumer
@@ -43,8 +43,7 @@ def _manifest(fingerprint: str, count: int, cfg: Config, suites: list[str]) -> d
         "suite_fingerprint": fingerprint,
         "suite_files": [str(s) for s in suites],
         "cases": count,
-        "targets": {n: {**t.model_dump(include={"model", "label", "extra_body"}), "url": t.public_url}
-                    for n, t in cfg.targets().items()},
+        "targets": {n: {**t.model_dump(include={"model", "label", "extra_body"}), "url": t.public_url} for n, t in cfg.targets().items()},
         "repeats": cfg.run.repeats,
         "shard": cfg.run.shard,
     }
@@ -116,7 +115,11 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True, re
             from qualitycheck.judge._judge import score_judge
 
             score_judge(store, cfg)  # after the deterministic scorers; cached calls; `skipped` without a judge
-    from qualitycheck.report import RowCollector, print_summary, publish  # scipy/statsmodels: imported after generation, not before the first request
+    from qualitycheck.report import (  # scipy/statsmodels: imported after generation, not before the first request
+        RowCollector,
+        print_summary,
+        publish,
+    )
     from qualitycheck.report._signoff import write_signoff
     from qualitycheck.verdict._summary import write_summary
 

@@ -57,15 +57,27 @@ def parse_levels(text: str, flag: str = "--concurrency") -> list[int]:
     except ValueError:
         levels = []
     if not levels or any(x < 1 for x in levels):
-        raise ConfigError([Problem("command line", None, flag, f"expected positive integers separated by commas (e.g. 1,4,8), got {text!r}")])
+        raise ConfigError(
+            [Problem("command line", None, flag, f"expected positive integers separated by commas (e.g. 1,4,8), got {text!r}")]
+        )
     return sorted(set(levels))
 
 
 # ---------------------------------------------------------------- running cells
 
 
-def _cell(out: Path, name: str, side: str, target: Target, cases: Iterable[Case], cfg: Config, suites: list[str],
-          concurrency: int, http_clients: dict[str, Any] | None, max_error_rate: float) -> dict[str, Any]:
+def _cell(
+    out: Path,
+    name: str,
+    side: str,
+    target: Target,
+    cases: Iterable[Case],
+    cfg: Config,
+    suites: list[str],
+    concurrency: int,
+    http_clients: dict[str, Any] | None,
+    max_error_rate: float,
+) -> dict[str, Any]:
     """Generate one (target, concurrency) cell into its own store and measure it, reading the store back as a stream."""
     from qualitycheck.generation._measure import measured_generate
     from qualitycheck.pipeline._run import manifest_for, redacted_config
@@ -97,9 +109,19 @@ def _cell(out: Path, name: str, side: str, target: Target, cases: Iterable[Case]
     return {"latency": latency, "acceptance": acceptance, "store": folder, "failed": failed}
 
 
-def run_sweep(cfg: Config, cases: Iterable[Case], suites: list[str], candidates: list[SweepCandidate],
-              levels: list[int], out: Path, *, baseline_template: str | None = None,
-              model: str | None = None, http_clients: dict[str, Any] | None = None, log: Any = None) -> dict[str, Any]:
+def run_sweep(
+    cfg: Config,
+    cases: Iterable[Case],
+    suites: list[str],
+    candidates: list[SweepCandidate],
+    levels: list[int],
+    out: Path,
+    *,
+    baseline_template: str | None = None,
+    model: str | None = None,
+    http_clients: dict[str, Any] | None = None,
+    log: Any = None,
+) -> dict[str, Any]:
     """Every cell, then the comparison with the baseline and the recommendation; writes sweep.json/html.
 
     `cases` is re-iterable (each cell's store is filled from it); nothing
@@ -148,8 +170,9 @@ def run_sweep(cfg: Config, cases: Iterable[Case], suites: list[str], candidates:
         else:
             assert cand.url is not None
             base = cfg.candidate or cfg.baseline
-            target = Target(url=cand.url, model=model, extra_body=base.extra_body if base else {},
-                            api_key_env=base.api_key_env if base else None)
+            target = Target(
+                url=cand.url, model=model, extra_body=base.extra_body if base else {}, api_key_env=base.api_key_env if base else None
+            )
             each_level(label, "candidate", target, cells)
         cand_cells[label] = (cand.label, cells)
     result = _assemble(base_cells, cand_cells, levels, cfg)
@@ -186,33 +209,64 @@ def _identical(base: Path, cand: Path) -> float | None:
     return same / pairs if pairs else None
 
 
-def _assemble(base: dict[int, dict[str, Any]], cands: dict[str, tuple[str, dict[int, dict[str, Any]]]], levels: list[int], cfg: Config) -> dict[str, Any]:
+def _assemble(
+    base: dict[int, dict[str, Any]], cands: dict[str, tuple[str, dict[int, dict[str, Any]]]], levels: list[int], cfg: Config
+) -> dict[str, Any]:
     cells = []
     for c in levels:
         if c in base:
-            cells.append({"label": "baseline", "k": None, "concurrency": c, "latency": base[c]["latency"], "acceptance": None,
-                          "identical_rate": None, "tpot_speedup": None, "throughput_ratio": None, "failed": base[c]["failed"]})
+            cells.append(
+                {
+                    "label": "baseline",
+                    "k": None,
+                    "concurrency": c,
+                    "latency": base[c]["latency"],
+                    "acceptance": None,
+                    "identical_rate": None,
+                    "tpot_speedup": None,
+                    "throughput_ratio": None,
+                    "failed": base[c]["failed"],
+                }
+            )
     for label, (k, by_level) in cands.items():
         for c in levels:
             cell = by_level[c]
             b = base.get(c)
             lat, acc = cell["latency"], cell["acceptance"]
             bl = b["latency"] if b else {}
-            cells.append({
-                "label": label,
-                "k": k,
-                "concurrency": c,
-                "latency": lat,
-                "acceptance": {key: acc.get(key) for key in ("rate", "mean_accepted_length", "draft_tokens", "accepted_tokens",
-                                                              "drafts", "by_position", "warnings", "speculating")},
-                "identical_rate": _identical(b["store"], cell["store"]) if b else None,
-                "tpot_speedup": _ratio((bl.get("tpot_ms") or {}).get("p50"), (lat.get("tpot_ms") or {}).get("p50")),
-                "throughput_ratio": _ratio(lat.get("output_tokens_per_s"), bl.get("output_tokens_per_s")),
-                "failed": cell["failed"],
-            })
-    result = {"format_version": 1, "levels": levels, "labels": list(cands),
-              "gpu_hour_usd": cfg.run.gpu_hour_usd, "cells": cells,
-              "failed_cells": [f"{c['label']}@{c['concurrency']}" for c in cells if c.get("failed")]}
+            cells.append(
+                {
+                    "label": label,
+                    "k": k,
+                    "concurrency": c,
+                    "latency": lat,
+                    "acceptance": {
+                        key: acc.get(key)
+                        for key in (
+                            "rate",
+                            "mean_accepted_length",
+                            "draft_tokens",
+                            "accepted_tokens",
+                            "drafts",
+                            "by_position",
+                            "warnings",
+                            "speculating",
+                        )
+                    },
+                    "identical_rate": _identical(b["store"], cell["store"]) if b else None,
+                    "tpot_speedup": _ratio((bl.get("tpot_ms") or {}).get("p50"), (lat.get("tpot_ms") or {}).get("p50")),
+                    "throughput_ratio": _ratio(lat.get("output_tokens_per_s"), bl.get("output_tokens_per_s")),
+                    "failed": cell["failed"],
+                }
+            )
+    result = {
+        "format_version": 1,
+        "levels": levels,
+        "labels": list(cands),
+        "gpu_hour_usd": cfg.run.gpu_hour_usd,
+        "cells": cells,
+        "failed_cells": [f"{c['label']}@{c['concurrency']}" for c in cells if c.get("failed")],
+    }
     result["recommendation"] = recommend(cells, levels)
     return result
 
@@ -250,8 +304,12 @@ def recommend(cells: list[dict[str, Any]], levels: list[int], max_extra_error_ra
                 pays_up_to = lvl
             elif stops_at is None:
                 stops_at = lvl
-        summary[label] = {"pays_up_to": pays_up_to, "stops_paying_at": stops_at, "excluded": d["excluded"],
-                          "speedup_at_lowest": d["speedups"].get(levels[0])}
+        summary[label] = {
+            "pays_up_to": pays_up_to,
+            "stops_paying_at": stops_at,
+            "excluded": d["excluded"],
+            "speedup_at_lowest": d["speedups"].get(levels[0]),
+        }
 
     def key(label: str) -> tuple[float, float]:
         k = per_label[label]["k"]
@@ -264,16 +322,22 @@ def recommend(cells: list[dict[str, Any]], levels: list[int], max_extra_error_ra
     eligible = [lbl for lbl in summary if not summary[lbl]["excluded"] and (summary[lbl]["speedup_at_lowest"] or 0) > 1.0]
     best = min(eligible, key=key) if eligible else None
     if best is None:
-        reason = ("no candidate beats the baseline's median TPOT at the lowest concurrency without extra errors"
-                  + ("; some cells failed (see failed_cells)" if base_failed or any(c.get("failed") for c in cells) else ""))
+        reason = "no candidate beats the baseline's median TPOT at the lowest concurrency without extra errors" + (
+            "; some cells failed (see failed_cells)" if base_failed or any(c.get("failed") for c in cells) else ""
+        )
     else:
         s = summary[best]
-        reason = (f"{best}: median TPOT {s['speedup_at_lowest']:.2f}x faster than the baseline at concurrency {levels[0]}"
-                  + (f"; stops paying at concurrency {s['stops_paying_at']}" if s["stops_paying_at"] else "; pays at every level swept"))
-    return {"recommended": best, "k": per_label[best]["k"] if best else None,
-            "pays_up_to": summary[best]["pays_up_to"] if best else None,
-            "stops_paying_at": summary[best]["stops_paying_at"] if best else None,
-            "reason": reason, "per_candidate": summary}
+        reason = f"{best}: median TPOT {s['speedup_at_lowest']:.2f}x faster than the baseline at concurrency {levels[0]}" + (
+            f"; stops paying at concurrency {s['stops_paying_at']}" if s["stops_paying_at"] else "; pays at every level swept"
+        )
+    return {
+        "recommended": best,
+        "k": per_label[best]["k"] if best else None,
+        "pays_up_to": summary[best]["pays_up_to"] if best else None,
+        "stops_paying_at": summary[best]["stops_paying_at"] if best else None,
+        "reason": reason,
+        "per_candidate": summary,
+    }
 
 
 # ---------------------------------------------------------------- rendering
@@ -315,19 +379,23 @@ def line_chart(title: str, levels: list[int], series: dict[str, list[float | Non
     def y(v: float) -> float:
         return top + ph - ph * (v / top_v)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{html.escape(title)}">',
-             f'<text x="{left}" y="14" font-size="12" font-weight="bold">{html.escape(title)}{" (" + unit + ")" if unit else ""}</text>',
-             f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#999"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#999"/>',
-             f'<text x="{left - 4}" y="{top + 4}" font-size="10" text-anchor="end">{_fmt(top_v, 3 if top_v < 10 else 0)}</text>',
-             f'<text x="{left - 4}" y="{top + ph}" font-size="10" text-anchor="end">0</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{html.escape(title)}">',
+        f'<text x="{left}" y="14" font-size="12" font-weight="bold">{html.escape(title)}{" (" + unit + ")" if unit else ""}</text>',
+        f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#999"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#999"/>',
+        f'<text x="{left - 4}" y="{top + 4}" font-size="10" text-anchor="end">{_fmt(top_v, 3 if top_v < 10 else 0)}</text>',
+        f'<text x="{left - 4}" y="{top + ph}" font-size="10" text-anchor="end">0</text>',
+    ]
     for i, lvl in enumerate(levels):
         parts.append(f'<text x="{x(i):.1f}" y="{h - 10}" font-size="10" text-anchor="middle">{lvl}</text>')
     for n, (label, vs) in enumerate(series.items()):
         colour = _COLOURS[n % len(_COLOURS)]
         pts = [(x(i), y(v)) for i, v in enumerate(vs) if v is not None]
         if len(pts) > 1:
-            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{" ".join(f"{a:.1f},{b:.1f}" for a, b in pts)}"/>')
+            parts.append(
+                f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{" ".join(f"{a:.1f},{b:.1f}" for a, b in pts)}"/>'
+            )
         parts += [f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="{colour}"/>' for a, b in pts]
         parts.append(f'<text x="{left + pw + 8}" y="{top + 12 + 14 * n}" font-size="11" fill="{colour}">{html.escape(label)}</text>')
     parts.append("</svg>")
@@ -349,24 +417,48 @@ def _rows(result: dict[str, Any]) -> list[list[str]]:
     rows = []
     for c in result["cells"]:
         lat, acc = c["latency"], c.get("acceptance") or {}
-        rows.append([c["label"], str(c["concurrency"]), _fmt(acc.get("rate")), _fmt(acc.get("mean_accepted_length")),
-                     _fmt(lat.get("ttft_ms", {}).get("p50"), 1), _fmt(lat.get("ttft_ms", {}).get("p95"), 1),
-                     _fmt(lat.get("tpot_ms", {}).get("p50"), 2), _fmt(lat.get("tpot_ms", {}).get("p95"), 2),
-                     _fmt(lat.get("itl_ms", {}).get("p50"), 2), _fmt(lat.get("output_tokens_per_s"), 1),
-                     _fmt(lat.get("error_rate"), 3), _fmt(c.get("tpot_speedup")), _fmt(c.get("identical_rate"))])
+        rows.append(
+            [
+                c["label"],
+                str(c["concurrency"]),
+                _fmt(acc.get("rate")),
+                _fmt(acc.get("mean_accepted_length")),
+                _fmt(lat.get("ttft_ms", {}).get("p50"), 1),
+                _fmt(lat.get("ttft_ms", {}).get("p95"), 1),
+                _fmt(lat.get("tpot_ms", {}).get("p50"), 2),
+                _fmt(lat.get("tpot_ms", {}).get("p95"), 2),
+                _fmt(lat.get("itl_ms", {}).get("p50"), 2),
+                _fmt(lat.get("output_tokens_per_s"), 1),
+                _fmt(lat.get("error_rate"), 3),
+                _fmt(c.get("tpot_speedup")),
+                _fmt(c.get("identical_rate")),
+            ]
+        )
     return rows
 
 
-HEADERS = ["target", "conc", "accept", "tok/step", "TTFT p50", "TTFT p95", "TPOT p50", "TPOT p95", "ITL p50",
-           "out tok/s", "errors", "TPOT speedup", "identical"]
+HEADERS = [
+    "target",
+    "conc",
+    "accept",
+    "tok/step",
+    "TTFT p50",
+    "TTFT p95",
+    "TPOT p50",
+    "TPOT p95",
+    "ITL p50",
+    "out tok/s",
+    "errors",
+    "TPOT speedup",
+    "identical",
+]
 
 
 def render_html(result: dict[str, Any]) -> str:
     rec = result["recommendation"]
     head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADERS)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in _rows(result))
-    charts = "".join(f'<figure>{line_chart(name, result["levels"], _series(result, fn), unit)}</figure>'
-                     for name, unit, fn in _METRICS)
+    charts = "".join(f"<figure>{line_chart(name, result['levels'], _series(result, fn), unit)}</figure>" for name, unit, fn in _METRICS)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>qualitycheck sweep</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}
@@ -414,7 +506,7 @@ def print_table(result: dict[str, Any], console: Any = None) -> None:
     for label in ["baseline", *result["labels"]]:
         levels = [lvl for lvl in result["levels"] if (label, lvl) in by]
         for start in range(0, len(levels), per_table):
-            shown = levels[start:start + per_table]
+            shown = levels[start : start + per_table]
             table = Table(title=f"sweep: {label}", title_justify="left")
             table.add_column("concurrency", min_width=_NAME_WIDTH, no_wrap=True)
             for lvl in shown:

@@ -14,8 +14,19 @@ from qualitycheck.report._html import REPORT_NAME, render_html, write_html, writ
 from qualitycheck.report._terminal import print_summary, summary_renderables
 from qualitycheck.verdict._model import Summary
 
-__all__ = ["MAX_CASES", "REPORT_NAME", "ReportData", "RowCollector", "collect", "print_summary", "publish", "render_html", "summary_renderables",
-           "write_html", "write_report"]
+__all__ = [
+    "MAX_CASES",
+    "REPORT_NAME",
+    "ReportData",
+    "RowCollector",
+    "collect",
+    "print_summary",
+    "publish",
+    "render_html",
+    "summary_renderables",
+    "write_html",
+    "write_report",
+]
 
 
 def publish(store: RunStore, summary: Summary, *, max_cases: int = MAX_CASES, data: ReportData | None = None) -> Path:

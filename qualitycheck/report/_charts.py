@@ -44,17 +44,18 @@ def histogram_svg(metric: str, samples: dict[str, np.ndarray]) -> Markup:
             x0, x1 = i * _W / _BINS, (i + 1) * _W / _BINS
             pts.append(f"{x0:.1f},{y:.1f} {x1:.1f},{y:.1f}")
         pts.append(f"{_W},{plot_h}")
-        shapes.append(f'<polygon points="{" ".join(pts)}" fill="{colour}" fill-opacity="0.28" '
-                      f'stroke="{colour}" stroke-width="1.2"/>')
+        shapes.append(f'<polygon points="{" ".join(pts)}" fill="{colour}" fill-opacity="0.28" stroke="{colour}" stroke-width="1.2"/>')
         med = float(np.median(present[side]))
         x = min(_W, max(0.0, (med - lo) / (hi - lo) * _W))
-        shapes.append(f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{plot_h}" stroke="{colour}" '
-                      f'stroke-dasharray="3 2" stroke-width="1.5"><title>{escape(side)} median {med:.1f} ms</title></line>')
+        shapes.append(
+            f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{plot_h}" stroke="{colour}" '
+            f'stroke-dasharray="3 2" stroke-width="1.5"><title>{escape(side)} median {med:.1f} ms</title></line>'
+        )
     label = escape(metric)
     return Markup(
         f'<svg class="hist" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" '
         f'aria-label="{label} distribution per side">'
-        f'<title>{label}: share of responses per bin, dashed line = median</title>'
+        f"<title>{label}: share of responses per bin, dashed line = median</title>"
         + "".join(shapes)
         + f'<line x1="0" y1="{plot_h}" x2="{_W}" y2="{plot_h}" stroke="#999" stroke-width="1"/>'
         f'<text x="0" y="{_H - 3}" font-size="10" fill="#555">{lo:.1f}</text>'

@@ -29,7 +29,7 @@ from qualitycheck.verdict._compare import CaseComparison
 from qualitycheck.verdict._model import Summary
 from qualitycheck.verdict._status import STATUS_ORDER, CaseStatus, Status, StatusBook
 
-__all__ = ["CaseRow", "ITL_SAMPLE", "MAX_CASES", "ReportData", "RowCollector", "collect", "percentiles", "run_date"]
+__all__ = ["ITL_SAMPLE", "MAX_CASES", "CaseRow", "ReportData", "RowCollector", "collect", "percentiles", "run_date"]
 
 MAX_CASES = 5_000
 """Cases whose detail (answers, score details, comparison records) report.html embeds.
@@ -78,12 +78,19 @@ class CaseRow:
 
     def compact(self) -> dict[str, Any]:
         """The JSON shape the page's script reads (short keys: it is repeated per case)."""
-        d: dict[str, Any] = {"i": self.id, "k": self.category, "f": self.flags, "p": self.prompt,
-                             "t": self.texts, "s": self.statuses}
+        d: dict[str, Any] = {"i": self.id, "k": self.category, "f": self.flags, "p": self.prompt, "t": self.texts, "s": self.statuses}
         if self.route != self.category:
             d["r"] = self.route
-        for key, value in (("e", self.errors), ("m", self.meta), ("d", self.details), ("rc", self.regressed),
-                           ("tc", self.tolerated), ("ic", self.improved), ("fc", self.flaky), ("x", self.comparison)):
+        for key, value in (
+            ("e", self.errors),
+            ("m", self.meta),
+            ("d", self.details),
+            ("rc", self.regressed),
+            ("tc", self.tolerated),
+            ("ic", self.improved),
+            ("fc", self.flaky),
+            ("x", self.comparison),
+        ):
             if value:
                 d[key] = value
         return d
@@ -277,7 +284,7 @@ class _Latency:
         if spans:
             tokens = np.ones(len(times))
             for at, toks in spans:
-                tokens[at:at + len(toks)] = toks
+                tokens[at : at + len(toks)] = toks
             gaps = gaps / np.maximum(1, tokens[1:])
         within = np.ones(len(gaps), dtype=bool)
         starts = np.asarray(self._starts[side][1:], dtype=np.int64)
@@ -316,8 +323,10 @@ def _case_row(rec: CaseRecords, repeats: int) -> CaseRow:
         if r.target in _SIDES:
             row.texts.setdefault(r.target, [None] * repeats)[r.repeat] = r.text if r.ok else None
             row.meta.setdefault(r.target, [None] * repeats)[r.repeat] = {
-                "finish": r.finish_reason, "tokens": r.usage.completion_tokens,
-                "e2e_s": None if r.e2e_s is None else round(r.e2e_s, 4)}
+                "finish": r.finish_reason,
+                "tokens": r.usage.completion_tokens,
+                "e2e_s": None if r.e2e_s is None else round(r.e2e_s, 4),
+            }
         if r.error is not None:
             row.errors.setdefault(r.target, [None] * repeats)[r.repeat] = f"{r.error.kind}: {r.error.message}"
     letters: dict[str, dict[str, list[str]]] = {}
@@ -430,8 +439,7 @@ class RowCollector:
     the walk and nothing waits.
     """
 
-    def __init__(self, store: RunStore, *, max_cases: int = MAX_CASES, itl_sample: int = ITL_SAMPLE,
-                 summary: Summary | None = None):
+    def __init__(self, store: RunStore, *, max_cases: int = MAX_CASES, itl_sample: int = ITL_SAMPLE, summary: Summary | None = None):
         if max_cases < 0:
             raise ValueError(f"max_cases must be >= 0, got {max_cases}")
         self.store, self.max_cases = store, max_cases
@@ -518,16 +526,26 @@ class RowCollector:
         store = self.store
         created = store.meta("created_at")
         return ReportData(
-            summary=summary, manifest=store.manifest, created_at=float(created) if created else None,
-            rows=kept, checks=sorted(self.checks), categories=sorted(self.category_flags),
+            summary=summary,
+            manifest=store.manifest,
+            created_at=float(created) if created else None,
+            rows=kept,
+            checks=sorted(self.checks),
+            categories=sorted(self.category_flags),
             latency_samples=samples,
-            total_cases=len(self.suite_index), flag_counts=self.flag_counts, category_flags=self.category_flags,
-            omitted={k: v for k, v in omitted.items() if v}, max_cases=self.max_cases, latency_sampled=sampled, folder=store.folder,
+            total_cases=len(self.suite_index),
+            flag_counts=self.flag_counts,
+            category_flags=self.category_flags,
+            omitted={k: v for k, v in omitted.items() if v},
+            max_cases=self.max_cases,
+            latency_sampled=sampled,
+            folder=store.folder,
         )
 
 
-def collect(store: RunStore, summary: Summary | Mapping[str, Any], *, max_cases: int = MAX_CASES,
-            itl_sample: int = ITL_SAMPLE) -> ReportData:
+def collect(
+    store: RunStore, summary: Summary | Mapping[str, Any], *, max_cases: int = MAX_CASES, itl_sample: int = ITL_SAMPLE
+) -> ReportData:
     """The report of a run folder whose summary is already built: one walk of the store with its stored comparisons.
 
     Which cases are embedded: by their primary status in STATUS_ORDER (every

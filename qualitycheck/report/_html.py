@@ -34,10 +34,12 @@ from qualitycheck.verdict._status import STATUS_ORDER
 __all__ = ["REPORT_NAME", "render_html", "write_html", "write_report"]
 
 REPORT_NAME = "report.html"
-_METRICS = (("ttft_ms", "TTFT", "time to first token"),
-            ("tpot_ms", "TPOT", "time per output token after the first"),
-            ("itl_ms", "ITL", "gap between streamed chunks, per token"),
-            ("e2e_ms", "End-to-end", "request sent → last token"))
+_METRICS = (
+    ("ttft_ms", "TTFT", "time to first token"),
+    ("tpot_ms", "TPOT", "time per output token after the first"),
+    ("itl_ms", "ITL", "gap between streamed chunks, per token"),
+    ("e2e_ms", "End-to-end", "request sent → last token"),
+)
 
 
 @lru_cache(maxsize=1)
@@ -120,8 +122,7 @@ def _reasons(s: Summary) -> tuple[list[str], list[str]]:
 
 
 def _guardrail(g: GuardrailResult) -> dict[str, Any]:
-    return {"name": g.name, "scope": g.route, "threshold": g.threshold, "observed": g.observed, "passed": g.passed,
-            "message": g.message}
+    return {"name": g.name, "scope": g.route, "threshold": g.threshold, "observed": g.observed, "passed": g.passed, "message": g.message}
 
 
 def _targets(data: ReportData) -> list[dict[str, Any]]:
@@ -136,8 +137,15 @@ def _targets(data: ReportData) -> list[dict[str, Any]]:
         side_version = getattr(engine, name, None) if engine is not None and name in ("baseline", "candidate") else None
         if side_version not in (None, ""):
             extra.setdefault("engine_version", side_version)  # the preflight records each side's engine version
-        rows.append({"name": name, "url": t.get("url", ""), "model": t.get("model", ""), "label": t.get("label") or "",
-                     "extra": {k: v if isinstance(v, str) else json.dumps(v, default=str) for k, v in extra.items()}})
+        rows.append(
+            {
+                "name": name,
+                "url": t.get("url", ""),
+                "model": t.get("model", ""),
+                "label": t.get("label") or "",
+                "extra": {k: v if isinstance(v, str) else json.dumps(v, default=str) for k, v in extra.items()},
+            }
+        )
     return rows
 
 
@@ -157,22 +165,50 @@ def _categories(data: ReportData) -> list[dict[str, Any]]:
         checks = []
         for check, st in cat.checks.items():
             judge = {k: getattr(st, k) for k in _JUDGE_FIGURES if k in st.model_fields_set}
-            checks.append({"name": check, "b": st.baseline_pass_rate, "c": st.candidate_pass_rate,
-                           "delta": st.delta, "ci": st.ci, "p": st.p_value,
-                           "reg": len(st.regressions), "imp": len(st.improvements), "tol": len(st.tolerated),
-                           "flaky": len(st.flaky), "n": st.n, "mde": st.mde, "beyond": st.regressions_beyond_floor,
-                           "noise": st.noise_floor.flip_rate, "judge": judge})
-        drift: list[dict[str, Any]] = [{"name": feat, "b": d.baseline, "c": d.candidate, "kind": d.kind, "flagged": d.flag, "p": d.p_value}
-                 for feat, d in cat.format_drift.items()]
+            checks.append(
+                {
+                    "name": check,
+                    "b": st.baseline_pass_rate,
+                    "c": st.candidate_pass_rate,
+                    "delta": st.delta,
+                    "ci": st.ci,
+                    "p": st.p_value,
+                    "reg": len(st.regressions),
+                    "imp": len(st.improvements),
+                    "tol": len(st.tolerated),
+                    "flaky": len(st.flaky),
+                    "n": st.n,
+                    "mde": st.mde,
+                    "beyond": st.regressions_beyond_floor,
+                    "noise": st.noise_floor.flip_rate,
+                    "judge": judge,
+                }
+            )
+        drift: list[dict[str, Any]] = [
+            {"name": feat, "b": d.baseline, "c": d.candidate, "kind": d.kind, "flagged": d.flag, "p": d.p_value}
+            for feat, d in cat.format_drift.items()
+        ]
         drift.sort(key=lambda d: (not d["flagged"], d["name"]))
         counts = data.category_flags.get(name, {})
-        out.append({"name": name, "cases": cat.cases, "identical": cat.identical_rate,
-                    "similarity": cat.similarity_mean, "first_div": cat.first_divergence_char_median,
-                    "control_identical": cat.control_identical_rate,
-                    "verdict": cat.verdict, "checks": checks, "drift": drift,
-                    "flagged_drift": sum(d["flagged"] for d in drift),
-                    "regressions": counts.get("regression", 0), "tolerated": counts.get("tolerated", 0),
-                    "improvements": counts.get("improved", 0), "flaky": counts.get("flaky", 0), "errors": counts.get("error", 0)})
+        out.append(
+            {
+                "name": name,
+                "cases": cat.cases,
+                "identical": cat.identical_rate,
+                "similarity": cat.similarity_mean,
+                "first_div": cat.first_divergence_char_median,
+                "control_identical": cat.control_identical_rate,
+                "verdict": cat.verdict,
+                "checks": checks,
+                "drift": drift,
+                "flagged_drift": sum(d["flagged"] for d in drift),
+                "regressions": counts.get("regression", 0),
+                "tolerated": counts.get("tolerated", 0),
+                "improvements": counts.get("improved", 0),
+                "flaky": counts.get("flaky", 0),
+                "errors": counts.get("error", 0),
+            }
+        )
     return out
 
 
@@ -201,26 +237,48 @@ def _latency(data: ReportData) -> list[dict[str, Any]]:
             b, c = sides["baseline"].get(q), sides["candidate"].get(q)
             ratio[q] = c / b if _is_num(b) and _is_num(c) and b else None
         sampled = {s: n for s, n in data.latency_sampled.get(key, {}).items() if s in ("baseline", "candidate")}
-        note = ("histogram of a uniform random sample: " + ", ".join(f"{s} {len(samples[s]):,} of {n:,}" for s, n in sampled.items())
-                if sampled else "")
-        out.append({"key": key, "label": label, "meaning": meaning, "sides": sides, "ratio": ratio,
-                    "computed": computed, "sampled": note,
-                    "svg": histogram_svg(label, {s: v for s, v in samples.items() if s in ("baseline", "candidate")})})
+        note = (
+            "histogram of a uniform random sample: " + ", ".join(f"{s} {len(samples[s]):,} of {n:,}" for s, n in sampled.items())
+            if sampled
+            else ""
+        )
+        out.append(
+            {
+                "key": key,
+                "label": label,
+                "meaning": meaning,
+                "sides": sides,
+                "ratio": ratio,
+                "computed": computed,
+                "sampled": note,
+                "svg": histogram_svg(label, {s: v for s, v in samples.items() if s in ("baseline", "candidate")}),
+            }
+        )
     return out
 
 
 def _latency_approx(s: Summary) -> list[str]:
     """The sides whose percentiles the serving stage bucketed (very large runs), with its own words."""
-    return [f"{side}: {got.percentiles}" for side in ("baseline", "candidate", "control")
-            if (got := _side(s.latency, side)) is not None and got.percentiles]
+    return [
+        f"{side}: {got.percentiles}"
+        for side in ("baseline", "candidate", "control")
+        if (got := _side(s.latency, side)) is not None and got.percentiles
+    ]
 
 
 def _acceptance(a: Acceptance) -> dict[str, Any]:
     """The figures worth a glance, the per-position rates, and the stage's own warnings."""
-    figures = [(label, fmt(value)) for value, label, fmt in (
-        (a.rate, "acceptance rate", _pct), (a.mean_accepted_length, "mean accepted length", _num2),
-        (a.drafts, "drafts", _num), (a.draft_tokens, "draft tokens", _num), (a.accepted_tokens, "accepted tokens", _num))
-        if _is_num(value)]
+    figures = [
+        (label, fmt(value))
+        for value, label, fmt in (
+            (a.rate, "acceptance rate", _pct),
+            (a.mean_accepted_length, "mean accepted length", _num2),
+            (a.drafts, "drafts", _num),
+            (a.draft_tokens, "draft tokens", _num),
+            (a.accepted_tokens, "accepted tokens", _num),
+        )
+        if _is_num(value)
+    ]
     if a.speculating is not None:
         figures.append(("candidate speculating", "yes" if a.speculating else "no"))
     positions = ", ".join(_pct(x) for x in a.by_position if _is_num(x))
@@ -239,8 +297,15 @@ def _latency_by_category(data: ReportData) -> list[dict[str, Any]]:
             pb = getattr(b, key) if b is not None else None
             pc = getattr(c, key) if c is not None else None
             b95, c95 = pb.p95 if pb else None, pc.p95 if pc else None
-            cells.append({"b50": pb.p50 if pb else None, "c50": pc.p50 if pc else None, "b95": b95, "c95": c95,
-                          "ratio": c95 / b95 if _is_num(b95) and _is_num(c95) and b95 else None})
+            cells.append(
+                {
+                    "b50": pb.p50 if pb else None,
+                    "c50": pc.p50 if pc else None,
+                    "b95": b95,
+                    "c95": c95,
+                    "ratio": c95 / b95 if _is_num(b95) and _is_num(c95) and b95 else None,
+                }
+            )
         out.append({"name": cat, "cells": cells})
     return out
 
@@ -260,8 +325,11 @@ def _facts(data: ReportData) -> list[tuple[str, str]]:
 
 def _errors(s: Summary) -> list[dict[str, Any]]:
     """Every kind of failure per side, with its count and first message: why the error rate is what it is."""
-    return [{"side": side, "kind": k.kind, "count": k.count, "share": k.count / e.requests if e.requests else None,
-             "message": k.message} for side, e in s.errors.items() for k in e.kinds]
+    return [
+        {"side": side, "kind": k.kind, "count": k.count, "share": k.count / e.requests if e.requests else None, "message": k.message}
+        for side, e in s.errors.items()
+        for k in e.kinds
+    ]
 
 
 def _embedded(data: ReportData) -> dict[str, Any]:
@@ -271,9 +339,15 @@ def _embedded(data: ReportData) -> dict[str, Any]:
     folder = str(data.folder) if data.folder is not None else "RUN_DIR"
     order = [*STATUS_ORDER, ""]
     missing = ", ".join(f"{n:,} {f or 'without an outcome'}" for f, n in sorted(data.omitted.items(), key=lambda x: order.index(x[0])))
-    return {"shown": len(data.rows), "omitted": data.omitted_total, "missing": missing, "cap": data.max_cases,
-            "regressions_omitted": data.regressions_omitted, "regressions": data.flag_counts.get("regression", 0),
-            "load": f"from qualitycheck.core._store import load_run; run = load_run({folder!r})"}
+    return {
+        "shown": len(data.rows),
+        "omitted": data.omitted_total,
+        "missing": missing,
+        "cap": data.max_cases,
+        "regressions_omitted": data.regressions_omitted,
+        "regressions": data.flag_counts.get("regression", 0),
+        "load": f"from qualitycheck.core._store import load_run; run = load_run({folder!r})",
+    }
 
 
 def _context(data: ReportData, nonce: str) -> dict[str, Any]:
@@ -315,8 +389,7 @@ def render_html(data: ReportData, *, nonce: str | None = None) -> str:
     return _env().get_template("report.html.j2").render(**_context(data, nonce))
 
 
-def write_report(store: RunStore, summary: Summary, path: str | Path | None = None, *,
-                 max_cases: int = MAX_CASES) -> Path:
+def write_report(store: RunStore, summary: Summary, path: str | Path | None = None, *, max_cases: int = MAX_CASES) -> Path:
     """Build report.html for a stored run (default: in the run folder); atomic replace.
 
     `max_cases` bounds the cases embedded with their answers (see `data.MAX_CASES`);

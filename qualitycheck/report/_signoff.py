@@ -39,9 +39,12 @@ def render_signoff(s: Summary) -> str:
     w("# Speculative decoding sign-off")
     w("")
     base, cand = t.get("baseline"), t.get("candidate")
-    w(f"**Verdict: {s.verdict.upper()}** — {s.cases} cases, {s.repeats} repeat(s); "
-      f"baseline `{base.url if base else '?'}` vs candidate `{cand.url if cand else '?'}`"
-      + (f", control `{t['control'].url}`" if "control" in t else "") + ".")
+    w(
+        f"**Verdict: {s.verdict.upper()}** — {s.cases} cases, {s.repeats} repeat(s); "
+        f"baseline `{base.url if base else '?'}` vs candidate `{cand.url if cand else '?'}`"
+        + (f", control `{t['control'].url}`" if "control" in t else "")
+        + "."
+    )
     w("")
 
     w("## 1. Baseline performance")
@@ -50,9 +53,11 @@ def render_signoff(s: Summary) -> str:
         side: LatencySide | None = getattr(lat, name)
         e = s.errors.get(name)
         approx = side.percentiles if side is not None else None
-        w(f"- {name}: TTFT ms {_ms(side, 'ttft_ms')}; TPOT ms {_ms(side, 'tpot_ms')}; "
-          f"errors {e.count if e else 0}/{e.requests if e else 0} ({_pct(e.rate if e else None)})"
-          + (f"; percentiles {approx}" if approx else ""))
+        w(
+            f"- {name}: TTFT ms {_ms(side, 'ttft_ms')}; TPOT ms {_ms(side, 'tpot_ms')}; "
+            f"errors {e.count if e else 0}/{e.requests if e else 0} ({_pct(e.rate if e else None)})"
+            + (f"; percentiles {approx}" if approx else "")
+        )
         for kind in e.kinds if e else []:  # why they failed: what to fix before anyone reads the rates
             w(f"  - {kind.kind} × {kind.count}: {kind.message}")
     if lat.baseline is None and lat.candidate is None:
@@ -63,17 +68,25 @@ def render_signoff(s: Summary) -> str:
     acc = s.acceptance
     if acc.rate is not None:
         mal = acc.mean_accepted_length
-        w(f"- acceptance rate {acc.rate:.3f}, mean accepted length {'n/a' if mal is None else f'{mal:.2f}'}, "
-          f"draft tokens {acc.draft_tokens}, accepted {acc.accepted_tokens}")
+        w(
+            f"- acceptance rate {acc.rate:.3f}, mean accepted length {'n/a' if mal is None else f'{mal:.2f}'}, "
+            f"draft tokens {acc.draft_tokens}, accepted {acc.accepted_tokens}"
+        )
     else:
         w("- acceptance: NOT EVALUATED (no speculative-decoding counters scraped from the candidate)")
     pre = s.preflight
     if pre is not None:
         ok = pre.ok
         checked = any(item.passed is not None for item in pre.checks)
-        state = ("MISMATCH" if ok is False
-                 else "NOT EVALUATED (no check could be made: the servers expose none of what it compares)" if not checked
-                 else "consistent" if ok else "see details")
+        state = (
+            "MISMATCH"
+            if ok is False
+            else "NOT EVALUATED (no check could be made: the servers expose none of what it compares)"
+            if not checked
+            else "consistent"
+            if ok
+            else "see details"
+        )
         w(f"- preflight (model, chat template, stop tokens): {state}")
         for item in pre.checks[:10]:
             state = "ok" if item.passed else "MISMATCH" if item.passed is False else "could not check"
@@ -93,14 +106,22 @@ def render_signoff(s: Summary) -> str:
             ci = k.ci
             ci_s = f"{k.delta * 100:+.1f}pp [{ci[0] * 100:+.1f}, {ci[1] * 100:+.1f}]" if ci and k.delta is not None else "n/a"
             p = k.p_value_holm
-            w(f"| {cat} | {c.verdict} | {c.cases} | {_pct(c.identical_rate)} | {name} | "
-              f"{_pct(k.baseline_pass_rate)} | {_pct(k.candidate_pass_rate)} | {ci_s} | "
-              f"{'n/a' if p is None else f'{p:.3g}'} | {len(k.regressions)} "
-              f"({k.regressions_beyond_floor} beyond noise) | {len(k.flaky)} | {_pct(k.mde)} |")
+            w(
+                f"| {cat} | {c.verdict} | {c.cases} | {_pct(c.identical_rate)} | {name} | "
+                f"{_pct(k.baseline_pass_rate)} | {_pct(k.candidate_pass_rate)} | {ci_s} | "
+                f"{'n/a' if p is None else f'{p:.3g}'} | {len(k.regressions)} "
+                f"({k.regressions_beyond_floor} beyond noise) | {len(k.flaky)} | {_pct(k.mde)} |"
+            )
     w("")
-    floors = sorted({(k.noise_floor.measured_by, cat, name, k.noise_floor.flip_rate)
-                     for cat, c in s.categories.items() for name, k in c.checks.items() if k.noise_floor.measured_by},
-                    key=lambda x: (x[1], x[2]))
+    floors = sorted(
+        {
+            (k.noise_floor.measured_by, cat, name, k.noise_floor.flip_rate)
+            for cat, c in s.categories.items()
+            for name, k in c.checks.items()
+            if k.noise_floor.measured_by
+        },
+        key=lambda x: (x[1], x[2]),
+    )
     how = s.noise_floor
     if how is not None and how.source != "none":
         cost = f"; it cost {how.requests} extra request(s)" if how.requests else ""
@@ -110,15 +131,16 @@ def render_signoff(s: Summary) -> str:
         for by, cat, name, rate in floors:
             w(f"- {cat} / {name}: {_pct(rate)} of A/A pairs disagree (measured by {by})")
     elif how is None or how.source == "none":
-        w("Noise floor: not measured (--no-noise-floor, or no control target and one repeat): every pass→fail flip "
-          "counts as a regression.")
+        w("Noise floor: not measured (--no-noise-floor, or no control target and one repeat): every pass→fail flip counts as a regression.")
     for cat, c in s.categories.items():
         nf = c.noise_floor
         if nf.measured_by and nf.candidate_divergence_rate is not None and nf.text_divergence_rate is not None:
             p = nf.divergence_p_value
             beyond = p is not None and p < 0.05 and nf.candidate_divergence_rate > nf.text_divergence_rate
-            w(f"- {cat}: answers differ from the baseline's in {_pct(nf.candidate_divergence_rate)} of pairs vs "
-              f"{_pct(nf.text_divergence_rate)} for the A/A pairs (p {p:.3g})" + (" — TEXT DIVERGENCE BEYOND NOISE" if beyond else ""))
+            w(
+                f"- {cat}: answers differ from the baseline's in {_pct(nf.candidate_divergence_rate)} of pairs vs "
+                f"{_pct(nf.text_divergence_rate)} for the A/A pairs (p {p:.3g})" + (" — TEXT DIVERGENCE BEYOND NOISE" if beyond else "")
+            )
     flaky = [(cat, name, i) for cat, c in s.categories.items() for name, k in c.checks.items() for i in k.flaky_regressions]
     if flaky:
         w("Flaky cases that dropped on the candidate (not counted): " + ", ".join(f"{cat}/{i} ({name})" for cat, name, i in flaky[:30]))

@@ -43,8 +43,16 @@ def make_console(file: IO[str] | None = None) -> Console:
     """A console that colours only a real terminal and keeps CI logs plain, at a fixed width."""
     file = file or sys.stderr
     tty = hasattr(file, "isatty") and file.isatty()
-    return Console(file=file, force_terminal=tty, no_color=not tty, highlight=False, soft_wrap=False,
-                   width=None if tty else _LOG_WIDTH, emoji=False, legacy_windows=False)
+    return Console(
+        file=file,
+        force_terminal=tty,
+        no_color=not tty,
+        highlight=False,
+        soft_wrap=False,
+        width=None if tty else _LOG_WIDTH,
+        emoji=False,
+        legacy_windows=False,
+    )
 
 
 def _column_widths(console: Console, options: ConsoleOptions, table: Table) -> list[int] | None:
@@ -133,8 +141,14 @@ def _regression_count(cat: CategorySummary) -> int:
 
 def _category_table(summary: Summary, ascii_box: bool) -> Table:
     t = Table(title="Categories", box=box.ASCII2 if ascii_box else box.SIMPLE_HEAVY, title_justify="left")
-    for col, kw in (("category", {}), ("cases", {"justify": "right"}), ("identical", {"justify": "right"}),
-                    ("checks: baseline → candidate (Δ)", {}), ("regressions", {"justify": "right"}), ("verdict", {})):
+    for col, kw in (
+        ("category", {}),
+        ("cases", {"justify": "right"}),
+        ("identical", {"justify": "right"}),
+        ("checks: baseline → candidate (Δ)", {}),
+        ("regressions", {"justify": "right"}),
+        ("verdict", {}),
+    ):
         t.add_column(col, **kw)  # type: ignore[arg-type]
     for name, cat in summary.categories.items():
         lines = "\n".join(_check_line(k, v) for k, v in cat.checks.items()) or "–"
@@ -152,8 +166,13 @@ def _category_lines(summary: Summary) -> list[RenderableType]:
 
 
 def _result(g: GuardrailResult) -> Text:
-    return (Text("PASS", style="green") if g.passed else Text("FAIL", style="bold red") if g.passed is False
-            else Text("NOT EVALUATED", style="yellow"))
+    return (
+        Text("PASS", style="green")
+        if g.passed
+        else Text("FAIL", style="bold red")
+        if g.passed is False
+        else Text("NOT EVALUATED", style="yellow")
+    )
 
 
 def _observed(g: GuardrailResult) -> str:
@@ -271,13 +290,17 @@ def _omitted_line(data: ReportData) -> Text:
     where = f"load_run({str(data.folder)!r}) has them all" if data.folder is not None else "load_run(DIR) has them all"
     line = Text(f"report embeds {len(data.rows):,} of {data.total_cases:,} cases ({data.omitted_total:,} not embedded; {where})")
     if data.regressions_omitted:
-        line = Text(f"WARNING: {data.flag_counts.get('regression', 0):,} regressions exceed the report's {data.max_cases:,}-case cap: "
-                    f"{data.regressions_omitted:,} regressions are not listed in report.html\n", style="bold red").append_text(line)
+        line = Text(
+            f"WARNING: {data.flag_counts.get('regression', 0):,} regressions exceed the report's {data.max_cases:,}-case cap: "
+            f"{data.regressions_omitted:,} regressions are not listed in report.html\n",
+            style="bold red",
+        ).append_text(line)
     return line
 
 
-def print_summary(summary: Summary, data: ReportData | None = None, *, console: Console | None = None,
-                  report_path: str | None = None) -> None:
+def print_summary(
+    summary: Summary, data: ReportData | None = None, *, console: Console | None = None, report_path: str | None = None
+) -> None:
     """Print the summary; `report_path` adds where the HTML report is."""
     console = console or make_console()
     parts = summary_renderables(summary, data, ascii_box=not console.is_terminal)

@@ -77,18 +77,30 @@ class BrokenScorer:
 S = TypeVar("S", bound=BaseModel)
 
 
-def declare_family(key: str, *, spec: type[S], names: Sequence[str],
-                   produces: Callable[[S], Sequence[str]] | None = None,
-                   build: Callable[[S, Case], Sequence[Scorer]] | None = None,
-                   load: Callable[[S, LoadContext], S] | None = None, origin: str = "") -> CheckFamily:
+def declare_family(
+    key: str,
+    *,
+    spec: type[S],
+    names: Sequence[str],
+    produces: Callable[[S], Sequence[str]] | None = None,
+    build: Callable[[S, Case], Sequence[Scorer]] | None = None,
+    load: Callable[[S, LoadContext], S] | None = None,
+    origin: str = "",
+) -> CheckFamily:
     """Register a family in the process's registry and return it (`build` None: another stage scores it)."""
-    return check_registry.register(CheckFamily(key=key, spec=spec, names=tuple(names), produces=produces,
-                                               build=build, load=load, origin=origin))
+    return check_registry.register(
+        CheckFamily(key=key, spec=spec, names=tuple(names), produces=produces, build=build, load=load, origin=origin)
+    )
 
 
-def check_family(key: str, *, spec: type[S], names: Sequence[str],
-                 produces: Callable[[S], Sequence[str]] | None = None,
-                 load: Callable[[S, LoadContext], S] | None = None) -> Callable[[Callable[[S, Case], Sequence[Scorer]]], Callable[[S, Case], Sequence[Scorer]]]:
+def check_family(
+    key: str,
+    *,
+    spec: type[S],
+    names: Sequence[str],
+    produces: Callable[[S], Sequence[str]] | None = None,
+    load: Callable[[S, LoadContext], S] | None = None,
+) -> Callable[[Callable[[S, Case], Sequence[Scorer]]], Callable[[S, Case], Sequence[Scorer]]]:
     """Decorate a scorer factory `(spec, case) -> scorers` to declare the family `key` (see the module doc).
 
     `names`: every check name the family can produce (reserved: a custom
@@ -99,8 +111,9 @@ def check_family(key: str, *, spec: type[S], names: Sequence[str],
     """
 
     def decorate(factory: Callable[[S, Case], Sequence[Scorer]]) -> Callable[[S, Case], Sequence[Scorer]]:
-        declare_family(key, spec=spec, names=names, produces=produces, build=factory, load=load,
-                       origin=f"{factory.__module__}.{factory.__qualname__}")
+        declare_family(
+            key, spec=spec, names=names, produces=produces, build=factory, load=load, origin=f"{factory.__module__}.{factory.__qualname__}"
+        )
         return factory
 
     return decorate

@@ -35,11 +35,12 @@ class UnitTestsCheck(CheckSpec):
     """Code run before the answer (imports the tests need)."""
     timeout_s: float = 10.0
 
+
 _PY_LANGS = {"python", "py", "python3", "py3", ""}
 
 # Runs inside the sandbox. Reads all three files before running any of them
 # (the answer could rewrite tests.py), then reports on the fd given last.
-HARNESS = r'''
+HARNESS = r"""
 import json, os, sys, traceback
 fd = int(sys.argv[-1])
 entry = sys.argv[1] if len(sys.argv) > 2 else ""
@@ -82,7 +83,7 @@ except BaseException as exc:
     report({"status": "fail", "part": part, "error": ("%s: %s" % (type(exc).__name__, exc))[:500], **where(exc)})
 else:
     report({"status": "pass"})
-'''
+"""
 
 
 def _defines(code: str, name: str) -> bool:

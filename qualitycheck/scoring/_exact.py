@@ -12,10 +12,8 @@ in both cases, and the score's detail lists the steps applied.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -161,8 +159,11 @@ class ExactScorer:
         elif answer.target == "baseline":
             return Outcome("pass", True, {"against": "baseline", "normalisation": list(self._steps), "is_baseline": True})
         elif baseline is None or baseline.error is not None:
-            return Outcome("error", None, {"against": "baseline", "normalisation": list(self._steps),
-                                           "reason": "the baseline has no answer for this repeat"})
+            return Outcome(
+                "error",
+                None,
+                {"against": "baseline", "normalisation": list(self._steps), "reason": "the baseline has no answer for this repeat"},
+            )
         else:
             want, against = normalise(baseline.text, self.spec), "baseline"
         if got == want:

@@ -100,10 +100,30 @@ FEATURE_KINDS: dict[str, FeatureKind] = {
 """Every feature `format_features` returns, with its kind: the one place the drift statistics read it from."""
 
 TEMPLATE_TOKENS = (
-    "<|im_end|>", "<|im_start|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>",
-    "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|end|>", "<|user|>", "<|assistant|>",
-    "<|system|>", "<end_of_turn>", "<start_of_turn>", "</s>", "<s>", "[INST]", "[/INST]", "<|return|>",
-    "<|channel|>", "<|message|>", "<｜end▁of▁sentence｜>", "<|fim_middle|>",
+    "<|im_end|>",
+    "<|im_start|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end_of_text|>",
+    "<|begin_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|end|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|system|>",
+    "<end_of_turn>",
+    "<start_of_turn>",
+    "</s>",
+    "<s>",
+    "[INST]",
+    "[/INST]",
+    "<|return|>",
+    "<|channel|>",
+    "<|message|>",
+    "<｜end▁of▁sentence｜>",
+    "<|fim_middle|>",
 )
 """Stop and chat-template tokens of common model families; in an answer they mean a leak."""
 

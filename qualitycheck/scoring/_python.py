@@ -105,10 +105,15 @@ class PythonChecks(RootModel[list[PythonCheck]]):
         errors: list[InitErrorDetails] = []
         for i, c in enumerate(self.root):
             if c.name in first:
-                errors.append(InitErrorDetails(
-                    type=PydanticCustomError("check_name_collision",
-                                             f"check name {c.name!r} is also produced by checks.python[{first[c.name]}]"),
-                    loc=(i, "name"), input=c.name))
+                errors.append(
+                    InitErrorDetails(
+                        type=PydanticCustomError(
+                            "check_name_collision", f"check name {c.name!r} is also produced by checks.python[{first[c.name]}]"
+                        ),
+                        loc=(i, "name"),
+                        input=c.name,
+                    )
+                )
             first.setdefault(c.name, i)
         if errors:
             raise ValidationError.from_exception_data("PythonChecks", errors)
@@ -228,8 +233,14 @@ class PythonScorer:
         if verdict is None:
             shown = repr(result)
             shown = shown if len(shown) <= 80 else shown[:77] + "..."
-            return Outcome("error", None, {**detail, "reason": f"{self.spec.function} returned {shown} "
-                                                                f"({type(result).__name__}); expected a bool or a (bool, str) pair"})
+            return Outcome(
+                "error",
+                None,
+                {
+                    **detail,
+                    "reason": f"{self.spec.function} returned {shown} ({type(result).__name__}); expected a bool or a (bool, str) pair",
+                },
+            )
         passed, reason = verdict
         if reason:
             detail["reason"] = reason

@@ -27,6 +27,7 @@ import qualitycheck.scoring._sql
 import qualitycheck.scoring._code  # unit_tests
 import qualitycheck.scoring._judged  # judge
 import qualitycheck.scoring._python  # noqa: F401
+
 # isort: on
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import check_registry
@@ -94,8 +95,11 @@ def score_case(case: Case, responses: Iterable[Response], scorers: list[Scorer] 
                 except Exception as exc:
                     last = traceback.format_exception_only(exc)[-1].strip()
                     oc = Outcome("error", None, {"reason": f"scorer failed: {last}"})
-            out.append(Score(case_id=r.case_id, target=r.target, repeat=r.repeat, check=s.check,
-                             status=oc.status, value=oc.value, detail=oc.detail))
+            out.append(
+                Score(
+                    case_id=r.case_id, target=r.target, repeat=r.repeat, check=s.check, status=oc.status, value=oc.value, detail=oc.detail
+                )
+            )
     return out
 
 
@@ -144,5 +148,8 @@ def _warn_weak_isolation(weak: set[str]) -> None:
     import sys
 
     if weak:
-        print(f"qualitycheck: WARNING: unit tests ran with weaker isolation than a network-less namespace "
-              f"sandbox ({', '.join(sorted(weak))}); see the scores' detail", file=sys.stderr)
+        print(
+            f"qualitycheck: WARNING: unit tests ran with weaker isolation than a network-less namespace "
+            f"sandbox ({', '.join(sorted(weak))}); see the scores' detail",
+            file=sys.stderr,
+        )

@@ -195,19 +195,37 @@ def isolation() -> dict[str, Any]:
         if unshare and root and _works([unshare, *_UNSHARE_NS, "--", "true"]):
             user_python = sys.executable if _world_runnable(sys.executable) else shutil.which("python3", path=_SAFE_PATH)
             user_python = _unmasked_python(user_python) if user_python else None
-            info = {"level": "namespaces", "unshare": [unshare, *_UNSHARE_NS], "drop_to_nobody": bool(user_python),
-                    "program_python": user_python or sys.executable, "cgroups": _cgroups_usable()}
+            info = {
+                "level": "namespaces",
+                "unshare": [unshare, *_UNSHARE_NS],
+                "drop_to_nobody": bool(user_python),
+                "program_python": user_python or sys.executable,
+                "cgroups": _cgroups_usable(),
+            }
         elif unshare and _works([unshare, "--user", "--map-root-user", *_UNSHARE_NS, "--", "true"]):
-            info = {"level": "user-namespaces", "unshare": [unshare, "--user", "--map-root-user", *_UNSHARE_NS],
-                    "drop_to_nobody": False, "program_python": _unmasked_python(sys.executable), "cgroups": []}
+            info = {
+                "level": "user-namespaces",
+                "unshare": [unshare, "--user", "--map-root-user", *_UNSHARE_NS],
+                "drop_to_nobody": False,
+                "program_python": _unmasked_python(sys.executable),
+                "cgroups": [],
+            }
         else:
             # Without namespaces a root process can still bound processes and memory with cgroups.
-            info = {"level": "none", "unshare": None, "drop_to_nobody": False, "program_python": sys.executable,
-                    "cgroups": _cgroups_usable() if root else []}
+            info = {
+                "level": "none",
+                "unshare": None,
+                "drop_to_nobody": False,
+                "program_python": sys.executable,
+                "cgroups": _cgroups_usable() if root else [],
+            }
         info["weak"] = info["level"] == "none"
         if info["weak"]:
-            print("qualitycheck: WARNING: cannot create namespaces (unshare failed): unit tests run WITHOUT network "
-                  "or filesystem isolation, only with rlimits and a scrubbed environment", file=sys.stderr)
+            print(
+                "qualitycheck: WARNING: cannot create namespaces (unshare failed): unit tests run WITHOUT network "
+                "or filesystem isolation, only with rlimits and a scrubbed environment",
+                file=sys.stderr,
+            )
         _probed = info
         return info
 
@@ -328,15 +346,25 @@ def _rlimits(limits: Limits, per_run_pids: bool) -> dict[str, int]:
     # RLIMIT_NPROC counts every process of the uid, so runs in parallel as nobody would share
     # it: with a per-run pids cgroup it is only a backstop, else it is the limit.
     nproc = limits.processes * 64 if per_run_pids else limits.processes
-    return {"RLIMIT_CPU": limits.cpu_s, "RLIMIT_AS": limits.memory_bytes, "RLIMIT_FSIZE": limits.file_bytes,
-            "RLIMIT_NOFILE": limits.open_files, "RLIMIT_NPROC": nproc, "RLIMIT_CORE": 0}
+    return {
+        "RLIMIT_CPU": limits.cpu_s,
+        "RLIMIT_AS": limits.memory_bytes,
+        "RLIMIT_FSIZE": limits.file_bytes,
+        "RLIMIT_NOFILE": limits.open_files,
+        "RLIMIT_NPROC": nproc,
+        "RLIMIT_CORE": 0,
+    }
 
 
 def _detail(info: dict[str, Any], cgroups: list[str]) -> dict[str, Any]:
     namespaced = info["level"] != "none"
-    return {"network": namespaced, "pid_namespace": namespaced, "private_tmp": namespaced,
-            "uid": "nobody" if info["drop_to_nobody"] else ("mapped-root" if namespaced else "self"),
-            "cgroups": cgroups}
+    return {
+        "network": namespaced,
+        "pid_namespace": namespaced,
+        "private_tmp": namespaced,
+        "uid": "nobody" if info["drop_to_nobody"] else ("mapped-root" if namespaced else "self"),
+        "cgroups": cgroups,
+    }
 
 
 def _parse_report(raw: bytes) -> dict[str, Any] | None:
@@ -373,8 +401,16 @@ def _run_fresh(files: dict[str, str], argv: list[str], limits: Limits, info: dic
         cmd = [*(info["unshare"] or []), *(["--"] if info["unshare"] else []), sys.executable, "-I", "-S", "-c", _STAGE2]
         start = time.monotonic()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=out, stderr=err, pass_fds=(report_fd,),
-                                    env={"PATH": _SAFE_PATH, "LANG": "C.UTF-8"}, cwd=host_dir, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                pass_fds=(report_fd,),
+                env={"PATH": _SAFE_PATH, "LANG": "C.UTF-8"},
+                cwd=host_dir,
+                start_new_session=True,
+            )
         os.close(report_fd)
         timed_out = False
         try:
@@ -863,14 +899,25 @@ class _ForkServer:
         self._sock = ours
         self._cgroup_roots = {ctl: str(Path(_CGROUP_ROOTS[ctl]) / "qualitycheck") for ctl in info["cgroups"]}
         self._prefix = f"zygote-{uuid.uuid4().hex[:12]}"
-        conf = {"cgroups": self._cgroup_roots, "prefix": self._prefix, "mounts": list(_TMPFS_DIRS),
-                "disk_bytes": Limits().disk_bytes, "spares": _SPARES}
-        cmd = [*info["unshare"], "--", info["program_python"], "-I", "-B", "-c", _ZYGOTE, str(theirs.fileno()),
-               json.dumps(conf)]
+        conf = {
+            "cgroups": self._cgroup_roots,
+            "prefix": self._prefix,
+            "mounts": list(_TMPFS_DIRS),
+            "disk_bytes": Limits().disk_bytes,
+            "spares": _SPARES,
+        }
+        cmd = [*info["unshare"], "--", info["program_python"], "-I", "-B", "-c", _ZYGOTE, str(theirs.fileno()), json.dumps(conf)]
         try:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                         pass_fds=(theirs.fileno(),), env={"PATH": _SAFE_PATH, "LANG": "C.UTF-8"},
-                                         cwd="/", start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(theirs.fileno(),),
+                env={"PATH": _SAFE_PATH, "LANG": "C.UTF-8"},
+                cwd="/",
+                start_new_session=True,
+            )
         finally:
             theirs.close()
         hello = self._hello()
@@ -1015,8 +1062,7 @@ def _server_for(info: dict[str, Any], replace: _ForkServer | None = None) -> _Fo
                 server = _servers[key] = _ForkServer(info)
             except OSError as exc:
                 _no_server[key] = str(exc)
-                print(f"qualitycheck: note: {exc}; each unit test starts its own sandbox instead "
-                      "(same isolation, slower)", file=sys.stderr)
+                print(f"qualitycheck: note: {exc}; each unit test starts its own sandbox instead (same isolation, slower)", file=sys.stderr)
                 return None
         return server
 
@@ -1067,8 +1113,9 @@ def _capped_text(fd: int, cap: int) -> str:
     return text + "\n[... output cut]" if len(data) > cap else text
 
 
-def _run_forked(server: _ForkServer, files: dict[str, str], argv: list[str], limits: Limits,
-                info: dict[str, Any], trusted_main: bool) -> SandboxResult:
+def _run_forked(
+    server: _ForkServer, files: dict[str, str], argv: list[str], limits: Limits, info: dict[str, Any], trusted_main: bool
+) -> SandboxResult:
     """One run on a spare of the zygote; raises `_ServerDied` when the zygote went away under it."""
     cfg = {
         "cgroup_limits": _cgroup_limits(limits),
@@ -1105,8 +1152,7 @@ def _run_forked(server: _ForkServer, files: dict[str, str], argv: list[str], lim
             os.close(fd)
 
 
-def run_python(files: dict[str, str], argv: list[str], limits: Limits = Limits(), *,
-               trusted_main: bool = False) -> SandboxResult:
+def run_python(files: dict[str, str], argv: list[str], limits: Limits = Limits(), *, trusted_main: bool = False) -> SandboxResult:
     """Run `python -I -B *argv` in a fresh dir holding `files`, isolated as well as this host allows.
 
     The program gets a report file descriptor, whose number is appended to

@@ -41,6 +41,7 @@ class SqlCheck(CheckSpec):
     ordered: bool | None = None
     """Compare row order; default: only when the reference has ORDER BY."""
 
+
 QUERY_TIMEOUT_S = 5.0
 MAX_ROWS = 100_000
 DIFF_ROWS = 5
@@ -58,7 +59,6 @@ def extract_sql(text: str) -> tuple[str, str]:
 def _parse_one(sql: str, dialect: str) -> Any:
     """Exactly one statement, or ValueError/ParseError saying why not."""
     import sqlglot
-
     from sqlglot import exp
 
     trees = [t for t in sqlglot.parse(sql, read=dialect) if t is not None]

@@ -125,12 +125,20 @@ class JsonSchemaScorer:
         if found.mode is None:
             return Outcome("fail", None, {**_found_detail(found, answer), "reason": "no JSON to validate"})
         errors = sorted(self._validator.iter_errors(found.value), key=lambda e: (list(e.absolute_path), e.message))
-        detail: dict[str, Any] = {"found_in": found.mode, "strict": found.mode == "strict", "validator": self._draft,
-                                  "error_count": len(errors)}
+        detail: dict[str, Any] = {
+            "found_in": found.mode,
+            "strict": found.mode == "strict",
+            "validator": self._draft,
+            "error_count": len(errors),
+        }
         if errors:
             detail["errors"] = [
-                {"path": json_path(e.absolute_path), "message": e.message[:_MSG_CHARS], "keyword": e.validator,
-                 "schema_path": "/".join(map(str, e.absolute_schema_path))}
+                {
+                    "path": json_path(e.absolute_path),
+                    "message": e.message[:_MSG_CHARS],
+                    "keyword": e.validator,
+                    "schema_path": "/".join(map(str, e.absolute_schema_path)),
+                }
                 for e in errors[:MAX_SCHEMA_ERRORS]
             ]
             return Outcome("fail", len(errors), detail)
@@ -250,7 +258,8 @@ def json_family(spec: JsonCheck, case: Case) -> Sequence[Scorer]:
     return out
 
 
-@check_family("yaml", spec=YamlCheck, names=("yaml_parse", "toml_parse", "ini_parse", "json_parse"),
-              produces=lambda spec: [f"{spec.format}_parse"])
+@check_family(
+    "yaml", spec=YamlCheck, names=("yaml_parse", "toml_parse", "ini_parse", "json_parse"), produces=lambda spec: [f"{spec.format}_parse"]
+)
 def config_family(spec: YamlCheck, case: Case) -> Sequence[Scorer]:
     return [ConfigParseScorer(spec)]

@@ -16,11 +16,11 @@ from qualitycheck.serving._latency import LatencyTally, cost_per_1k, itl_per_tok
 from qualitycheck.serving._slices import SliceTally, slices_summary
 
 __all__ = [
+    "WINDOWS_ARTIFACT",
     "ErrorKind",
     "ErrorTally",
     "LatencyTally",
     "SliceTally",
-    "WINDOWS_ARTIFACT",
     "acceptance_from_windows",
     "acceptance_summary",
     "cost_per_1k",

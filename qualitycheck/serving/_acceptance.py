@@ -87,8 +87,7 @@ def _rates(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _empty() -> dict[str, Any]:
-    return {"rate": None, "mean_accepted_length": None, "draft_tokens": None, "accepted_tokens": None,
-            "drafts": None, "by_position": []}
+    return {"rate": None, "mean_accepted_length": None, "draft_tokens": None, "accepted_tokens": None, "drafts": None, "by_position": []}
 
 
 def _add(total: dict[str, Any], spec: dict[str, Any]) -> None:
@@ -161,7 +160,8 @@ def acceptance_summary(store: RunStore) -> dict[str, Any]:
     windows = store.artifact(WINDOWS_ARTIFACT, [])
     if not windows:
         out = _empty()
-        out.update(warnings=["no /metrics scrapes recorded for this run: acceptance not measured"],
-                   speculating=False, baseline_speculating=False)
+        out.update(
+            warnings=["no /metrics scrapes recorded for this run: acceptance not measured"], speculating=False, baseline_speculating=False
+        )
         return out
     return acceptance_from_windows(windows)

@@ -44,9 +44,9 @@ from qualitycheck.core._store import CaseRecords, RunStore
 __all__ = [
     "EXACT_RESPONSES",
     "EXACT_SAMPLES",
+    "RELATIVE_ERROR",
     "LatencySamples",
     "LatencyTally",
-    "RELATIVE_ERROR",
     "Samples",
     "cost_per_1k",
     "itl_per_token",
@@ -127,7 +127,7 @@ class Samples:
     how many there are (DDSketch's scheme, Masson et al. 2019).
     """
 
-    __slots__ = ("_exact", "_buckets", "_zeros", "n")
+    __slots__ = ("_buckets", "_exact", "_zeros", "n")
 
     def __init__(self) -> None:
         self._exact: array[float] | None = array("d")
@@ -216,7 +216,7 @@ class Samples:
         for i in sorted(self._buckets):
             seen += self._buckets[i]
             if k < seen:
-                return 2.0 * _GAMMA ** i / (_GAMMA + 1.0)
+                return 2.0 * _GAMMA**i / (_GAMMA + 1.0)
         raise AssertionError("rank beyond the sample count")  # n is the sum of the counts
 
 
@@ -271,11 +271,15 @@ class LatencySamples:
         starts = [p.first_start for p in parts if p.first_start is not None]
         ends = [p.last_end for p in parts if p.last_end is not None]
         return cls(
-            ttft=Samples.merged(p.ttft for p in parts), tpot=Samples.merged(p.tpot for p in parts),
-            itl=Samples.merged(p.itl for p in parts), e2e=Samples.merged(p.e2e for p in parts),
-            requests=sum(p.requests for p in parts), errors=sum(p.errors for p in parts),
+            ttft=Samples.merged(p.ttft for p in parts),
+            tpot=Samples.merged(p.tpot for p in parts),
+            itl=Samples.merged(p.itl for p in parts),
+            e2e=Samples.merged(p.e2e for p in parts),
+            requests=sum(p.requests for p in parts),
+            errors=sum(p.errors for p in parts),
             output_tokens=sum(p.output_tokens for p in parts),
-            first_start=min(starts) if starts else None, last_end=max(ends) if ends else None,
+            first_start=min(starts) if starts else None,
+            last_end=max(ends) if ends else None,
         )
 
     @property
@@ -302,8 +306,10 @@ class LatencySamples:
         if gpu_hour_usd is not None:
             out["cost_per_1k_output_tokens_usd"] = cost_per_1k(gpu_hour_usd, wall, self.output_tokens)
         if not self.exact:
-            out["percentiles"] = (f"approximate: log buckets, relative error <= {RELATIVE_ERROR:g} "
-                                  f"(more than {EXACT_RESPONSES} responses and {EXACT_SAMPLES} samples on this side)")
+            out["percentiles"] = (
+                f"approximate: log buckets, relative error <= {RELATIVE_ERROR:g} "
+                f"(more than {EXACT_RESPONSES} responses and {EXACT_SAMPLES} samples on this side)"
+            )
         return out
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from qualitycheck.core._cases import Case
 from qualitycheck.core._store import CaseRecords, RunStore
 
-__all__ = ["OUTPUT_BUCKETS", "PROMPT_BUCKETS", "SliceTally", "TEMPERATURE_BUCKETS", "bucket", "slices_summary"]
+__all__ = ["OUTPUT_BUCKETS", "PROMPT_BUCKETS", "TEMPERATURE_BUCKETS", "SliceTally", "bucket", "slices_summary"]
 
 OUTPUT_BUCKETS = ((32, "1-32"), (128, "33-128"), (512, "129-512"), (None, ">512"))
 PROMPT_BUCKETS = ((128, "1-128"), (512, "129-512"), (2048, "513-2048"), (None, ">2048"))

@@ -13,80 +13,184 @@ from typing import TYPE_CHECKING
 from qualitycheck.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from qualitycheck.verdict._judge_figures import (
-        JudgeTally as JudgeTally,
-        judge_summary as judge_summary,
-    )
     from qualitycheck.verdict._compare import (
         CaseComparison as CaseComparison,
+    )
+    from qualitycheck.verdict._compare import (
         CheckOutcome as CheckOutcome,
+    )
+    from qualitycheck.verdict._compare import (
         compare_case as compare_case,
+    )
+    from qualitycheck.verdict._compare import (
         compare_run as compare_run,
+    )
+    from qualitycheck.verdict._compare import (
         first_divergence as first_divergence,
+    )
+    from qualitycheck.verdict._compare import (
         similarity as similarity,
     )
     from qualitycheck.verdict._digest import (
         RunDigest as RunDigest,
+    )
+    from qualitycheck.verdict._digest import (
         TextTally as TextTally,
     )
     from qualitycheck.verdict._gate import (
         DEFAULT_GUARDRAILS as DEFAULT_GUARDRAILS,
+    )
+    from qualitycheck.verdict._gate import (
         Evidence as Evidence,
+    )
+    from qualitycheck.verdict._gate import (
         GuardrailResult as GuardrailResult,
+    )
+    from qualitycheck.verdict._gate import (
         Guardrails as Guardrails,
+    )
+    from qualitycheck.verdict._gate import (
         MaxErrorRate as MaxErrorRate,
+    )
+    from qualitycheck.verdict._gate import (
         MaxQualityRegressionCases as MaxQualityRegressionCases,
+    )
+    from qualitycheck.verdict._gate import (
         MaxTpotP95Regression as MaxTpotP95Regression,
+    )
+    from qualitycheck.verdict._gate import (
         MinAcceptanceRate as MinAcceptanceRate,
+    )
+    from qualitycheck.verdict._gate import (
         PreflightConsistent as PreflightConsistent,
+    )
+    from qualitycheck.verdict._gate import (
         Rule as Rule,
+    )
+    from qualitycheck.verdict._gate import (
         build_rules as build_rules,
+    )
+    from qualitycheck.verdict._gate import (
         decide as decide,
+    )
+    from qualitycheck.verdict._gate import (
         parse_fraction as parse_fraction,
+    )
+    from qualitycheck.verdict._gate import (
         parse_guardrails as parse_guardrails,
     )
-    from qualitycheck.verdict._stats import (
-        ALPHA as ALPHA,
-        CaseClassification as CaseClassification,
-        CaseOutcome as CaseOutcome,
-        CheckStats as CheckStats,
-        DriftSamples as DriftSamples,
-        NoiseFloor as NoiseFloor,
-        add_case_outcomes as add_case_outcomes,
-        add_drift as add_drift,
-        check_stats as check_stats,
-        classify_cases as classify_cases,
-        format_drift as format_drift,
-        holm as holm,
-        minimum_detectable_effect as minimum_detectable_effect,
-        noise_floor as noise_floor,
-        non_inferiority as non_inferiority,
-        paired_bootstrap_ci as paired_bootstrap_ci,
-        paired_p_value as paired_p_value,
-        quality_stats as quality_stats,
-        regression_allowance as regression_allowance,
-        simulate_gate as simulate_gate,
+    from qualitycheck.verdict._judge_figures import (
+        JudgeTally as JudgeTally,
+    )
+    from qualitycheck.verdict._judge_figures import (
+        judge_summary as judge_summary,
     )
     from qualitycheck.verdict._model import (
         Acceptance as Acceptance,
+    )
+    from qualitycheck.verdict._model import (
         CategorySummary as CategorySummary,
+    )
+    from qualitycheck.verdict._model import (
         CheckSummary as CheckSummary,
+    )
+    from qualitycheck.verdict._model import (
         Latency as Latency,
+    )
+    from qualitycheck.verdict._model import (
         Preflight as Preflight,
+    )
+    from qualitycheck.verdict._model import (
         Summary as Summary,
+    )
+    from qualitycheck.verdict._model import (
         read_summary as read_summary,
+    )
+    from qualitycheck.verdict._model import (
         summary_json_schema as summary_json_schema,
+    )
+    from qualitycheck.verdict._stats import (
+        ALPHA as ALPHA,
+    )
+    from qualitycheck.verdict._stats import (
+        CaseClassification as CaseClassification,
+    )
+    from qualitycheck.verdict._stats import (
+        CaseOutcome as CaseOutcome,
+    )
+    from qualitycheck.verdict._stats import (
+        CheckStats as CheckStats,
+    )
+    from qualitycheck.verdict._stats import (
+        DriftSamples as DriftSamples,
+    )
+    from qualitycheck.verdict._stats import (
+        NoiseFloor as NoiseFloor,
+    )
+    from qualitycheck.verdict._stats import (
+        add_case_outcomes as add_case_outcomes,
+    )
+    from qualitycheck.verdict._stats import (
+        add_drift as add_drift,
+    )
+    from qualitycheck.verdict._stats import (
+        check_stats as check_stats,
+    )
+    from qualitycheck.verdict._stats import (
+        classify_cases as classify_cases,
+    )
+    from qualitycheck.verdict._stats import (
+        format_drift as format_drift,
+    )
+    from qualitycheck.verdict._stats import (
+        holm as holm,
+    )
+    from qualitycheck.verdict._stats import (
+        minimum_detectable_effect as minimum_detectable_effect,
+    )
+    from qualitycheck.verdict._stats import (
+        noise_floor as noise_floor,
+    )
+    from qualitycheck.verdict._stats import (
+        non_inferiority as non_inferiority,
+    )
+    from qualitycheck.verdict._stats import (
+        paired_bootstrap_ci as paired_bootstrap_ci,
+    )
+    from qualitycheck.verdict._stats import (
+        paired_p_value as paired_p_value,
+    )
+    from qualitycheck.verdict._stats import (
+        quality_stats as quality_stats,
+    )
+    from qualitycheck.verdict._stats import (
+        regression_allowance as regression_allowance,
+    )
+    from qualitycheck.verdict._stats import (
+        simulate_gate as simulate_gate,
     )
     from qualitycheck.verdict._status import (
         STATUS_ORDER as STATUS_ORDER,
+    )
+    from qualitycheck.verdict._status import (
         CaseStatus as CaseStatus,
+    )
+    from qualitycheck.verdict._status import (
         Status as Status,
+    )
+    from qualitycheck.verdict._status import (
         StatusBook as StatusBook,
+    )
+    from qualitycheck.verdict._status import (
         check_statuses as check_statuses,
     )
     from qualitycheck.verdict._summary import (
         SUMMARY_NAME as SUMMARY_NAME,
+    )
+    from qualitycheck.verdict._summary import (
         build_summary as build_summary,
+    )
+    from qualitycheck.verdict._summary import (
         write_summary as write_summary,
     )
 

@@ -163,9 +163,15 @@ def compare_pair(
     b_ok, c_ok = bool(b and b.ok), bool(c and c.ok)
     k_ok = bool(k and k.ok) if k is not None or "control" in scores else None
     out: dict[str, Any] = {
-        "case_id": case_id, "category": category, "route": route, "repeat": repeat,
-        "baseline_ok": b_ok, "candidate_ok": c_ok, "control_ok": k_ok,
-        "baseline_len": len(b.text) if b else 0, "candidate_len": len(c.text) if c else 0,
+        "case_id": case_id,
+        "category": category,
+        "route": route,
+        "repeat": repeat,
+        "baseline_ok": b_ok,
+        "candidate_ok": c_ok,
+        "control_ok": k_ok,
+        "baseline_len": len(b.text) if b else 0,
+        "candidate_len": len(c.text) if c else 0,
         "finish_reasons": {s: r.finish_reason for s, r in responses.items()},
     }
     if b_ok and c_ok:
@@ -186,7 +192,9 @@ def compare_pair(
     for n in names:
         st = {s: (scores.get(s, {}).get(n).status if n in scores.get(s, {}) else None) for s in SIDES}  # type: ignore[union-attr]
         checks[n] = CheckOutcome(
-            baseline=st["baseline"], candidate=st["candidate"], control=st["control"],
+            baseline=st["baseline"],
+            candidate=st["candidate"],
+            control=st["control"],
             flip=_flip(st["baseline"], st["candidate"]),
             control_flip=st["baseline"] in ("pass", "fail") and st["control"] in ("pass", "fail") and st["baseline"] != st["control"],
         )
@@ -228,8 +236,9 @@ CaseConsumer = Callable[[CaseRecords, list[CaseComparison]], None]
 """What a walk of the store hands each case to: its records (as read) and its comparisons (as made)."""
 
 
-def compare_run(store: RunStore, consume: Callable[[list[CaseComparison]], None] | None = None, *,
-                each: Sequence[CaseConsumer] = ()) -> int:
+def compare_run(
+    store: RunStore, consume: Callable[[list[CaseComparison]], None] | None = None, *, each: Sequence[CaseConsumer] = ()
+) -> int:
     """Compare every stored (case, repeat), store the records, and hand each case on as it is compared.
 
     Streams: one case is in memory at a time, the records go to the store's

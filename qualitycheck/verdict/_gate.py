@@ -120,11 +120,18 @@ class MinAcceptanceRate:
     def evaluate(self, ev: Evidence) -> GuardrailResult:
         rate = (ev.acceptance or {}).get("rate")
         if rate is None:
-            return GuardrailResult(self.name, self.threshold, None, None,
-                                   "not evaluated: no speculative-decoding counters were scraped from the candidate's /metrics", self.route)
+            return GuardrailResult(
+                self.name,
+                self.threshold,
+                None,
+                None,
+                "not evaluated: no speculative-decoding counters were scraped from the candidate's /metrics",
+                self.route,
+            )
         ok = rate >= self.threshold
-        msg = (f"draft acceptance rate {rate:.3f} {'≥' if ok else '<'} minimum {self.threshold:.3f}"
-               + ("" if ok else ": the drafts are mostly rejected; speculation costs more than it saves"))
+        msg = f"draft acceptance rate {rate:.3f} {'≥' if ok else '<'} minimum {self.threshold:.3f}" + (
+            "" if ok else ": the drafts are mostly rejected; speculation costs more than it saves"
+        )
         return GuardrailResult(self.name, self.threshold, rate, ok, msg, self.route)
 
 
@@ -139,12 +146,20 @@ class MaxTpotP95Regression:
         b = ((lat.get("baseline") or {}).get("tpot_ms") or {}).get("p95")
         c = ((lat.get("candidate") or {}).get("tpot_ms") or {}).get("p95")
         if not b or c is None:
-            return GuardrailResult(self.name, _pct(self.threshold), None, None,
-                                   "not evaluated: TPOT p95 is missing for the baseline or the candidate (streaming timings needed)", self.route)
+            return GuardrailResult(
+                self.name,
+                _pct(self.threshold),
+                None,
+                None,
+                "not evaluated: TPOT p95 is missing for the baseline or the candidate (streaming timings needed)",
+                self.route,
+            )
         change = c / b - 1
         ok = change <= self.threshold
-        msg = (f"candidate TPOT p95 {c:.1f} ms vs baseline {b:.1f} ms: {change * 100:+.1f}% "
-               f"({'within' if ok else 'beyond'} the allowed +{_pct(self.threshold)})")
+        msg = (
+            f"candidate TPOT p95 {c:.1f} ms vs baseline {b:.1f} ms: {change * 100:+.1f}% "
+            f"({'within' if ok else 'beyond'} the allowed +{_pct(self.threshold)})"
+        )
         return GuardrailResult(self.name, _pct(self.threshold), round(change, 6), ok, msg, self.route)
 
 
@@ -161,8 +176,9 @@ class MaxErrorRate:
             sides = {t: (d["count"], d["requests"]) for t, d in ev.route_errors.get(self.route, {}).items()}
         cand = sides.get("candidate")
         if not cand or not cand[1]:
-            return GuardrailResult(self.name, _pct(self.threshold), None, None,
-                                   "not evaluated: the candidate has no requests in this run", self.route)
+            return GuardrailResult(
+                self.name, _pct(self.threshold), None, None, "not evaluated: the candidate has no requests in this run", self.route
+            )
         rate = cand[0] / cand[1]
         ok = rate <= self.threshold
         parts = [f"{t} {n}/{r} = {_pct(n / r) if r else 'n/a'}" for t, (n, r) in sorted(sides.items())]
@@ -204,8 +220,14 @@ class MaxQualityRegressionCases:
     def evaluate(self, ev: Evidence) -> GuardrailResult:
         routes = sorted(ev.scored_routes) if self.route == ALL_ROUTES else [self.route]
         if not any(r in ev.scored_routes for r in routes):
-            return GuardrailResult(self.name, self.threshold, None, None,
-                                   "not evaluated: no check was decided on both the baseline and the candidate", self.route)
+            return GuardrailResult(
+                self.name,
+                self.threshold,
+                None,
+                None,
+                "not evaluated: no check was decided on both the baseline and the candidate",
+                self.route,
+            )
         cases: dict[str, list[str]] = {}
         allowance = 0
         for r in routes:
@@ -217,8 +239,14 @@ class MaxQualityRegressionCases:
         noise = f" after {allowance} explained by the measured noise floor" if allowance else ""
         if not n:
             tolerated = "; ".join(f"{i} ({', '.join(sorted(set(c)))})" for i, c in sorted(cases.items())[:20])
-            msg = (f"no regression beyond the noise floor: {len(cases)} regression case(s) tolerated, as the measured "
-                   f"A/A noise alone explains up to {allowance}: {tolerated}") if cases else "no regression beyond the noise floor"
+            msg = (
+                (
+                    f"no regression beyond the noise floor: {len(cases)} regression case(s) tolerated, as the measured "
+                    f"A/A noise alone explains up to {allowance}: {tolerated}"
+                )
+                if cases
+                else "no regression beyond the noise floor"
+            )
         else:
             listed = "; ".join(f"{i} ({', '.join(sorted(set(c)))})" for i, c in sorted(cases.items())[:20])
             more = f" and {n - 20} more" if n > 20 else ""
@@ -257,21 +285,41 @@ class PreflightConsistent:
             unchecked = [c for c in checks if c.get("passed") is None]
             if len(unchecked) == len(checks):  # nothing compared: no evidence of consistency, so never a pass
                 missing = _endpoints(unchecked) or "no check was recorded"
-                return GuardrailResult(self.name, self.threshold, None, None,
-                                       f"not evaluated: no preflight check could be performed (not exposed or not answering: {missing})",
-                                       self.route)
+                return GuardrailResult(
+                    self.name,
+                    self.threshold,
+                    None,
+                    None,
+                    f"not evaluated: no preflight check could be performed (not exposed or not answering: {missing})",
+                    self.route,
+                )
             matched = ", ".join(c["name"] for c in checks if c.get("passed"))
-            note = (f"; not checked: {', '.join(c['name'] for c in unchecked)} (not exposed or not answering: {_endpoints(unchecked)})"
-                    if unchecked else "")
+            note = (
+                f"; not checked: {', '.join(c['name'] for c in unchecked)} (not exposed or not answering: {_endpoints(unchecked)})"
+                if unchecked
+                else ""
+            )
             return GuardrailResult(self.name, self.threshold, [], True, f"baseline and candidate match on {matched}{note}", self.route)
         msg = "; ".join(f"{c['name']}: {c.get('detail', '')}" for c in failed)
-        return GuardrailResult(self.name, self.threshold, [c["name"] for c in failed], False,
-                               f"the endpoints differ before any answer is compared: {msg}", self.route)
+        return GuardrailResult(
+            self.name,
+            self.threshold,
+            [c["name"] for c in failed],
+            False,
+            f"the endpoints differ before any answer is compared: {msg}",
+            self.route,
+        )
 
 
-_CHECK_ENDPOINTS = {"served_model": "/v1/models", "model_root": "/v1/models", "model_max_model_len": "/v1/models",
-                    "tokenize": "/tokenize", "tokenizer_and_stop_tokens": "/tokenizer_info",
-                    "generation_defaults": "/server_info", "engine_version": "/version"}
+_CHECK_ENDPOINTS = {
+    "served_model": "/v1/models",
+    "model_root": "/v1/models",
+    "model_max_model_len": "/v1/models",
+    "tokenize": "/tokenize",
+    "tokenizer_and_stop_tokens": "/tokenizer_info",
+    "generation_defaults": "/server_info",
+    "engine_version": "/version",
+}
 """The endpoint each preflight check reads (generation/_preflight.py), named when a check could not be made."""
 
 
@@ -328,8 +376,9 @@ def parse_guardrails(cfg: Config) -> Guardrails:
         for key, value in block.items():
             if key == "fallback_action":
                 if where != "speculative_decoding_guardrails" or not isinstance(value, str) or not value.strip():
-                    problems.append(Problem(src, None, f"{where}.{key}",
-                                            "expected a non-empty action name in speculative_decoding_guardrails only"))
+                    problems.append(
+                        Problem(src, None, f"{where}.{key}", "expected a non-empty action name in speculative_decoding_guardrails only")
+                    )
                 continue
             if key not in _RULES:
                 near = difflib.get_close_matches(key, _KNOWN, n=1)
@@ -348,8 +397,9 @@ def parse_guardrails(cfg: Config) -> Guardrails:
         routes[route] = check(block, f"routes.{route}")
     for check_name, margin in cfg.non_inferiority_margin.items():
         if not 0 <= margin < 1:
-            problems.append(Problem(src, None, f"non_inferiority_margin.{check_name}",
-                                    f"expected a pass-rate margin between 0 and 1, got {margin!r}"))
+            problems.append(
+                Problem(src, None, f"non_inferiority_margin.{check_name}", f"expected a pass-rate margin between 0 and 1, got {margin!r}")
+            )
     if problems:
         raise ConfigError(problems)
     action = raw.get("fallback_action") or DEFAULT_GUARDRAILS["fallback_action"]
@@ -378,8 +428,14 @@ def build_rules(g: Guardrails, routes_in_run: set[str], *, preflight_ran: bool =
     return rules
 
 
-def decide(results: list[GuardrailResult], category_verdicts: dict[str, str], *, allow_not_evaluated: bool,
-           fallback_action: str, category_routes: dict[str, set[str]]) -> tuple[str, dict[str, Any]]:
+def decide(
+    results: list[GuardrailResult],
+    category_verdicts: dict[str, str],
+    *,
+    allow_not_evaluated: bool,
+    fallback_action: str,
+    category_routes: dict[str, set[str]],
+) -> tuple[str, dict[str, Any]]:
     """The run's verdict and the fallback plan: which routes to take off speculation."""
     failed = [r for r in results if r.passed is False]
     missing = [r for r in results if r.passed is None]
@@ -400,9 +456,16 @@ def decide(results: list[GuardrailResult], category_verdicts: dict[str, str], *,
         "action": fallback_action if verdict != "pass" else "none",
         "configured_action": fallback_action,
         "routes": sorted(routes if verdict == "fail" else routes_in_run if verdict == "inconclusive" else set()),
-        "reason": ("; ".join(f"{r.name}[{r.route}]: {r.message}" for r in failed) if failed
-                   else "guardrails not evaluated: " + ", ".join(f"{r.name}[{r.route}]" for r in missing) if verdict == "inconclusive" and missing
-                   else "a category is inconclusive" if verdict == "inconclusive" else
-                   "a category failed its statistics" if verdict == "fail" else "every guardrail passed"),
+        "reason": (
+            "; ".join(f"{r.name}[{r.route}]: {r.message}" for r in failed)
+            if failed
+            else "guardrails not evaluated: " + ", ".join(f"{r.name}[{r.route}]" for r in missing)
+            if verdict == "inconclusive" and missing
+            else "a category is inconclusive"
+            if verdict == "inconclusive"
+            else "a category failed its statistics"
+            if verdict == "fail"
+            else "every guardrail passed"
+        ),
     }
     return verdict, fallback

@@ -17,6 +17,7 @@ from qualitycheck.verdict._stats import paired_bootstrap_ci
 
 __all__ = ["JudgeTally", "judge_summary"]
 
+
 def _delta_ci(deltas: list[float], seed: int) -> list[float] | None:
     """The project's seeded paired bootstrap (`_stats`) over per-pair grade deltas."""
     if not deltas:
@@ -47,9 +48,21 @@ class JudgeTally:
             return
         a = self._acc.get(category)
         if a is None:
-            a = self._acc[category] = {"wins": 0, "losses": 0, "ties": 0, "judge_errors": 0, "judged": 0,
-                                       "skipped_identical": 0, "no_answer": 0, "flagged_injection": 0,
-                                       "_consistent": 0, "_pairwise": 0, "_deltas": [], "lost_cases": [], "won_cases": []}
+            a = self._acc[category] = {
+                "wins": 0,
+                "losses": 0,
+                "ties": 0,
+                "judge_errors": 0,
+                "judged": 0,
+                "skipped_identical": 0,
+                "no_answer": 0,
+                "flagged_injection": 0,
+                "_consistent": 0,
+                "_pairwise": 0,
+                "_deltas": [],
+                "lost_cases": [],
+                "won_cases": [],
+            }
         d = s.detail
         if d.get("no_answer"):
             a["no_answer"] += 1

@@ -127,9 +127,24 @@ class CheckSummary(_Closed):
 
     model_config = ConfigDict(extra="allow")
 
-    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({
-        "control_pass_rate", "wins", "losses", "ties", "judge_errors", "judged", "skipped_identical", "no_answer",
-        "flagged_injection", "lost_cases", "won_cases", "position_consistency_rate", "rubric_delta_mean", "rubric_delta_ci"})
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset(
+        {
+            "control_pass_rate",
+            "wins",
+            "losses",
+            "ties",
+            "judge_errors",
+            "judged",
+            "skipped_identical",
+            "no_answer",
+            "flagged_injection",
+            "lost_cases",
+            "won_cases",
+            "position_consistency_rate",
+            "rubric_delta_mean",
+            "rubric_delta_ci",
+        }
+    )
 
     n: int = 0
     """Cases decided (pass or fail) on both the baseline and the candidate."""

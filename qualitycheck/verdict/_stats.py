@@ -38,9 +38,9 @@ __all__ = [
     "CheckStats",
     "DriftSamples",
     "NoiseFloor",
+    "add_case_outcomes",
     "add_drift",
     "check_stats",
-    "add_case_outcomes",
     "classify_cases",
     "format_drift",
     "holm",
@@ -55,6 +55,8 @@ __all__ = [
 ]
 
 ALPHA = 0.05
+NoiseSource = Literal["control", "repeats", "baseline_again"]
+"""How an A/A noise floor was measured (`noise_floor`)."""
 POWER = 0.8
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_BATCH_VALUES = 250_000
@@ -124,8 +126,7 @@ def add_case_outcomes(into: dict[str, dict[str, list[CaseOutcome]]], reps: Seque
                 if o.baseline in DECIDED:
                     pairs.append((o.baseline == "pass", o.control == "pass"))
         if b and c:
-            outs.append(CaseOutcome(case_id, route, _shared(tuple(b)), _shared(tuple(c)), _shared(tuple(k)),
-                                    _shared(tuple(pairs))))
+            outs.append(CaseOutcome(case_id, route, _shared(tuple(b)), _shared(tuple(c)), _shared(tuple(k)), _shared(tuple(pairs))))
 
 
 # ---------------------------------------------------------------- noise floor
@@ -133,7 +134,7 @@ def add_case_outcomes(into: dict[str, dict[str, list[CaseOutcome]]], reps: Seque
 class NoiseFloor:
     """How often the baseline disagrees with itself for one (category, check)."""
 
-    measured_by: str | None
+    measured_by: NoiseSource | None
     """'control', 'repeats', or None when the run cannot tell (no control, one repeat)."""
     pairs: int = 0
     """A/A pairs compared (baseline vs control at the same repeat, or repeat vs repeat)."""
@@ -145,10 +146,6 @@ class NoiseFloor:
     def flip_rate(self) -> float | None:
         """Share of A/A pairs that decided differently."""
         return self.disagreements / self.pairs if self.pairs else None
-
-
-
-NoiseSource = Literal["control", "repeats", "baseline_again"]
 
 
 def noise_floor(outcomes: Sequence[CaseOutcome], source: NoiseSource | None = None) -> NoiseFloor:
@@ -200,7 +197,11 @@ def regression_allowance(eligible: int, floor: NoiseFloor, alpha: float = ALPHA)
 
 # ---------------------------------------------------------------- tests
 def paired_bootstrap_ci(
-    baseline: Sequence[float], candidate: Sequence[float], *, seed: int = 0, level: float = 0.95,
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    seed: int = 0,
+    level: float = 0.95,
     resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> tuple[float, float]:
     """Percentile CI of mean(candidate) - mean(baseline), resampling whole cases."""
@@ -214,8 +215,16 @@ def paired_bootstrap_ci(
     # resampled in batches of at most ~BOOTSTRAP_BATCH_VALUES values: 2000 resamples of 100,000 cases
     # at once would take 1.6 GB. The generator draws the same indices however they are batched.
     batch = max(1, min(resamples, BOOTSTRAP_BATCH_VALUES // len(d)))
-    res = sps.bootstrap((d,), np.mean, n_resamples=resamples, confidence_level=level, method="percentile",
-                        rng=np.random.default_rng(seed), vectorized=True, batch=batch)
+    res = sps.bootstrap(
+        (d,),
+        np.mean,
+        n_resamples=resamples,
+        confidence_level=level,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+        vectorized=True,
+        batch=batch,
+    )
     return (float(res.confidence_interval.low), float(res.confidence_interval.high))
 
 
@@ -325,8 +334,7 @@ class CaseClassification:
         return max(0, len(self.regressions) - self.allowance)
 
 
-def classify_cases(outcomes: Sequence[CaseOutcome], alpha: float = ALPHA,
-                   noise_source: NoiseSource | None = None) -> CaseClassification:
+def classify_cases(outcomes: Sequence[CaseOutcome], alpha: float = ALPHA, noise_source: NoiseSource | None = None) -> CaseClassification:
     """The gate's quality decision input: regressions among cases the baseline agrees with itself on.
 
     A case regresses when its pass rate drops by more than half (one repeat:
@@ -366,13 +374,20 @@ def classify_cases(outcomes: Sequence[CaseOutcome], alpha: float = ALPHA,
             routes.setdefault(o.route, []).append(o.case_id)
         elif -drop > 0.5:
             improvements.append(o.case_id)
-    return CaseClassification(regressions, improvements, sorted(flaky), flaky_reg, routes, floor,
-                              regression_allowance(eligible, floor, alpha))
+    return CaseClassification(
+        regressions, improvements, sorted(flaky), flaky_reg, routes, floor, regression_allowance(eligible, floor, alpha)
+    )
 
 
 def check_stats(
-    category: str, check: str, outcomes: Sequence[CaseOutcome], *, margin: float | None = None,
-    seed: int = 0, alpha: float = ALPHA, noise_source: NoiseSource | None = None,
+    category: str,
+    check: str,
+    outcomes: Sequence[CaseOutcome],
+    *,
+    margin: float | None = None,
+    seed: int = 0,
+    alpha: float = ALPHA,
+    noise_source: NoiseSource | None = None,
 ) -> CheckStats:
     """Everything the gate and the report need for one (category, check)."""
     cls = classify_cases(outcomes, alpha, noise_source)
@@ -383,32 +398,44 @@ def check_stats(
     ci = paired_bootstrap_ci(b, c, seed=seed) if n else None
     discordance = float(np.mean([abs(x - y) for x, y in zip(b, c, strict=True)])) if n else 0.0
     return CheckStats(
-        category=category, check=check, n=n,
+        category=category,
+        check=check,
+        n=n,
         baseline_pass_rate=float(np.mean(b)) if n else None,
         candidate_pass_rate=float(np.mean(c)) if n else None,
         control_pass_rate=float(np.mean(k)) if k else None,
         delta=float(np.mean(c) - np.mean(b)) if n else None,
-        ci=ci, p_value=paired_p_value(outcomes),
-        regressions=cls.regressions, improvements=cls.improvements,
-        flaky=cls.flaky, flaky_regressions=cls.flaky_regressions, noise=cls.noise,
+        ci=ci,
+        p_value=paired_p_value(outcomes),
+        regressions=cls.regressions,
+        improvements=cls.improvements,
+        flaky=cls.flaky,
+        flaky_regressions=cls.flaky_regressions,
+        noise=cls.noise,
         allowance=cls.allowance,
-        mde=minimum_detectable_effect(n, discordance, alpha), margin=margin,
+        mde=minimum_detectable_effect(n, discordance, alpha),
+        margin=margin,
         non_inferiority=non_inferiority(ci, margin) if ci else None,
         routes=cls.routes,
     )
 
 
 def quality_stats(
-    outcomes: Mapping[str, Mapping[str, Sequence[CaseOutcome]]], *, margins: dict[str, float] | None = None,
-    seed: int = 0, alpha: float = ALPHA, noise_source: NoiseSource | None = None,
+    outcomes: Mapping[str, Mapping[str, Sequence[CaseOutcome]]],
+    *,
+    margins: dict[str, float] | None = None,
+    seed: int = 0,
+    alpha: float = ALPHA,
+    noise_source: NoiseSource | None = None,
 ) -> dict[str, dict[str, CheckStats]]:
     """category → check → CheckStats from per-case outcomes, with Holm-adjusted p-values across all cells."""
     margins = margins or {}
     out: dict[str, dict[str, CheckStats]] = {}
     for cat, by_check in sorted(outcomes.items()):
         for check, outs in sorted(by_check.items()):
-            out.setdefault(cat, {})[check] = check_stats(cat, check, outs, margin=margins.get(check), seed=seed, alpha=alpha,
-                                                         noise_source=noise_source)
+            out.setdefault(cat, {})[check] = check_stats(
+                cat, check, outs, margin=margins.get(check), seed=seed, alpha=alpha, noise_source=noise_source
+            )
     cells = [s for per in out.values() for s in per.values()]
     for s, p in zip(cells, holm([s.p_value for s in cells], alpha), strict=True):
         s.p_value_holm = p
@@ -423,7 +450,7 @@ class DriftSamples:
     `kb`/`k` pair the baseline with the control where the control answered.
     """
 
-    __slots__ = ("b", "c", "kb", "k")
+    __slots__ = ("b", "c", "k", "kb")
 
     def __init__(self) -> None:
         self.b, self.c, self.kb, self.k = array("d"), array("d"), array("d"), array("d")
@@ -466,10 +493,15 @@ def format_drift(samples: Mapping[str, Mapping[str, DriftSamples]], alpha: float
             noise = abs(float(np.mean(d.k) - np.mean(d.kb))) if d.k else 0.0
             delta = float(c.mean() - b.mean())
             p = _paired_feature_p(b, c, boolean)
-            entry: dict[str, Any] = {"baseline": float(b.mean()), "candidate": float(c.mean()), "delta": delta,
-                                     "kind": "rate" if boolean else "mean", "p_value": p,
-                                     "noise": noise if d.k else None,
-                                     "flag": bool(p is not None and p < alpha and abs(delta) > noise)}
+            entry: dict[str, Any] = {
+                "baseline": float(b.mean()),
+                "candidate": float(c.mean()),
+                "delta": delta,
+                "kind": "rate" if boolean else "mean",
+                "p_value": p,
+                "noise": noise if d.k else None,
+                "flag": bool(p is not None and p < alpha and abs(delta) > noise),
+            }
             if d.k:
                 entry["control"] = float(np.mean(d.k))
             out.setdefault(cat, {})[name] = entry
@@ -516,8 +548,9 @@ def wilcoxon_method(d: np.ndarray) -> Literal["exact", "asymptotic"]:
 
 
 # ---------------------------------------------------------------- simulation
-def _simulated_outcomes(rng: np.random.Generator, n: int, pass_rate: float, noise: float, drop: float,
-                        design: str, text_noise: float) -> list[CaseOutcome]:
+def _simulated_outcomes(
+    rng: np.random.Generator, n: int, pass_rate: float, noise: float, drop: float, design: str, text_noise: float
+) -> list[CaseOutcome]:
     """Paired outcomes: each case has a pass probability near 0 or 1 (stable) or
     in between (noisy); the candidate loses `drop` of the stable cases outright.
 
@@ -537,7 +570,7 @@ def _simulated_outcomes(rng: np.random.Generator, n: int, pass_rate: float, nois
     cand_p = p_case.copy()
     stable = np.flatnonzero((p_case == 1.0) & ~wording)
     broken = np.zeros(n, dtype=bool)
-    k = int(round(drop * n))
+    k = round(drop * n)
     if k:
         idx = rng.choice(stable, size=min(k, len(stable)), replace=False)
         cand_p[idx] = 0.0
@@ -545,16 +578,30 @@ def _simulated_outcomes(rng: np.random.Generator, n: int, pass_rate: float, nois
     cand = rng.random(n) < cand_p
     asked = {"control": np.ones(n, dtype=bool), "baseline_again": wording | broken, "none": np.zeros(n, dtype=bool)}[design]
     return [
-        CaseOutcome(f"c{i}", "r", (bool(base[i]),), (bool(cand[i]),),
-                    (bool(ctrl[i]),) if asked[i] else (),
-                    ((bool(base[i]), bool(ctrl[i])),) if asked[i] else ())
+        CaseOutcome(
+            f"c{i}",
+            "r",
+            (bool(base[i]),),
+            (bool(cand[i]),),
+            (bool(ctrl[i]),) if asked[i] else (),
+            ((bool(base[i]), bool(ctrl[i])),) if asked[i] else (),
+        )
         for i in range(n)
     ]
 
 
 def simulate_gate(
-    *, n: int = 300, pass_rate: float = 0.8, noise: float = 0.01, drop: float = 0.0, trials: int = 500,
-    max_cases: int = 0, design: str = "control", text_noise: float = 0.0, alpha: float = ALPHA, seed: int = 0,
+    *,
+    n: int = 300,
+    pass_rate: float = 0.8,
+    noise: float = 0.01,
+    drop: float = 0.0,
+    trials: int = 500,
+    max_cases: int = 0,
+    design: str = "control",
+    text_noise: float = 0.0,
+    alpha: float = ALPHA,
+    seed: int = 0,
 ) -> float:
     """Share of simulated runs in which the quality guardrail fails the category.
 

@@ -98,8 +98,9 @@ def tolerated_regressions(s: CheckStats, failed_routes: set[str]) -> list[str]:
     return [i for i in s.regressions if i not in counted]
 
 
-def category_verdict(cells: Mapping[str, CheckStats], tolerated: Mapping[str, list[str]],
-                     identical_rate: float | None) -> tuple[Literal["pass", "fail", "inconclusive"], str]:
+def category_verdict(
+    cells: Mapping[str, CheckStats], tolerated: Mapping[str, list[str]], identical_rate: float | None
+) -> tuple[Literal["pass", "fail", "inconclusive"], str]:
     """fail on a counted regression or an inferior check; inconclusive when nothing decides; else pass."""
     reasons = []
     for name, s in cells.items():

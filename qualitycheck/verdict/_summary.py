@@ -11,8 +11,7 @@ by `verdict._status` and written per check (`tolerated`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from qualitycheck.core._config import Config
@@ -23,10 +22,9 @@ from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary
 from qualitycheck.serving._errors import ErrorTally
 from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, compare_run
 from qualitycheck.verdict._digest import RunDigest, TextTally
-from qualitycheck.verdict._judge_figures import JudgeTally
 from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, build_rules, decide, parse_guardrails
+from qualitycheck.verdict._judge_figures import JudgeTally
 from qualitycheck.verdict._model import (
-    NoiseFloorSummary,
     Acceptance,
     CategoryNoiseFloor,
     CategorySummary,
@@ -36,6 +34,8 @@ from qualitycheck.verdict._model import (
     Fallback,
     FormatDrift,
     Latency,
+    MeasuredBy,
+    NoiseFloorSummary,
     NonInferiority,
     Preflight,
     Slice,
@@ -45,14 +45,16 @@ from qualitycheck.verdict._model import (
 from qualitycheck.verdict._stats import CheckStats, format_drift, quality_stats
 from qualitycheck.verdict._status import add_regression_evidence, category_verdict, failed_quality_routes, tolerated_regressions
 
-__all__ = ["build_summary", "write_summary", "SUMMARY_NAME"]
+__all__ = ["SUMMARY_NAME", "build_summary", "write_summary"]
 
 SUMMARY_NAME = "summary.json"
 
 
 def _targets(store: RunStore) -> dict[str, TargetInfo]:
-    return {n: TargetInfo(url=t["url"], model=t["model"], **({"label": t["label"]} if t.get("label") else {}))
-            for n, t in store.manifest.get("targets", {}).items()}
+    return {
+        n: TargetInfo(url=t["url"], model=t["model"], **({"label": t["label"]} if t.get("label") else {}))
+        for n, t in store.manifest.get("targets", {}).items()
+    }
 
 
 class _Errors:
@@ -73,35 +75,46 @@ class _Errors:
                 self._sides.setdefault(r.target, ErrorTally()).add(r)
 
     def summary(self, store: RunStore) -> dict[str, ErrorCounts]:
-        return {t: ErrorCounts(count=v["errors"], requests=v["requests"], rate=v["errors"] / v["requests"] if v["requests"] else 0.0,
-                               kinds=self._sides[t].kinds() if t in self._sides else [])
-                for t, v in store.count_responses().items()}
+        return {
+            t: ErrorCounts(
+                count=v["errors"],
+                requests=v["requests"],
+                rate=v["errors"] / v["requests"] if v["requests"] else 0.0,
+                kinds=self._sides[t].kinds() if t in self._sides else [],
+            )
+            for t, v in store.count_responses().items()
+        }
 
 
 def _check(s: CheckStats, tolerated: list[str], judge: dict[str, object] | None) -> CheckSummary:
     """One check's entry: the statistics, which regressions are tolerated, and the judge's figures for `judge`."""
-    return CheckSummary.model_validate({
-        "n": s.n,
-        "baseline_pass_rate": s.baseline_pass_rate,
-        "candidate_pass_rate": s.candidate_pass_rate,
-        **({"control_pass_rate": s.control_pass_rate} if s.control_pass_rate is not None else {}),
-        "delta": s.delta,
-        "ci": s.ci,
-        "p_value": s.p_value,
-        "p_value_holm": s.p_value_holm,
-        "regressions": s.regressions,
-        "tolerated": tolerated,
-        "improvements": s.improvements,
-        "flaky": s.flaky,
-        "flaky_regressions": s.flaky_regressions,
-        "noise_floor": CheckNoiseFloor(measured_by=s.noise.measured_by, pairs=s.noise.pairs,  # type: ignore[arg-type]
-                                       flip_rate=s.noise.flip_rate),
-        "regression_allowance": s.allowance,
-        "regressions_beyond_floor": s.regressions_beyond_floor,
-        "mde": s.mde,
-        "non_inferiority": NonInferiority(margin=s.margin, verdict=s.non_inferiority) if s.margin is not None else None,  # type: ignore[arg-type]
-        **(judge or {}),
-    })
+    return CheckSummary.model_validate(
+        {
+            "n": s.n,
+            "baseline_pass_rate": s.baseline_pass_rate,
+            "candidate_pass_rate": s.candidate_pass_rate,
+            **({"control_pass_rate": s.control_pass_rate} if s.control_pass_rate is not None else {}),
+            "delta": s.delta,
+            "ci": s.ci,
+            "p_value": s.p_value,
+            "p_value_holm": s.p_value_holm,
+            "regressions": s.regressions,
+            "tolerated": tolerated,
+            "improvements": s.improvements,
+            "flaky": s.flaky,
+            "flaky_regressions": s.flaky_regressions,
+            "noise_floor": CheckNoiseFloor(
+                measured_by=s.noise.measured_by,
+                pairs=s.noise.pairs,
+                flip_rate=s.noise.flip_rate,
+            ),
+            "regression_allowance": s.allowance,
+            "regressions_beyond_floor": s.regressions_beyond_floor,
+            "mde": s.mde,
+            "non_inferiority": NonInferiority(margin=s.margin, verdict=s.non_inferiority) if s.margin is not None else None,  # type: ignore[arg-type]
+            **(judge or {}),
+        }
+    )
 
 
 def _category_noise(t: TextTally, cells: dict[str, CheckStats]) -> CategoryNoiseFloor:
@@ -111,21 +124,24 @@ def _category_noise(t: TextTally, cells: dict[str, CheckStats]) -> CategoryNoise
     case) whether the candidate diverges from the baseline more often than
     the control does: text divergence beyond the noise floor.
     """
+    by: MeasuredBy
     if t.aa_pairs:
         by, pairs, same = "control", t.aa_pairs, t.aa_identical
     elif t.rep_pairs:
         by, pairs, same = "repeats", t.rep_pairs, t.rep_identical
     else:
         return CategoryNoiseFloor(measured_by=None, text_divergence_rate=None, check_flip_rates={})
-    floor = CategoryNoiseFloor(measured_by=by, text_divergence_rate=1 - same / pairs,  # type: ignore[arg-type]
-                               check_flip_rates={n: s.noise.flip_rate for n, s in cells.items() if s.noise.measured_by})
+    floor = CategoryNoiseFloor(
+        measured_by=by,
+        text_divergence_rate=1 - same / pairs,
+        check_flip_rates={n: s.noise.flip_rate for n, s in cells.items() if s.noise.measured_by},
+    )
     if t.paired:
         from statsmodels.stats.contingency_tables import mcnemar
 
         cand_only, ctrl_only = t.candidate_only, t.control_only
         floor.candidate_divergence_rate = t.paired_candidate_diverged / t.paired
-        floor.divergence_p_value = (float(mcnemar([[0, cand_only], [ctrl_only, 0]], exact=True).pvalue)
-                                    if cand_only + ctrl_only else 1.0)
+        floor.divergence_p_value = float(mcnemar([[0, cand_only], [ctrl_only, 0]], exact=True).pvalue) if cand_only + ctrl_only else 1.0
     return floor
 
 
@@ -138,22 +154,39 @@ def _noise_floor(store: RunStore, text: Mapping[str, TextTally]) -> NoiseFloorSu
         rate = 1 - same / aa_pairs
         if asked.get("source") == "baseline_again":
             n = int(asked.get("cases", 0))
-            return NoiseFloorSummary(source="baseline_again", cases=n, disagreement_rate=rate, requests=int(asked.get("requests", n)),
-                                     note=f"the baseline was asked again for the {n} of {asked.get('of_cases', n)} cases whose "
-                                          f"candidate answer differed; {rate:.1%} of those answers differed from its first")
+            return NoiseFloorSummary(
+                source="baseline_again",
+                cases=n,
+                disagreement_rate=rate,
+                requests=int(asked.get("requests", n)),
+                note=f"the baseline was asked again for the {n} of {asked.get('of_cases', n)} cases whose "
+                f"candidate answer differed; {rate:.1%} of those answers differed from its first",
+            )
         repeats = max(1, int(store.manifest.get("repeats") or 1))
-        return NoiseFloorSummary(source="control", cases=aa_pairs // repeats, disagreement_rate=rate,
-                                 requests=store.count_responses().get("control", {}).get("requests", 0),
-                                 note=f"a control target answered; {rate:.1%} of its answers differed from the baseline's")
+        return NoiseFloorSummary(
+            source="control",
+            cases=aa_pairs // repeats,
+            disagreement_rate=rate,
+            requests=store.count_responses().get("control", {}).get("requests", 0),
+            note=f"a control target answered; {rate:.1%} of its answers differed from the baseline's",
+        )
     rep_pairs = sum(t.rep_pairs for t in text.values())
     if rep_pairs:
         rate = 1 - sum(t.rep_identical for t in text.values()) / rep_pairs
         repeats = max(2, int(store.manifest.get("repeats") or 2))
-        return NoiseFloorSummary(source="repeats", cases=rep_pairs // (repeats - 1), disagreement_rate=rate,
-                                 note=f"the baseline's repeats: {rate:.1%} of its later answers differed from its first")
+        return NoiseFloorSummary(
+            source="repeats",
+            cases=rep_pairs // (repeats - 1),
+            disagreement_rate=rate,
+            note=f"the baseline's repeats: {rate:.1%} of its later answers differed from its first",
+        )
     if asked.get("source") == "baseline_again":  # asked for nothing: every candidate answer equals the baseline's
-        return NoiseFloorSummary(source="baseline_again", cases=0, requests=0,
-                                 note="no candidate answer differed from the baseline's, so nothing needed asking again")
+        return NoiseFloorSummary(
+            source="baseline_again",
+            cases=0,
+            requests=0,
+            note="no candidate answer differed from the baseline's, so nothing needed asking again",
+        )
     return NoiseFloorSummary(source="none", note="not measured: every pass→fail flip counts as a regression")
 
 
@@ -182,8 +215,12 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
 
     compare_run(store, each=[tally, *also])
     noise = _noise_floor(store, digest.text)
-    stats = quality_stats(digest.outcomes, margins=cfg.non_inferiority_margin, seed=cfg.run.seed,
-                          noise_source="baseline_again" if noise.source == "baseline_again" else None)
+    stats = quality_stats(
+        digest.outcomes,
+        margins=cfg.non_inferiority_margin,
+        seed=cfg.run.seed,
+        noise_source="baseline_again" if noise.source == "baseline_again" else None,
+    )
     drift = format_drift(digest.drift)
     text = digest.text
     errors = error_tally.summary(store)
@@ -196,8 +233,13 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
     routes_in_run = set().union(*category_routes.values()) if category_routes else set()
 
     preflight = store.artifact("preflight")
-    ev = Evidence(errors={t: e.model_dump() for t, e in errors.items()}, route_errors=digest.route_errors, latency=latency,
-                  acceptance=acceptance, preflight=preflight)
+    ev = Evidence(
+        errors={t: e.model_dump() for t, e in errors.items()},
+        route_errors=digest.route_errors,
+        latency=latency,
+        acceptance=acceptance,
+        preflight=preflight,
+    )
     repeats = store.manifest.get("repeats", 1)
     for cat, t in text.items():
         if t.pairs and t.pairs == t.cases * repeats and t.identical == t.pairs:
@@ -220,9 +262,18 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         verdicts[cat] = cat_verdict
         checks = {name: _check(s, tolerated[name], judge.get(cat) if name == "judge" else None) for name, s in cells.items()}
         if cat in judge and "judge" not in checks:
-            checks["judge"] = CheckSummary.model_validate({"baseline_pass_rate": None, "candidate_pass_rate": None, "delta": None,
-                                                           "ci": None, "p_value": None, "regressions": [], "improvements": [],
-                                                           **judge[cat]})
+            checks["judge"] = CheckSummary.model_validate(
+                {
+                    "baseline_pass_rate": None,
+                    "candidate_pass_rate": None,
+                    "delta": None,
+                    "ci": None,
+                    "p_value": None,
+                    "regressions": [],
+                    "improvements": [],
+                    **judge[cat],
+                }
+            )
         categories[cat] = CategorySummary(
             cases=sum(case_counts[cat].values()),
             routes=sorted(category_routes[cat]),
@@ -233,16 +284,29 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
             verdict=cat_verdict,
             verdict_reason=why,
         )
-    verdict, fallback = decide(results, verdicts, allow_not_evaluated=cfg.allow_not_evaluated,
-                               fallback_action=guard.fallback_action, category_routes=category_routes)
-    not_evaluated = [f"guardrail {r.name}" + (f" [{r.route}]" if r.route != ALL_ROUTES else "") + f": {r.message.removeprefix('not evaluated: ')}"
-                     for r in results if r.passed is None]
+    verdict, fallback = decide(
+        results,
+        verdicts,
+        allow_not_evaluated=cfg.allow_not_evaluated,
+        fallback_action=guard.fallback_action,
+        category_routes=category_routes,
+    )
+    not_evaluated = [
+        f"guardrail {r.name}" + (f" [{r.route}]" if r.route != ALL_ROUTES else "") + f": {r.message.removeprefix('not evaluated: ')}"
+        for r in results
+        if r.passed is None
+    ]
     not_evaluated += [f"category {cat}: {c.verdict_reason}" for cat, c in categories.items() if c.verdict == "inconclusive"]
-    not_evaluated += [f"guardrail {name}: not configured, so not gated (add it to speculative_decoding_guardrails)"
-                      for name in ("min_acceptance_rate", "max_tpot_p95_regression") if name not in guard.thresholds]
+    not_evaluated += [
+        f"guardrail {name}: not configured, so not gated (add it to speculative_decoding_guardrails)"
+        for name in ("min_acceptance_rate", "max_tpot_p95_regression")
+        if name not in guard.thresholds
+    ]
     if noise.source == "none":
-        not_evaluated.append("noise floor: not measured (--no-noise-floor, or no baseline answers to compare), so every "
-                             "pass→fail flip counts as a regression (leave the default on, or add --control or --repeats)")
+        not_evaluated.append(
+            "noise floor: not measured (--no-noise-floor, or no baseline answers to compare), so every "
+            "pass→fail flip counts as a regression (leave the default on, or add --control or --repeats)"
+        )
     summary = Summary(
         format_version=FORMAT_VERSION,
         verdict=verdict,  # type: ignore[arg-type]

@@ -36,8 +36,7 @@ def _engine_present() -> bool:
 
 ENGINE_PRESENT = _engine_present()
 IN_CI = bool(os.environ.get("CI"))
-SKIP_REASON = (f"vLLM engine not installed in {sys.executable} (install: bash scripts/dev.sh setup); "
-               "set CI=1 to make this a failure")
+SKIP_REASON = f"vLLM engine not installed in {sys.executable} (install: bash scripts/dev.sh setup); set CI=1 to make this a failure"
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -112,8 +111,9 @@ class EnginePool:
             if name not in self.running:
                 core = free.pop(0)
                 new.append(name)
-                self.running[name] = launch(self.model_dir, served_name=MODEL, name=name, core=core, wait=False,
-                                            log_dir=self.logs, **self.specs[name])
+                self.running[name] = launch(
+                    self.model_dir, served_name=MODEL, name=name, core=core, wait=False, log_dir=self.logs, **self.specs[name]
+                )
         for name in new:
             t0 = time.monotonic()
             try:

@@ -26,8 +26,14 @@ RELAXED_GUARDRAILS = {
 
 def qc(*args: str, cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     """Run the real `qualitycheck` CLI in a subprocess, as users and CI do."""
-    return subprocess.run([sys.executable, "-m", "qualitycheck", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "qualitycheck", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+    )
 
 
 def write_config(path: Path, guardrails: dict[str, Any] | None = None, **run: Any) -> Path:
@@ -47,4 +53,3 @@ def summary_of(out: Path) -> dict[str, Any]:
 def explain(proc: subprocess.CompletedProcess[str]) -> str:
     """What a failed assertion shows: the CLI's own output, tail first."""
     return f"exit {proc.returncode}\n--- stderr (tail) ---\n{proc.stderr[-6000:]}\n--- stdout (tail) ---\n{proc.stdout[-2000:]}"
-

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.e2e_helpers import MODEL, SUITES, explain, qc, summary_of, write_config
 
 from qualitycheck.core._store import RunStore
+from tests.e2e.e2e_helpers import MODEL, SUITES, explain, qc, summary_of, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -29,8 +29,23 @@ def ngram_run(engines: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     work = tmp_path_factory.mktemp("fp32-ngram")
     cfg = write_config(work / "qualitycheck.yaml")
     out = work / "run"
-    proc = qc("run", "-c", str(cfg), "--baseline", servers["fp32"].url, "--candidate", servers["fp32-ngram"].url,
-              "--model", MODEL, "--suite", str(SUITES / "fp32.jsonl"), "--out", str(out), "--concurrency", "4")
+    proc = qc(
+        "run",
+        "-c",
+        str(cfg),
+        "--baseline",
+        servers["fp32"].url,
+        "--candidate",
+        servers["fp32-ngram"].url,
+        "--model",
+        MODEL,
+        "--suite",
+        str(SUITES / "fp32.jsonl"),
+        "--out",
+        str(out),
+        "--concurrency",
+        "4",
+    )
     return {"proc": proc, "out": out, "servers": servers, "config": cfg}
 
 
@@ -96,9 +111,27 @@ def test_pytest_gate_against_live_servers(ngram_run: dict[str, Any], tmp_path: P
     servers = ngram_run["servers"]
     out = tmp_path / "gate-run"
     junit = tmp_path / "junit.xml"
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-            "--qc-baseline", servers["fp32"].url, "--qc-candidate", servers["fp32-ngram"].url, "--qc-model", MODEL,
-            "--qc-suite", str(SUITES / "fp32.jsonl"), "--qc-out", str(out), "--qc-config", str(ngram_run["config"])]
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit}",
+        "--qc-baseline",
+        servers["fp32"].url,
+        "--qc-candidate",
+        servers["fp32-ngram"].url,
+        "--qc-model",
+        MODEL,
+        "--qc-suite",
+        str(SUITES / "fp32.jsonl"),
+        "--qc-out",
+        str(out),
+        "--qc-config",
+        str(ngram_run["config"]),
+    ]
     proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, explain(proc)
     assert summary_of(out)["verdict"] == "pass"
@@ -113,7 +146,12 @@ def test_pytest_gate_against_live_servers(ngram_run: dict[str, Any], tmp_path: P
     stored = tmp_path / "stored-run"
     shutil.copytree(ngram_run["out"], stored)
     strict = write_config(tmp_path / "strict.yaml", {"min_acceptance_rate": 0.99, "max_quality_regression_cases": 0})
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--qc-run", str(stored),
-                           "--qc-config", str(strict)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--qc-run", str(stored), "--qc-config", str(strict)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, explain(proc)
     assert re.search(r"min_acceptance_rate", proc.stdout), explain(proc)

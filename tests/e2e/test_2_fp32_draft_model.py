@@ -15,9 +15,23 @@ pytestmark = pytest.mark.e2e
 def test_draft_model_candidate_passes_with_acceptance(engines: Any, tmp_path: Any) -> None:
     servers = engines.use("fp32", "fp32-draft")
     out = tmp_path / "run"
-    proc = qc("run", "-c", str(write_config(tmp_path / "qc.yaml")), "--baseline", servers["fp32"].url,
-              "--candidate", servers["fp32-draft"].url, "--model", MODEL, "--suite", str(SUITES / "fp32.jsonl"),
-              "--out", str(out), "--concurrency", "4")
+    proc = qc(
+        "run",
+        "-c",
+        str(write_config(tmp_path / "qc.yaml")),
+        "--baseline",
+        servers["fp32"].url,
+        "--candidate",
+        servers["fp32-draft"].url,
+        "--model",
+        MODEL,
+        "--suite",
+        str(SUITES / "fp32.jsonl"),
+        "--out",
+        str(out),
+        "--concurrency",
+        "4",
+    )
     assert proc.returncode == 0, explain(proc)
     s = summary_of(out)
     assert s["verdict"] == "pass"

@@ -24,17 +24,40 @@ def template_servers(engines: Any) -> Any:
 
 
 def test_preflight_command_names_the_template(template_servers: Any) -> None:
-    proc = qc("preflight", "--baseline", template_servers["fp32"].url, "--candidate", template_servers["fp32-template"].url,
-              "--model", MODEL, "--suite", str(SUITES / "fp32.jsonl"))
+    proc = qc(
+        "preflight",
+        "--baseline",
+        template_servers["fp32"].url,
+        "--candidate",
+        template_servers["fp32-template"].url,
+        "--model",
+        MODEL,
+        "--suite",
+        str(SUITES / "fp32.jsonl"),
+    )
     assert proc.returncode == 1, explain(proc)
     assert "template" in (proc.stdout + proc.stderr).lower(), explain(proc)
 
 
 def test_run_with_drifted_template_fails_the_gate_naming_it(template_servers: Any, tmp_path: Any) -> None:
     out = tmp_path / "run"
-    proc = qc("run", "-c", str(write_config(tmp_path / "qc.yaml")), "--baseline", template_servers["fp32"].url,
-              "--candidate", template_servers["fp32-template"].url, "--model", MODEL,
-              "--suite", str(SUITES / "fp32.jsonl"), "--out", str(out), "--concurrency", "4")
+    proc = qc(
+        "run",
+        "-c",
+        str(write_config(tmp_path / "qc.yaml")),
+        "--baseline",
+        template_servers["fp32"].url,
+        "--candidate",
+        template_servers["fp32-template"].url,
+        "--model",
+        MODEL,
+        "--suite",
+        str(SUITES / "fp32.jsonl"),
+        "--out",
+        str(out),
+        "--concurrency",
+        "4",
+    )
     assert proc.returncode == 1, explain(proc)
     s = summary_of(out)
     pre = s["preflight"]
@@ -44,5 +67,6 @@ def test_run_with_drifted_template_fails_the_gate_naming_it(template_servers: An
     assert any("template" in json.dumps(c).lower() for c in failed.values()), failed
     assert s["verdict"] == "fail"
     failed_rules = [g for g in s["guardrails"] if g["passed"] is False]
-    assert any("template" in (g["name"] + " " + g["message"]).lower() for g in failed_rules), \
+    assert any("template" in (g["name"] + " " + g["message"]).lower() for g in failed_rules), (
         f"the gate must fail on the preflight and say it is the chat template: {failed_rules}"
+    )

@@ -31,8 +31,12 @@ def test_demo_runs_the_whole_job_and_cleans_up(engines: Any, tmp_path: Path) -> 
     assert s["verdict"] in ("pass", "fail", "inconclusive") and s["cases"] >= 10
     assert s["targets"]["control"]["url"] == s["targets"]["baseline"]["url"], "documented: control = baseline server"
     # real, non-trivial pass rates: in several categories some check passes on some cases and fails on others
-    mixed = {cat for cat, c in s["categories"].items()
-             for ch in c["checks"].values() if ch.get("baseline_pass_rate") is not None and 0 < ch["baseline_pass_rate"] < 1}
+    mixed = {
+        cat
+        for cat, c in s["categories"].items()
+        for ch in c["checks"].values()
+        if ch.get("baseline_pass_rate") is not None and 0 < ch["baseline_pass_rate"] < 1
+    }
     assert len(mixed) >= 2, json.dumps({k: v["checks"] for k, v in s["categories"].items()})[:3000]
     assert s["acceptance"]["draft_tokens"], "acceptance from the ngram candidate's /metrics"
     assert s["preflight"]["ok"] is True

@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -77,20 +76,25 @@ def test_pyproject_declares_every_import_and_nothing_else() -> None:
 
 
 @pytest.fixture(scope="module")
-def clean_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def clean_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtualenv made from the base interpreter, with only `pip install .` in it."""
     work = tmp_path_factory.mktemp("clean")
     venv = work / "venv"
     # pip builds a plain `pip install .` in the source folder (build/, *.egg-info): build a copy instead
     source = work / "src"
-    shutil.copytree(ROOT, source, symlinks=True,
-                    ignore=shutil.ignore_patterns(".git", "build", "reports", "tests", "*.egg-info", "__pycache__", ".venv"))
+    shutil.copytree(
+        ROOT,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".git", "build", "reports", "tests", "*.egg-info", "__pycache__", ".venv"),
+    )
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=300)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(source)],
-                   check=True, timeout=900, env=env)
-    yield venv
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(source)], check=True, timeout=900, env=env
+    )
+    return venv
 
 
 def _run(venv: Path, *args: str, cwd: Path, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
@@ -103,8 +107,13 @@ def _run(venv: Path, *args: str, cwd: Path, ok: tuple[int, ...] = (0,)) -> subpr
 
 
 def test_clean_venv_has_no_vllm(clean_venv: Path, tmp_path: Path) -> None:
-    proc = _run(clean_venv, str(clean_venv / "bin" / "python"), "-c",
-                "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is not None)", cwd=tmp_path)
+    proc = _run(
+        clean_venv,
+        str(clean_venv / "bin" / "python"),
+        "-c",
+        "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is not None)",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0
 
 
@@ -117,13 +126,28 @@ def test_quick_start_in_a_clean_venv(clean_venv: Path, tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "suite.jsonl", qa_cases(6, checks={"contains": "42"}))
     out = tmp_path / "run"
     with TestServer(default="The answer is 42.") as b, TestServer(default="The answer is 42.") as c:
-        run = _run(clean_venv, str(bin_ / "qualitycheck"), "run", "--baseline", b.url, "--candidate", c.url,
-                   "--model", "m", "--suite", str(suite), "--out", str(out), "--no-preflight", cwd=tmp_path, ok=(0, 1))
+        run = _run(
+            clean_venv,
+            str(bin_ / "qualitycheck"),
+            "run",
+            "--baseline",
+            b.url,
+            "--candidate",
+            c.url,
+            "--model",
+            "m",
+            "--suite",
+            str(suite),
+            "--out",
+            str(out),
+            "--no-preflight",
+            cwd=tmp_path,
+            ok=(0, 1),
+        )
     assert (out / "summary.json").is_file(), run.stderr
     assert (out / "report.html").is_file()
 
-    gate = _run(clean_venv, str(bin_ / "python"), "-m", "pytest", "--qc-run", str(out), "-p", "no:cacheprovider",
-                cwd=tmp_path, ok=(0, 1))
+    gate = _run(clean_venv, str(bin_ / "python"), "-m", "pytest", "--qc-run", str(out), "-p", "no:cacheprovider", cwd=tmp_path, ok=(0, 1))
     assert "qualitycheck verdict" in gate.stdout, gate.stdout
     assert "INTERNALERROR" not in gate.stdout + gate.stderr
 
@@ -131,9 +155,11 @@ def test_quick_start_in_a_clean_venv(clean_venv: Path, tmp_path: Path) -> None:
 def test_editable_install_from_the_readme(clean_venv: Path, tmp_path: Path) -> None:
     """The README's `pip install -e .` (into the same venv: its dependencies are already there)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    subprocess.run([str(clean_venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "-e", str(ROOT)],
-                   check=True, timeout=600, env=env)
-    proc = _run(clean_venv, str(clean_venv / "bin" / "python"), "-c",
-                "import qualitycheck, sys; print(qualitycheck.__file__)", cwd=tmp_path)
+    subprocess.run(
+        [str(clean_venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "-e", str(ROOT)], check=True, timeout=600, env=env
+    )
+    proc = _run(
+        clean_venv, str(clean_venv / "bin" / "python"), "-c", "import qualitycheck, sys; print(qualitycheck.__file__)", cwd=tmp_path
+    )
     assert proc.stdout.strip().startswith(str(PACKAGE)), proc.stdout
     assert "usage: qualitycheck" in _run(clean_venv, str(clean_venv / "bin" / "qualitycheck"), "--help", cwd=tmp_path).stdout

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from qualitycheck.core._cases import load_suite
 from qualitycheck.cli._main import main
+from qualitycheck.core._cases import load_suite
 from qualitycheck.core._errors import SuiteError
-
 from tests.helpers import write_suite
 
 
@@ -32,7 +31,7 @@ def test_jsonl_problems_carry_file_line_and_field(tmp_path: Path) -> None:
         '{"id": "d", "category": "qa", "prompt": "p", "params": []}\n'
         '{"id": "e", "category": "qa", "prompt": "p", "checks": {"json": {"schema_file": "missing.json"}}}\n'
         '{"id": "f", "category": "qa", "prompt": "p", "checks": {"regex": "("}}\n'
-        '[1, 2]\n',
+        "[1, 2]\n",
         encoding="utf-8",
     )
     got = problems([f])
@@ -81,10 +80,13 @@ def test_bad_yaml_and_non_list(tmp_path: Path) -> None:
 
 def test_unreadable_schema_file_and_invalid_schema(tmp_path: Path) -> None:
     (tmp_path / "broken.json").write_text("{", encoding="utf-8")
-    f = write_suite(tmp_path / "s.jsonl", [
-        {"id": "a", "category": "json", "prompt": "p", "checks": {"json": {"schema_file": "broken.json"}}},
-        {"id": "b", "category": "json", "prompt": "p", "checks": {"json": {"schema": {"type": "wat"}}}},
-    ])
+    f = write_suite(
+        tmp_path / "s.jsonl",
+        [
+            {"id": "a", "category": "json", "prompt": "p", "checks": {"json": {"schema_file": "broken.json"}}},
+            {"id": "b", "category": "json", "prompt": "p", "checks": {"json": {"schema": {"type": "wat"}}}},
+        ],
+    )
     got = problems([f])
     assert got[0].startswith(f"{f}:1: checks.json.schema_file: {tmp_path / 'broken.json'} is not JSON")
     assert got[1].startswith(f"{f}:2: checks.json.schema: not a valid JSON Schema")
@@ -93,12 +95,20 @@ def test_unreadable_schema_file_and_invalid_schema(tmp_path: Path) -> None:
 def test_valid_suite_loads_shorthands_and_resolves_files(tmp_path: Path) -> None:
     (tmp_path / "schema.json").write_text(json.dumps({"type": "object"}), encoding="utf-8")
     (tmp_path / "db.sql").write_text("CREATE TABLE t (x INT);", encoding="utf-8")
-    f = write_suite(tmp_path / "s.yaml", [
-        {"id": "a", "category": "qa", "messages": [{"role": "user", "content": "hi"}],
-         "checks": {"exact": "Paris", "contains": ["Par"], "regex": "^P"}, "tags": {"route": "geo", "tier": 1}},
-        {"id": "b", "category": "json", "prompt": "p", "checks": {"json": {"schema_file": "schema.json"}, "exact": True}},
-        {"id": "c", "category": "sql", "prompt": "p", "checks": {"sql": {"db": "db.sql", "reference": "SELECT x FROM t"}}},
-    ])
+    f = write_suite(
+        tmp_path / "s.yaml",
+        [
+            {
+                "id": "a",
+                "category": "qa",
+                "messages": [{"role": "user", "content": "hi"}],
+                "checks": {"exact": "Paris", "contains": ["Par"], "regex": "^P"},
+                "tags": {"route": "geo", "tier": 1},
+            },
+            {"id": "b", "category": "json", "prompt": "p", "checks": {"json": {"schema_file": "schema.json"}, "exact": True}},
+            {"id": "c", "category": "sql", "prompt": "p", "checks": {"sql": {"db": "db.sql", "reference": "SELECT x FROM t"}}},
+        ],
+    )
     a, b, c = load_suite([tmp_path])
     assert a.checks.exact.expected == "Paris" and a.checks.contains.all == ["Par"]
     assert a.route == "geo" and a.tags["tier"] == "1"
@@ -121,24 +131,45 @@ def test_validate_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_unknown_judge_is_refused_before_any_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    f = write_suite(tmp_path / "s.jsonl", [
-        {"id": "a", "category": "qa", "prompt": "p", "checks": {"judge": {"mode": "astrology"}}},
-        {"id": "b", "category": "qa", "prompt": "p", "checks": {"judge": {"mode": "reference"}}},
-    ])
+    f = write_suite(
+        tmp_path / "s.jsonl",
+        [
+            {"id": "a", "category": "qa", "prompt": "p", "checks": {"judge": {"mode": "astrology"}}},
+            {"id": "b", "category": "qa", "prompt": "p", "checks": {"judge": {"mode": "reference"}}},
+        ],
+    )
     assert main(["validate", str(f)]) == 2
     err = capsys.readouterr().err
     assert f"{f}:1: checks.judge.mode: unknown judge 'astrology'" in err
     assert f"{f}:2: checks.judge.reference: judge 'reference' needs a reference" in err
-    assert main(["run", "--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9", "--model", "m",
-                 "--suite", str(f), "--out", str(tmp_path / "run")]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--baseline",
+                "http://127.0.0.1:9",
+                "--candidate",
+                "http://127.0.0.1:9",
+                "--model",
+                "m",
+                "--suite",
+                str(f),
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 2
+    )
     assert not (tmp_path / "run").exists()
 
 
 def test_lines_are_numbered_across_every_line_break_and_bad_utf8_by_file_offset(tmp_path: Path) -> None:
     f = tmp_path / "s.jsonl"
-    f.write_bytes('{"id": "a", "category": "qa", "prompt": "p"}\r\n'
-                  '{"id": "b", "category": "qa", "prompt": "x\u2028y"}\n'  # a raw U+2028 ends the line for str.splitlines
-                  '{"id": "c", "category": "qa"}\n'.encode())
+    f.write_bytes(
+        '{"id": "a", "category": "qa", "prompt": "p"}\r\n'
+        '{"id": "b", "category": "qa", "prompt": "x\u2028y"}\n'  # a raw U+2028 ends the line for str.splitlines
+        '{"id": "c", "category": "qa"}\n'.encode()
+    )
     assert problems([f]) == [
         f"{f}:2: bad JSON: Unterminated string starting at (column 41)",
         f"{f}:3: bad JSON: Expecting value (column 1)",
@@ -154,8 +185,11 @@ def test_scan_suite_streams_with_load_suites_problems_and_the_manifests_fingerpr
     from qualitycheck.core._config import Config
     from qualitycheck.pipeline._run import manifest_for
 
-    good = write_suite(tmp_path / "good" / "s.jsonl", [{"id": f"c{i}", "category": "qa", "prompt": f"p{i}"} for i in range(20)]
-                       + [{"id": "j", "category": "qa", "prompt": "p", "checks": {"judge": "pairwise"}}])
+    good = write_suite(
+        tmp_path / "good" / "s.jsonl",
+        [{"id": f"c{i}", "category": "qa", "prompt": f"p{i}"} for i in range(20)]
+        + [{"id": "j", "category": "qa", "prompt": "p", "checks": {"judge": "pairwise"}}],
+    )
     cases = load_suite([good])
     cfg = Config.model_validate({"baseline": {"url": "http://127.0.0.1:9", "model": "m"}})
     scan = scan_suite([good])
@@ -181,8 +215,18 @@ def test_scan_suite_holds_far_less_than_the_cases(tmp_path: Path) -> None:
     from qualitycheck.core._cases import scan_suite
 
     n = 4000
-    suite = write_suite(tmp_path / "s.jsonl", [{"id": f"case-{i}", "category": "qa", "params": {"max_tokens": 64},
-                                                "messages": [{"role": "user", "content": f"Say something {i}"}]} for i in range(n)])
+    suite = write_suite(
+        tmp_path / "s.jsonl",
+        [
+            {
+                "id": f"case-{i}",
+                "category": "qa",
+                "params": {"max_tokens": 64},
+                "messages": [{"role": "user", "content": f"Say something {i}"}],
+            }
+            for i in range(n)
+        ],
+    )
     scan_suite([suite])  # imports and caches out of the measurement
     tracemalloc.start()
     try:
@@ -204,12 +248,20 @@ def test_content_hashes_stay_those_of_stored_runs() -> None:
 
     cases = {
         "a": {"id": "a", "category": "qa", "messages": [{"role": "user", "content": "hi"}]},
-        "b": {"id": "b", "category": "json", "messages": [{"role": "user", "content": "x"}],
-              "params": {"temperature": 0, "max_tokens": 20},
-              "checks": {"json": {"schema": {"type": "object"}}, "exact": True}, "tags": {"route": "r"}},
-        "c": {"id": "c", "category": "sql", "prompt": "p",
-              "checks": {"sql": {"dialect": "sqlite"}, "contains": ["x"], "regex": "a+", "yaml": {"format": "toml"},
-                         "judge": "pairwise"}},
+        "b": {
+            "id": "b",
+            "category": "json",
+            "messages": [{"role": "user", "content": "x"}],
+            "params": {"temperature": 0, "max_tokens": 20},
+            "checks": {"json": {"schema": {"type": "object"}}, "exact": True},
+            "tags": {"route": "r"},
+        },
+        "c": {
+            "id": "c",
+            "category": "sql",
+            "prompt": "p",
+            "checks": {"sql": {"dialect": "sqlite"}, "contains": ["x"], "regex": "a+", "yaml": {"format": "toml"}, "judge": "pairwise"},
+        },
         "d": {"id": "d", "category": "code", "prompt": "p", "checks": {"unit_tests": {"tests": "assert 1"}, "exact": "Paris"}},
     }
     # `exact: true` became byte-equal (it stripped before): written out as the old default, it hashes as before

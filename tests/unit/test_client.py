@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from qualitycheck.core._cases import Case
-from qualitycheck.generation._client import Endpoint
 from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._records import Response
+from qualitycheck.generation._client import Endpoint
 from qualitycheck.testserver import Fault, TestServer
 
 

@@ -15,8 +15,22 @@ from tests.helpers import qa_cases, write_suite
 
 
 def _args(b: TestServer, c: TestServer, suite: Path, out: Path) -> list[str]:
-    return ["run", "--baseline", b.url, "--candidate", c.url, "--model", "test-model", "--suite", str(suite),
-            "--out", str(out), "--no-preflight", "--concurrency", "4"]
+    return [
+        "run",
+        "--baseline",
+        b.url,
+        "--candidate",
+        c.url,
+        "--model",
+        "test-model",
+        "--suite",
+        str(suite),
+        "--out",
+        str(out),
+        "--no-preflight",
+        "--concurrency",
+        "4",
+    ]
 
 
 def test_a_target_refusing_every_request_alike_stops_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -44,8 +58,9 @@ def test_an_occasional_refusal_does_not_stop_the_run(tmp_path: Path) -> None:
 
 
 def _refusal(target: str, status: int) -> Response:
-    return Response(case_id="x", target=target, fingerprint="f",
-                    error=ErrorInfo(kind="http_status", status=status, message=f"HTTP {status}: no"))
+    return Response(
+        case_id="x", target=target, fingerprint="f", error=ErrorInfo(kind="http_status", status=status, message=f"HTTP {status}: no")
+    )
 
 
 def test_fail_fast_needs_the_same_non_retryable_status_every_time() -> None:
@@ -60,12 +75,12 @@ def test_fail_fast_needs_the_same_non_retryable_status_every_time() -> None:
     assert all(retryable.refused(_refusal("baseline", 503)) is None for _ in range(3 * FAIL_FAST_ANSWERS))
 
 
-def test_a_model_name_the_target_does_not_serve_is_refused_before_generation(tmp_path: Path,
-                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_model_name_the_target_does_not_serve_is_refused_before_generation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
     with TestServer(model="smol") as b, TestServer(model="smol-ngram") as c:
-        rc = main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "smol", "--suite", str(suite),
-                   "--out", str(tmp_path / "run")])
+        rc = main(
+            ["run", "--baseline", b.url, "--candidate", c.url, "--model", "smol", "--suite", str(suite), "--out", str(tmp_path / "run")]
+        )
         sent = len(b.log) + len(c.log)
     assert rc == 2
     err = capsys.readouterr().err

@@ -14,8 +14,23 @@ from tests.helpers import qa_cases, write_suite
 
 
 def _run(b: TestServer, c: TestServer, suite: Path, out: Path, *flags: str) -> int:
-    return main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "test-model", "--suite", str(suite),
-                 "--out", str(out), "--no-preflight", *flags])
+    return main(
+        [
+            "run",
+            "--baseline",
+            b.url,
+            "--candidate",
+            c.url,
+            "--model",
+            "test-model",
+            "--suite",
+            str(suite),
+            "--out",
+            str(out),
+            "--no-preflight",
+            *flags,
+        ]
+    )
 
 
 def _asked(srv: TestServer) -> list[str]:
@@ -30,13 +45,19 @@ def test_only_divergent_cases_are_asked_again_and_the_cost_is_stated(tmp_path: P
         assert _run(b, c, suite, out) == 0
         asked = _asked(b)
     assert len(asked) == 13 and sorted(asked[10:]) == sorted(differ)
-    assert "asking the baseline again for the 3 of 10 cases whose candidate answer differs (+3 requests, 15% of the run's" \
+    assert (
+        "asking the baseline again for the 3 of 10 cases whose candidate answer differs (+3 requests, 15% of the run's"
         in capsys.readouterr().err
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["noise_floor"] == {
-        "source": "baseline_again", "cases": 3, "disagreement_rate": 0.0, "requests": 3,
+        "source": "baseline_again",
+        "cases": 3,
+        "disagreement_rate": 0.0,
+        "requests": 3,
         "note": "the baseline was asked again for the 3 of 10 cases whose candidate answer differed; "
-                "0.0% of those answers differed from its first"}
+        "0.0% of those answers differed from its first",
+    }
     assert not any("noise floor" in line for line in summary["not_evaluated"])
     assert summary["targets"].keys() == {"baseline", "candidate"}
 
@@ -79,10 +100,32 @@ def test_identical_answers_cost_nothing(tmp_path: Path) -> None:
 
 def test_a_control_or_repeats_measure_the_floor_instead(tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(4, checks={"contains": "42"}))
-    with TestServer(default="The answer is 42.") as b, TestServer(default="The answer is 42!") as c, \
-            TestServer(default="The answer is 42.") as k:
-        assert main(["run", "--baseline", b.url, "--candidate", c.url, "--control", k.url, "--model", "test-model",
-                     "--suite", str(suite), "--out", str(tmp_path / "ctl"), "--no-preflight"]) == 0
+    with (
+        TestServer(default="The answer is 42.") as b,
+        TestServer(default="The answer is 42!") as c,
+        TestServer(default="The answer is 42.") as k,
+    ):
+        assert (
+            main(
+                [
+                    "run",
+                    "--baseline",
+                    b.url,
+                    "--candidate",
+                    c.url,
+                    "--control",
+                    k.url,
+                    "--model",
+                    "test-model",
+                    "--suite",
+                    str(suite),
+                    "--out",
+                    str(tmp_path / "ctl"),
+                    "--no-preflight",
+                ]
+            )
+            == 0
+        )
         assert len(b.log) == 4
         assert _run(b, c, suite, tmp_path / "rep", "--repeats", "2") == 0
     assert json.loads((tmp_path / "ctl" / "summary.json").read_text())["noise_floor"]["source"] == "control"

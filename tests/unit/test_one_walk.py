@@ -20,9 +20,15 @@ READERS = ("by_case", "responses_by_case", "comparisons_by_case", "comparison_bo
 
 
 def _rows(n: int) -> list[dict[str, Any]]:
-    return [{"id": f"c{i}", "category": "qa" if i % 2 else "code",
-             "texts": {"baseline": "Yes.", "candidate": "Yes." if i % 3 else "No."},
-             "checks": {"exact": {"baseline": "pass", "candidate": "pass" if i % 3 else "fail"}}} for i in range(n)]
+    return [
+        {
+            "id": f"c{i}",
+            "category": "qa" if i % 2 else "code",
+            "texts": {"baseline": "Yes.", "candidate": "Yes." if i % 3 else "No."},
+            "checks": {"exact": {"baseline": "pass", "candidate": "pass" if i % 3 else "fail"}},
+        }
+        for i in range(n)
+    ]
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:

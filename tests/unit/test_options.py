@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import qualitycheck.pipeline._run  # noqa: F401  (imported once here: pytester's inline runs must not re-import numpy/scipy)
+import qualitycheck.pipeline._run
 import qualitycheck.verdict._summary  # noqa: F401
 from qualitycheck.cli._main import build_parser
 from qualitycheck.testserver import TestServer
@@ -34,8 +34,21 @@ def test_a_run_option_reaches_the_run_from_pytest(pytester: pytest.Pytester) -> 
     suite = write_suite(pytester.path / "s.jsonl", qa_cases(2, checks={"contains": "42"}))
     out = pytester.path / "run"
     with TestServer(default="42") as b, TestServer(default="42") as c:
-        res = pytester.runpytest("--qc-baseline", b.url, "--qc-candidate", c.url, "--qc-model", "m", "--qc-suite", str(suite),
-                                 "--qc-out", str(out), "--qc-repeats", "2", "--qc-no-preflight")
+        res = pytester.runpytest(
+            "--qc-baseline",
+            b.url,
+            "--qc-candidate",
+            c.url,
+            "--qc-model",
+            "m",
+            "--qc-suite",
+            str(suite),
+            "--qc-out",
+            str(out),
+            "--qc-repeats",
+            "2",
+            "--qc-no-preflight",
+        )
     assert res.ret in (0, 1), res.stdout.str()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["repeats"] == 2
@@ -46,10 +59,10 @@ def test_a_bad_shard_is_a_usage_error_in_both(pytester: pytest.Pytester, tmp_pat
     from qualitycheck.cli import main
 
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(1))
-    assert main(["run", "--shard", "3/2", "--baseline", "http://x", "--candidate", "http://y", "--model", "m",
-                 "--suite", str(suite)]) == 2
+    assert main(["run", "--shard", "3/2", "--baseline", "http://x", "--candidate", "http://y", "--model", "m", "--suite", str(suite)]) == 2
     assert "--shard: expected I/N" in capsys.readouterr().err
-    res = pytester.runpytest("--qc-baseline", "http://x", "--qc-candidate", "http://y", "--qc-model", "m",
-                             "--qc-suite", str(suite), "--qc-shard", "3/2")
+    res = pytester.runpytest(
+        "--qc-baseline", "http://x", "--qc-candidate", "http://y", "--qc-model", "m", "--qc-suite", str(suite), "--qc-shard", "3/2"
+    )
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "--qc-shard: expected I/N" in res.stderr.str()

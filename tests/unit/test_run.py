@@ -20,8 +20,21 @@ from tests.helpers import qa_cases, write_suite
 
 
 def run_args(b: TestServer, c: TestServer, suite: Path, out: Path, *extra: str) -> list[str]:
-    return ["run", "--baseline", b.url, "--candidate", c.url, "--model", "m",
-            "--suite", str(suite), "--out", str(out), "--no-preflight", *extra]
+    return [
+        "run",
+        "--baseline",
+        b.url,
+        "--candidate",
+        c.url,
+        "--model",
+        "m",
+        "--suite",
+        str(suite),
+        "--out",
+        str(out),
+        "--no-preflight",
+        *extra,
+    ]
 
 
 def run_cli(b: TestServer, c: TestServer, suite: Path, out: Path, *extra: str) -> int:
@@ -94,7 +107,9 @@ def test_resume_sends_only_what_is_missing_and_errors_again(tmp_path: Path) -> N
         assert len(c.requests("/chat/completions")) == 7
 
 
-def test_resume_refuses_other_suites_or_targets(tmp_path: Path, pair_servers: tuple[TestServer, TestServer], capsys: pytest.CaptureFixture[str]) -> None:
+def test_resume_refuses_other_suites_or_targets(
+    tmp_path: Path, pair_servers: tuple[TestServer, TestServer], capsys: pytest.CaptureFixture[str]
+) -> None:
     b, c = pair_servers
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
     other = write_suite(tmp_path / "o.jsonl", qa_cases(4))
@@ -129,8 +144,11 @@ def test_kill_minus_nine_then_resume(tmp_path: Path) -> None:
             before = {(r.case_id, r.target) for r in store.responses()}
         sent_before = len(b.requests()) + len(c.requests())
         assert main(cmd[3:]) == 0
-        again = [(e["body"]["messages"][0]["content"], s) for s, srv in (("baseline", b), ("candidate", c))
-                 for e in srv.requests("/chat/completions")[-1000:]]
+        again = [
+            (e["body"]["messages"][0]["content"], s)
+            for s, srv in (("baseline", b), ("candidate", c))
+            for e in srv.requests("/chat/completions")[-1000:]
+        ]
     with RunStore.open(out) as store:
         rows = list(store.responses())
     assert len(rows) == 60 and all(r.ok for r in rows)
@@ -203,8 +221,24 @@ def test_regressions_within_the_noise_allowance_are_named_as_tolerated(tmp_path:
     """A small control cannot rule out noise: the guardrail passes but says which case it tolerated and why."""
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(6, checks={"contains": ["42"]}))
     with TestServer(default="42") as b, TestServer(default="42", answers={"qa 2?": "41"}) as c, TestServer(default="42") as k:
-        rc = main(["run", "--baseline", b.url, "--candidate", c.url, "--control", k.url, "--model", "m",
-                   "--suite", str(suite), "--out", str(tmp_path / "run"), "--no-preflight"])
+        rc = main(
+            [
+                "run",
+                "--baseline",
+                b.url,
+                "--candidate",
+                c.url,
+                "--control",
+                k.url,
+                "--model",
+                "m",
+                "--suite",
+                str(suite),
+                "--out",
+                str(tmp_path / "run"),
+                "--no-preflight",
+            ]
+        )
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     cell = s["categories"]["qa"]["checks"]["contains"]
     assert cell["regressions"] == ["qa-2"] and cell["regression_allowance"] >= 1
@@ -226,10 +260,36 @@ def test_credentials_in_the_url_become_basic_auth_and_never_stay_in_the_url() ->
 def test_a_preflight_mismatch_fails_the_gate_naming_the_check(tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(3, checks={"contains": ["42"]}))
     with TestServer(default="42") as b, TestServer(default="42", chat_template="[{role}] {content}\n") as c:
-        rc = main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "test-model",
-                   "--suite", str(suite), "--out", str(tmp_path / "run")])
-        same = main(["run", "--baseline", b.url, "--candidate", b.url, "--model", "test-model",
-                     "--suite", str(suite), "--out", str(tmp_path / "same")])
+        rc = main(
+            [
+                "run",
+                "--baseline",
+                b.url,
+                "--candidate",
+                c.url,
+                "--model",
+                "test-model",
+                "--suite",
+                str(suite),
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        same = main(
+            [
+                "run",
+                "--baseline",
+                b.url,
+                "--candidate",
+                b.url,
+                "--model",
+                "test-model",
+                "--suite",
+                str(suite),
+                "--out",
+                str(tmp_path / "same"),
+            ]
+        )
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     (g,) = [g for g in s["guardrails"] if g["name"] == "preflight_consistent"]
     assert g["passed"] is False and g["observed"] == ["tokenize"] and "tokenize" in g["message"]
@@ -254,8 +314,9 @@ def test_generate_walks_a_reiterable_suite_and_counts_what_it_skips(tmp_path: Pa
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(5))
     cases = SuiteCases([suite])
     with TestServer() as b, TestServer() as c:
-        cfg = Config.model_validate({"baseline": {"url": b.url, "model": "m"}, "candidate": {"url": c.url, "model": "m"},
-                                     "run": {"retries": 0, "preflight": False}})
+        cfg = Config.model_validate(
+            {"baseline": {"url": b.url, "model": "m"}, "candidate": {"url": c.url, "model": "m"}, "run": {"retries": 0, "preflight": False}}
+        )
         with RunStore.create(tmp_path / "run", {"cases": 5, "targets": {}, "repeats": 1}, iter(cases)) as store:
             assert [x.id for x in store.iter_cases()] == [f"qa-{i}" for i in range(5)]
             first = asyncio.run(generate(store, SuiteCases([suite], keep=lambda x: x.id != "qa-3"), cfg))
@@ -273,8 +334,8 @@ def test_a_store_slower_than_the_server_holds_back_new_pairs_instead_of_queueing
     """Received-but-uncommitted responses stay bounded: memory must not grow with the run when the disk lags."""
     import asyncio
 
-    from qualitycheck.generation import _runner as runner
     from qualitycheck.core._config import Config
+    from qualitycheck.generation import _runner as runner
 
     monkeypatch.setattr(runner, "MAX_UNWRITTEN", 4)
     slow_put = RunStore.put_response
@@ -291,8 +352,13 @@ def test_a_store_slower_than_the_server_holds_back_new_pairs_instead_of_queueing
     from qualitycheck.core._cases import SuiteCases
 
     with TestServer() as b, TestServer() as c:
-        cfg = Config.model_validate({"baseline": {"url": b.url, "model": "m"}, "candidate": {"url": c.url, "model": "m"},
-                                     "run": {"retries": 0, "preflight": False, "concurrency": 2}})
+        cfg = Config.model_validate(
+            {
+                "baseline": {"url": b.url, "model": "m"},
+                "candidate": {"url": c.url, "model": "m"},
+                "run": {"retries": 0, "preflight": False, "concurrency": 2},
+            }
+        )
         with RunStore.create(tmp_path / "run", {"cases": 40, "targets": {}, "repeats": 1}, iter(SuiteCases([suite]))) as store:
             stats = asyncio.run(runner.generate(store, SuiteCases([suite]), cfg))
             assert len(list(store.responses())) == 80
@@ -300,7 +366,9 @@ def test_a_store_slower_than_the_server_holds_back_new_pairs_instead_of_queueing
     assert max(seen) <= 4 + 2 * 2 + 1, max(seen)  # the limit, plus what was in flight when it was reached
 
 
-def test_generation_sends_the_stored_cases_even_if_the_suite_changes_meanwhile(tmp_path: Path, pair_servers: tuple[TestServer, TestServer], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_generation_sends_the_stored_cases_even_if_the_suite_changes_meanwhile(
+    tmp_path: Path, pair_servers: tuple[TestServer, TestServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What is sent is what the manifest fingerprinted: the cases in the store, not the file as it is now."""
     b, c = pair_servers
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))

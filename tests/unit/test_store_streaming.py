@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from tests.unit.verdict.verdict_builders import make_store
-
 from qualitycheck.core._records import Response
+from tests.unit.verdict.verdict_builders import make_store
 
 
 def test_by_case_joins_cases_responses_and_scores_by_id(tmp_path):
@@ -87,8 +86,8 @@ def test_resume_looks_up_what_is_stored_a_case_at_a_time(tmp_path):
 
     from qualitycheck.core._cases import Case
     from qualitycheck.core._config import Config
-    from qualitycheck.generation._runner import work_items
     from qualitycheck.core._store import RunStore, StoredCases
+    from qualitycheck.generation._runner import work_items
 
     cfg = Config.model_validate({"baseline": {"url": "http://b", "model": "m"}, "candidate": {"url": "http://c", "model": "m"}})
     n = 6000
@@ -100,8 +99,14 @@ def test_resume_looks_up_what_is_stored_a_case_at_a_time(tmp_path):
                 for t in ("baseline", "candidate"):
                     if (i, t) != (7, "candidate"):
                         ok = i != 9
-                        store.put_response(Response(case_id=f"case-{i:05d}", target=t, fingerprint="stale-" + "f" * 58,
-                                                    error=None if ok else {"kind": "timeout", "message": "t"}))
+                        store.put_response(
+                            Response(
+                                case_id=f"case-{i:05d}",
+                                target=t,
+                                fingerprint="stale-" + "f" * 58,
+                                error=None if ok else {"kind": "timeout", "message": "t"},
+                            )
+                        )
 
         def walk() -> tuple[list[tuple[str, list[str]]], int]:
             done = store.stored_outcomes()

@@ -22,8 +22,19 @@ from qualitycheck.core._cases import Case, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "suites"
-CATEGORIES = ("qa", "long_context_qa", "code", "json", "sql", "config", "multi_turn",
-              "tool_call_explanation", "summarization", "rag", "high_risk")
+CATEGORIES = (
+    "qa",
+    "long_context_qa",
+    "code",
+    "json",
+    "sql",
+    "config",
+    "multi_turn",
+    "tool_call_explanation",
+    "summarization",
+    "rag",
+    "high_risk",
+)
 OPEN_ENDED = ("summarization", "multi_turn", "rag", "high_risk", "tool_call_explanation")
 
 
@@ -101,8 +112,7 @@ def test_mbpp_reference_solutions_pass_their_tests(cases: list[Case]) -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "programs.json").write_text(json.dumps(programs), encoding="utf-8")
-        proc = subprocess.run([sys.executable, "-c", runner, "programs.json"], cwd=tmp,
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([sys.executable, "-c", runner, "programs.json"], cwd=tmp, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {}
 
@@ -222,6 +232,7 @@ def test_generator_is_reproducible(tmp_path: Path) -> None:
     data = ROOT.parent / "shared" / "data"
     if not (data / "mbpp").is_dir():
         pytest.skip("public data folder not present on this machine")
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_suites.py"), "--check"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build_suites.py"), "--check"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

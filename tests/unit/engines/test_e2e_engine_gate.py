@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-RUN_WITHOUT_VLLM = ("import sys; sys.modules['vllm'] = None; import pytest; "
-                    "sys.exit(pytest.main(['tests/e2e', '-m', 'e2e', '-q', '-p', 'no:cacheprovider']))")
+RUN_WITHOUT_VLLM = (
+    "import sys; sys.modules['vllm'] = None; import pytest; "
+    "sys.exit(pytest.main(['tests/e2e', '-m', 'e2e', '-q', '-p', 'no:cacheprovider']))"
+)
 
 
 def _run(ci: str | None) -> subprocess.CompletedProcess[str]:

@@ -7,17 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from qualitycheck.core._cases import load_suite
 from qualitycheck.cli._main import build_parser
-from qualitycheck.pipeline._demo import DEMO_MAX_TOKENS, demo_cases, run_demo, write_suite
+from qualitycheck.core._cases import load_suite
 from qualitycheck.core._errors import QualitycheckError
+from qualitycheck.pipeline._demo import DEMO_MAX_TOKENS, demo_cases, run_demo, write_suite
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def _case(i: int, category: str, demo: bool, max_tokens: int | None = None) -> dict:
-    c = {"id": f"c{i}", "category": category, "messages": [{"role": "user", "content": "hi"}],
-         "checks": {"contains": "x"}, "tags": {"demo": "yes"} if demo else {}}
+    c = {
+        "id": f"c{i}",
+        "category": category,
+        "messages": [{"role": "user", "content": "hi"}],
+        "checks": {"contains": "x"},
+        "tags": {"demo": "yes"} if demo else {},
+    }
     if max_tokens:
         c["params"] = {"max_tokens": max_tokens}
     return c

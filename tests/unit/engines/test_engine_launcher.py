@@ -111,8 +111,15 @@ time.sleep(120)
 
 
 def test_argv_carries_speculation_template_and_offline_flags() -> None:
-    argv = api_server_argv("/m", port=8001, served_name="smol", dtype="bfloat16",
-                           speculative_config=ngram_config(), chat_template="/t.jinja", extra_args=["--x"])
+    argv = api_server_argv(
+        "/m",
+        port=8001,
+        served_name="smol",
+        dtype="bfloat16",
+        speculative_config=ngram_config(),
+        chat_template="/t.jinja",
+        extra_args=["--x"],
+    )
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     i = argv.index("--speculative-config")
     assert json.loads(argv[i + 1]) == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
@@ -123,12 +130,21 @@ def test_argv_carries_speculation_template_and_offline_flags() -> None:
 
 
 def test_template_fills_port_and_model_and_runs_vllm_serve_as_module() -> None:
-    argv = _template_argv("vllm serve {model} --port {port} --speculative-config '{{\"method\":\"ngram\"}}'", model="/m", port=9)
-    assert argv == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "/m", "--port", "9",
-                    "--speculative-config", '{"method":"ngram"}']
+    argv = _template_argv('vllm serve {model} --port {port} --speculative-config \'{{"method":"ngram"}}\'', model="/m", port=9)
+    assert argv == [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/m",
+        "--port",
+        "9",
+        "--speculative-config",
+        '{"method":"ngram"}',
+    ]
     with pytest.raises(LaunchError, match=r"only \{port\} and \{model\}"):
         _template_argv("vllm serve {model} --port {prot}", model="/m", port=9)
-    with pytest.raises(LaunchError, match="has no {port}"):
+    with pytest.raises(LaunchError, match=r"has no \{port\}"):
         launch_template("vllm serve {model}", model="/m")
 
 

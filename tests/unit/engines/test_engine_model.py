@@ -22,8 +22,7 @@ def _fake_conversion(folder: Path) -> None:
     (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     (folder / "model.safetensors").write_bytes(b"\0" * 100)
     files = m._files_digest(folder)
-    manifest = {"version": m.MANIFEST_VERSION, "gguf_sha256": m.GGUF_SHA256, "files": files,
-                "files_sha256": m._manifest_hash(files)}
+    manifest = {"version": m.MANIFEST_VERSION, "gguf_sha256": m.GGUF_SHA256, "files": files, "files_sha256": m._manifest_hash(files)}
     (folder / m.MANIFEST_NAME).write_text(json.dumps(manifest))
 
 

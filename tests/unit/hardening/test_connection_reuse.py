@@ -13,8 +13,8 @@ import asyncio
 from aiohttp import web
 
 from qualitycheck.core._cases import Case
-from qualitycheck.generation._client import Endpoint
 from qualitycheck.core._config import RunOptions, Target
+from qualitycheck.generation._client import Endpoint
 
 
 def test_sequential_streams_share_one_connection_when_the_end_follows_done() -> None:

@@ -23,8 +23,14 @@ from tests.helpers import qa_cases, write_suite
 
 N = 200
 RETRIES = 2
-PERSISTENT_KIND = {"status503": ("http_status", 503), "status429": ("http_status", 429), "reset": ("stream_cut", None),
-                   "malformed": ("malformed", None), "hang": ("timeout", None), "no_done": ("stream_cut", None)}
+PERSISTENT_KIND = {
+    "status503": ("http_status", 503),
+    "status429": ("http_status", 429),
+    "reset": ("stream_cut", None),
+    "malformed": ("malformed", None),
+    "hang": ("timeout", None),
+    "no_done": ("stream_cut", None),
+}
 
 
 def fault(kind: str, match: str, persistent: bool) -> Fault:
@@ -64,8 +70,24 @@ def test_every_case_is_stored_exactly_once_under_random_faults(tmp_path: Path) -
         fs = [fault(k, f"question qa {i}?", p) for i, spec in faults[side].items() if spec for k, p in [spec]]
         servers[side] = TestServer(default=answer, faults=fs, ttft_s=0.01, itl_s=0.002)
     with servers["baseline"] as b, servers["candidate"] as c:
-        code = main(["run", "-c", str(cfg), "--baseline", b.url, "--candidate", c.url, "--model", "m",
-                     "--suite", str(suite), "--out", str(tmp_path / "run"), "--no-preflight"])
+        code = main(
+            [
+                "run",
+                "-c",
+                str(cfg),
+                "--baseline",
+                b.url,
+                "--candidate",
+                c.url,
+                "--model",
+                "m",
+                "--suite",
+                str(suite),
+                "--out",
+                str(tmp_path / "run"),
+                "--no-preflight",
+            ]
+        )
     assert code == 1  # persistent faults are errors, and errors fail the gate
 
     with RunStore.open(tmp_path / "run") as store:

@@ -26,7 +26,9 @@ from qualitycheck.core._errors import ConfigError
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 VALID_CASE: dict[str, Any] = {
-    "id": "c1", "category": "qa", "messages": [{"role": "user", "content": "What is 6*7?"}],
+    "id": "c1",
+    "category": "qa",
+    "messages": [{"role": "user", "content": "What is 6*7?"}],
     "params": {"temperature": 0, "max_tokens": 16},
     "checks": {"exact": "42", "contains": ["4"], "regex": "\\d+", "json": {"schema": {"type": "object"}}},
     "tags": {"route": "math"},
@@ -38,11 +40,10 @@ VALID_CONFIG: dict[str, Any] = {
     "speculative_decoding_guardrails": {"min_acceptance_rate": 0.55, "max_error_rate": "1%"},
 }
 
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=False),
-                      st.text(max_size=20))
-json_value = st.recursive(json_leaf, lambda kids: st.one_of(st.lists(kids, max_size=4),
-                                                            st.dictionaries(st.text(max_size=12), kids, max_size=4)),
-                          max_leaves=12)
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(10**12), 10**12), st.floats(allow_nan=False), st.text(max_size=20))
+json_value = st.recursive(
+    json_leaf, lambda kids: st.one_of(st.lists(kids, max_size=4), st.dictionaries(st.text(max_size=12), kids, max_size=4)), max_leaves=12
+)
 
 
 def cli(argv: list[str]) -> tuple[int, str]:
@@ -85,8 +86,7 @@ def mutate(base: Any, path: list[Any], value: Any, op: str) -> Any:
     return value
 
 
-mutation = st.tuples(st.lists(st.text(max_size=4), min_size=1, max_size=4), json_value,
-                     st.sampled_from(["replace", "delete", "add"]))
+mutation = st.tuples(st.lists(st.text(max_size=4), min_size=1, max_size=4), json_value, st.sampled_from(["replace", "delete", "add"]))
 
 
 @FUZZ
@@ -108,8 +108,7 @@ def test_mutated_cases_jsonl_and_yaml(muts: list[tuple[list[Any], Any, str]], n:
             case = mutate(case, path, value, op)
         cases.append(case)
     with tempfile.TemporaryDirectory() as td:
-        for name, text in (("s.jsonl", "\n".join(json.dumps(c) for c in cases)),
-                           ("s.yaml", yaml.safe_dump(cases, allow_unicode=True))):
+        for name, text in (("s.jsonl", "\n".join(json.dumps(c) for c in cases)), ("s.yaml", yaml.safe_dump(cases, allow_unicode=True))):
             f = Path(td) / name
             f.write_text(text, encoding="utf-8")
             assert_clear(*cli(["validate", str(f)]), f)
@@ -152,6 +151,5 @@ def test_config_bytes(data: bytes) -> None:
     with tempfile.TemporaryDirectory() as td:
         f = Path(td) / "qualitycheck.yaml"
         f.write_bytes(data)
-        code, err = cli(["run", "-c", str(f), "--suite", str(Path(td) / "missing.jsonl"), "--no-preflight",
-                         "--out", str(Path(td) / "run")])
+        code, err = cli(["run", "-c", str(f), "--suite", str(Path(td) / "missing.jsonl"), "--no-preflight", "--out", str(Path(td) / "run")])
         assert code == 2 and "Traceback" not in err and err.strip(), err

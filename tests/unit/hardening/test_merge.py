@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from qualitycheck.cli._main import main
-from qualitycheck.generation._runner import in_shard
 from qualitycheck.core._cases import load_suite
 from qualitycheck.core._store import RunStore
+from qualitycheck.generation._runner import in_shard
 from qualitycheck.testserver import TestServer
 from tests.helpers import qa_cases, write_suite
 
@@ -30,14 +30,30 @@ def stable(x: Any) -> Any:
 
 
 def suite(tmp: Path) -> Path:
-    cases = (qa_cases(12, "qa", checks={"exact": "The answer is 42."})
-             + qa_cases(9, "support", checks={"contains": ["answer"]}))
+    cases = qa_cases(12, "qa", checks={"exact": "The answer is 42."}) + qa_cases(9, "support", checks={"contains": ["answer"]})
     return write_suite(tmp / "suite.jsonl", cases)
 
 
 def run(b: TestServer, c: TestServer, s: Path, out: Path, *extra: str) -> int:
-    return main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(s),
-                 "--out", str(out), "--no-preflight", "--retries", "0", *extra])
+    return main(
+        [
+            "run",
+            "--baseline",
+            b.url,
+            "--candidate",
+            c.url,
+            "--model",
+            "m",
+            "--suite",
+            str(s),
+            "--out",
+            str(out),
+            "--no-preflight",
+            "--retries",
+            "0",
+            *extra,
+        ]
+    )
 
 
 def summary(folder: Path) -> dict[str, Any]:
@@ -94,7 +110,9 @@ def test_different_targets_are_refused(tmp_path: Path, servers: tuple[TestServer
     assert "targets differ" in capsys.readouterr().err
 
 
-def test_merge_refuses_non_runs_and_existing_outputs(tmp_path: Path, servers: tuple[TestServer, TestServer], capsys: pytest.CaptureFixture[str]) -> None:
+def test_merge_refuses_non_runs_and_existing_outputs(
+    tmp_path: Path, servers: tuple[TestServer, TestServer], capsys: pytest.CaptureFixture[str]
+) -> None:
     b, c = servers
     s = suite(tmp_path)
     run(b, c, s, tmp_path / "a", "--shard", "1/2")
@@ -119,8 +137,11 @@ def test_judged_shards_merge_without_calling_the_judge_again(tmp_path: Path) -> 
             return "Reply B is better. [[B]]"
         return "Equal. [[TIE]]"
 
-    with TestServer(default="same summary") as b, TestServer(default="same summary", answers=cand) as c, \
-            TestServer(default=judge, model="J") as j:
+    with (
+        TestServer(default="same summary") as b,
+        TestServer(default="same summary", answers=cand) as c,
+        TestServer(default=judge, model="J") as j,
+    ):
         flags = ["--judge", j.url, "--judge-model", "J"]
         single = run(b, c, s, tmp_path / "single", *flags)
         for i in (1, 2):

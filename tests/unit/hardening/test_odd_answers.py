@@ -17,9 +17,9 @@ import pytest
 from aiohttp import web
 
 from qualitycheck.core._cases import Case
-from qualitycheck.generation._client import Endpoint
 from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._records import Response
+from qualitycheck.generation._client import Endpoint
 from qualitycheck.testserver import TestServer
 from tests.helpers import raw_chat_server
 
@@ -35,8 +35,15 @@ def chunk(content: Any, **choice: Any) -> dict[str, Any]:
 
 SCRIPTS: dict[str, tuple[str, bytes]] = {
     # name: (content type, raw body)
-    "null-content": ("text/event-stream", sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]},
-                                              chunk("Hello"), chunk(None), chunk(" world", finish_reason="stop"))),
+    "null-content": (
+        "text/event-stream",
+        sse(
+            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]},
+            chunk("Hello"),
+            chunk(None),
+            chunk(" world", finish_reason="stop"),
+        ),
+    ),
     "empty-choices": ("text/event-stream", sse({"choices": []}, {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 0}})),
     "no-choices-key": ("text/event-stream", sse({"id": "x"}, chunk("ok", finish_reason="stop"))),
     "other-index": ("text/event-stream", sse({"choices": [{"index": 1, "delta": {"content": "ignored"}}]}, chunk("kept"))),
@@ -81,7 +88,7 @@ def raw_server() -> Iterator[str]:
         resp = web.StreamResponse(headers={"Content-Type": ctype})
         await resp.prepare(request)
         for i in range(0, len(raw), 7):  # dribble bytes: lines arrive split across reads
-            await resp.write(raw[i:i + 7])
+            await resp.write(raw[i : i + 7])
         await resp.write_eof()
         return resp
 

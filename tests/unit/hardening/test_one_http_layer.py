@@ -42,8 +42,7 @@ def failing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     async def handler(req: web.Request) -> web.Response:
         seen[req.path] += 1
         await req.read()
-        return web.json_response({"error": {"message": f"invalid credentials: {req.headers.get('Authorization')}"}},
-                                 status=status)
+        return web.json_response({"error": {"message": f"invalid credentials: {req.headers.get('Authorization')}"}}, status=status)
 
     with raw_server(handler) as url:
         yield url, status, seen

@@ -52,10 +52,9 @@ def echo_server() -> Iterator[str]:
         yield url
 
 
-def test_secrets_stay_out_of_folder_output_logs_and_errors(tmp_path: Path, echo_server: str,
-                                                          monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str],
-                                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_secrets_stay_out_of_folder_output_logs_and_errors(
+    tmp_path: Path, echo_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv("QC_HARDENING_KEY", API_KEY)
     monkeypatch.setenv("OPENAI_LOG", "debug")
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(5, "qa", checks={"contains": ["fine"]}))
@@ -63,7 +62,9 @@ def test_secrets_stay_out_of_folder_output_logs_and_errors(tmp_path: Path, echo_
     cfg.write_text(
         f"baseline: {{url: '{echo_server}', model: m, api_key_env: QC_HARDENING_KEY, headers: {{X-Api-Key: {HEADER_SECRET}}}}}\n"
         "candidate: {url: 'CAND', model: m, api_key_env: QC_HARDENING_KEY}\n"
-        "run: {retries: 1, backoff_s: 0.0, timeout_s: 5}\n", encoding="utf-8")
+        "run: {retries: 1, backoff_s: 0.0, timeout_s: 5}\n",
+        encoding="utf-8",
+    )
     caplog.set_level(logging.DEBUG)
     with TestServer(default="fine") as cand:
         cfg.write_text(cfg.read_text().replace("CAND", cand.url), encoding="utf-8")

@@ -36,19 +36,33 @@ def prefer(text: str, verdict_if_found: str = "[[A]]") -> Any:
     return answer
 
 
-def make_store(folder: Path, pairs: list[tuple[str, str, str]], judge: dict[str, Any] | None = None,
-               category: str = "summaries", errors: dict[str, str] | None = None) -> RunStore:
+def make_store(
+    folder: Path,
+    pairs: list[tuple[str, str, str]],
+    judge: dict[str, Any] | None = None,
+    category: str = "summaries",
+    errors: dict[str, str] | None = None,
+) -> RunStore:
     """One case per (id, baseline text, candidate text), each with the given judge check ({}: none)."""
     judge = judge if judge is not None else {"mode": "pairwise"}
     checks = {"judge": judge} if judge else {"exact": True}
-    cases = [Case(id=cid, category=category, messages=[{"role": "user", "content": f"Summarise item {cid}."}],
-                  checks=checks) for cid, _, _ in pairs]
+    cases = [
+        Case(id=cid, category=category, messages=[{"role": "user", "content": f"Summarise item {cid}."}], checks=checks)
+        for cid, _, _ in pairs
+    ]
     store = RunStore.create(folder, {"targets": {}, "repeats": 1, "suite_fingerprint": "t"}, cases)
     for cid, b, c in pairs:
         for target, text in (("baseline", b), ("candidate", c)):
             err = (errors or {}).get(f"{cid}:{target}")
-            store.put_response(Response(case_id=cid, target=target, fingerprint="f", text="" if err else text,
-                                        error=ErrorInfo(kind="http_status", message=err, status=500) if err else None))
+            store.put_response(
+                Response(
+                    case_id=cid,
+                    target=target,
+                    fingerprint="f",
+                    text="" if err else text,
+                    error=ErrorInfo(kind="http_status", message=err, status=500) if err else None,
+                )
+            )
     return store
 
 

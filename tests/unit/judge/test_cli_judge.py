@@ -13,9 +13,11 @@ from .conftest import prefer
 
 
 def test_run_with_a_judge_reports_judge_per_judged_category(tmp_path: Path) -> None:
-    cases = (qa_cases(3, "summaries", checks={"judge": "pairwise"})
-             + qa_cases(2, "explain", checks={"judge": {"mode": "rubric", "rubric": "Complete and correct."}})
-             + qa_cases(2, "plain"))
+    cases = (
+        qa_cases(3, "summaries", checks={"judge": "pairwise"})
+        + qa_cases(2, "explain", checks={"judge": {"mode": "rubric", "rubric": "Complete and correct."}})
+        + qa_cases(2, "plain")
+    )
     suite = write_suite(tmp_path / "s.jsonl", cases)
     out = tmp_path / "run"
 
@@ -25,10 +27,29 @@ def test_run_with_a_judge_reports_judge_per_judged_category(tmp_path: Path) -> N
         return prefer("better")(body)
 
     candidate_answers = {"summaries 1?": "a better summary", "summaries 2?": "worse", "explain 0?": "other words"}
-    with TestServer(default="same answer", answers={"summaries 2?": "the better one"}) as b, TestServer(default="same answer", answers=candidate_answers) as c, \
-            TestServer(default=judge, model="J") as j:
-        argv = ["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(suite),
-                "--out", str(out), "--no-preflight", "--judge", j.url, "--judge-model", "J"]
+    with (
+        TestServer(default="same answer", answers={"summaries 2?": "the better one"}) as b,
+        TestServer(default="same answer", answers=candidate_answers) as c,
+        TestServer(default=judge, model="J") as j,
+    ):
+        argv = [
+            "run",
+            "--baseline",
+            b.url,
+            "--candidate",
+            c.url,
+            "--model",
+            "m",
+            "--suite",
+            str(suite),
+            "--out",
+            str(out),
+            "--no-preflight",
+            "--judge",
+            j.url,
+            "--judge-model",
+            "J",
+        ]
         main(argv)
         sent = len(j.requests("/chat/completions"))
         assert sent == 2 * 2 + 2  # two divergent pairwise cases in both orders, one rubric pair

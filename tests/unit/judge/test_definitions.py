@@ -31,9 +31,11 @@ def test_bad_judge_file_names_file_line_and_field(tmp_path: Path) -> None:
 def test_a_users_judge_shadows_the_builtin_and_adds_new_ones(tmp_path: Path) -> None:
     (tmp_path / "pairwise.yaml").write_text(
         "kind: pairwise\nprompt: '{answer_a} vs {answer_b}'\nverdict: {pattern: 'WINNER=(1|2|0)', map: {'1': a, '2': b, '0': tie}}\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     (tmp_path / "strict.yml").write_text(
-        "kind: single\nprompt: '{answer} against {reference}'\nverdict: {pattern: 'score (\\d)', range: [0, 5]}\n", encoding="utf-8")
+        "kind: single\nprompt: '{answer} against {reference}'\nverdict: {pattern: 'score (\\d)', range: [0, 5]}\n", encoding="utf-8"
+    )
     judges = load_judges(judge_dirs(Config(judges_dir=str(tmp_path))))
     assert judges["pairwise"].parse("x WINNER=2") == ("2", "b")
     assert judges["strict"].parse("score 4") == ("4", 4)
@@ -50,7 +52,9 @@ def test_cases_naming_unknown_judges_or_missing_reference_are_refused() -> None:
     msgs = [{"role": "user", "content": "2+2?"}]
     cases = [
         Case(id="a", category="m", messages=msgs, checks={"judge": {"mode": "pairwse"}}).model_copy(update={"file": "s.jsonl", "line": 3}),
-        Case(id="b", category="m", messages=msgs, checks={"judge": {"mode": "reference"}}).model_copy(update={"file": "s.jsonl", "line": 4}),
+        Case(id="b", category="m", messages=msgs, checks={"judge": {"mode": "reference"}}).model_copy(
+            update={"file": "s.jsonl", "line": 4}
+        ),
         Case(id="c", category="m", messages=msgs, checks={"judge": {"mode": "rubric"}}),
     ]
     with pytest.raises(SuiteError) as exc:

@@ -3,8 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from qualitycheck.judge._judge import score_judge
-from qualitycheck.verdict._judge_figures import judge_summary
 from qualitycheck.testserver import TestServer
+from qualitycheck.verdict._judge_figures import judge_summary
 
 from .conftest import blocks, judge_config, make_store, prefer
 
@@ -16,10 +16,12 @@ def grade_by_length(body):
 
 
 def test_rubric_grades_each_answer_alone_and_reports_the_delta(run_dir: Path) -> None:
-    pairs = [("c1", "one two three four five", "one two"),       # 5 → 2: loss
-             ("c2", "one two", "one two three four five six"),    # 2 → 6: win
-             ("c3", "a b c d", "a b c d e"),                      # 4 → 5: within tie margin
-             ("c4", "same", "same")]                              # identical: delta 0, no call
+    pairs = [
+        ("c1", "one two three four five", "one two"),  # 5 → 2: loss
+        ("c2", "one two", "one two three four five six"),  # 2 → 6: win
+        ("c3", "a b c d", "a b c d e"),  # 4 → 5: within tie margin
+        ("c4", "same", "same"),
+    ]  # identical: delta 0, no call
     with TestServer(default=grade_by_length) as srv:
         store = make_store(run_dir, pairs, judge={"mode": "rubric", "rubric": "Be thorough."})
         score_judge(store, judge_config(srv.url))
@@ -40,8 +42,7 @@ def test_rubric_grades_each_answer_alone_and_reports_the_delta(run_dir: Path) ->
 
 def test_reference_judge_shows_the_reference(run_dir: Path) -> None:
     with TestServer(default=prefer("42")) as srv:
-        store = make_store(run_dir, [("m1", "The answer is 41.", "The answer is 42.")],
-                           judge={"mode": "reference", "reference": "42"})
+        store = make_store(run_dir, [("m1", "The answer is 41.", "The answer is 42.")], judge={"mode": "reference", "reference": "42"})
         score_judge(store, judge_config(srv.url))
         reqs = srv.requests("/chat/completions")
     assert len(reqs) == 2 and all(blocks(r["body"])["reference answer"] == "42" for r in reqs)
@@ -57,14 +58,27 @@ def test_summary_counts_per_category(tmp_path: Path) -> None:
             return "cannot tell"
         return prefer("GOOD")(body)
 
-    pairs = [("w", "meh", "GOOD"), ("l1", "GOOD", "meh"), ("l2", "GOOD", "bad"), ("t", "flip 1", "flip 2"),
-             ("e", "garbled", "garbled!"), ("i", "same", "same"), ("n", "x", "y")]
+    pairs = [
+        ("w", "meh", "GOOD"),
+        ("l1", "GOOD", "meh"),
+        ("l2", "GOOD", "bad"),
+        ("t", "flip 1", "flip 2"),
+        ("e", "garbled", "garbled!"),
+        ("i", "same", "same"),
+        ("n", "x", "y"),
+    ]
     with TestServer(default=judge) as srv:
         store = make_store(tmp_path / "run", pairs, errors={"n:candidate": "x"})
         score_judge(store, judge_config(srv.url, judge_retries=0))
     summ = judge_summary(store)["summaries"]
-    assert {k: summ[k] for k in ("wins", "losses", "ties", "judge_errors", "judged", "skipped_identical")} == \
-        {"wins": 1, "losses": 2, "ties": 1, "judge_errors": 1, "judged": 5, "skipped_identical": 1}
+    assert {k: summ[k] for k in ("wins", "losses", "ties", "judge_errors", "judged", "skipped_identical")} == {
+        "wins": 1,
+        "losses": 2,
+        "ties": 1,
+        "judge_errors": 1,
+        "judged": 5,
+        "skipped_identical": 1,
+    }
     assert summ["position_consistency_rate"] == 3 / 4
     assert summ["lost_cases"] == ["l1", "l2"] and summ["won_cases"] == ["w"]
     assert summ["rubric_delta_mean"] is None and summ["rubric_delta_ci"] is None

@@ -15,11 +15,11 @@ import pytest
 
 from qualitycheck.cli._main import main
 from qualitycheck.core._records import Score
-from qualitycheck.report import write_report
 from qualitycheck.core._store import RunStore
+from qualitycheck.report import write_report
+from qualitycheck.testserver import Fault, TestServer
 from qualitycheck.verdict._model import Summary
 from qualitycheck.verdict._summary import build_summary, write_summary
-from qualitycheck.testserver import Fault, TestServer
 from tests.helpers import write_suite
 
 RIGHT = "The answer is 42."
@@ -39,12 +39,18 @@ def _exact_scores(store: RunStore) -> list[Score]:
         if not r.case_id.startswith("qa-"):
             continue
         if not r.ok:
-            out.append(Score(case_id=r.case_id, target=r.target, check="exact", status="error",
-                             detail={"reason": "no response"}))
+            out.append(Score(case_id=r.case_id, target=r.target, check="exact", status="error", detail={"reason": "no response"}))
             continue
         ok = r.text.strip() == RIGHT
-        out.append(Score(case_id=r.case_id, target=r.target, check="exact", status="pass" if ok else "fail",
-                         detail={} if ok else {"expected": RIGHT, "got": r.text}))
+        out.append(
+            Score(
+                case_id=r.case_id,
+                target=r.target,
+                check="exact",
+                status="pass" if ok else "fail",
+                detail={} if ok else {"expected": RIGHT, "got": r.text},
+            )
+        )
     return out
 
 
@@ -57,13 +63,37 @@ def build_run(folder: Path) -> tuple[Path, Summary]:
         "fmt 0?": f"Here: {XSS_SCRIPT} then {XSS_IMG} done.",
         "fmt 2?": "A *different* rendering of the same idea.",
     }
-    base_answers = {"qa 6?": "The answer is 41.", "fmt 1?": f"{XSS_IMG}</script><b>bold</b>",
-                    "fmt 0?": "Here: plain text done.", "fmt 2?": "A rendering of the idea."}
-    with TestServer(default=RIGHT, answers=base_answers) as b, TestServer(
-            default=RIGHT, answers=cand_answers, faults=[Fault("status", match="qa 1?", status=500, times=None)]) as c, \
-            TestServer(default=RIGHT, answers=base_answers) as k:
-        rc = main(["run", "--baseline", b.url, "--candidate", c.url, "--control", k.url, "--model", "m",
-                   "--suite", str(suite), "--out", str(out), "--no-preflight", "--retries", "0"])
+    base_answers = {
+        "qa 6?": "The answer is 41.",
+        "fmt 1?": f"{XSS_IMG}</script><b>bold</b>",
+        "fmt 0?": "Here: plain text done.",
+        "fmt 2?": "A rendering of the idea.",
+    }
+    with (
+        TestServer(default=RIGHT, answers=base_answers) as b,
+        TestServer(default=RIGHT, answers=cand_answers, faults=[Fault("status", match="qa 1?", status=500, times=None)]) as c,
+        TestServer(default=RIGHT, answers=base_answers) as k,
+    ):
+        rc = main(
+            [
+                "run",
+                "--baseline",
+                b.url,
+                "--candidate",
+                c.url,
+                "--control",
+                k.url,
+                "--model",
+                "m",
+                "--suite",
+                str(suite),
+                "--out",
+                str(out),
+                "--no-preflight",
+                "--retries",
+                "0",
+            ]
+        )
     assert rc in (0, 1)
     with RunStore.open(out) as store:
         store.replace_scores(_exact_scores(store), checks=["exact"])

@@ -21,8 +21,16 @@ from .conftest import XSS_IMG, XSS_SCRIPT
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 REPO = Path(__file__).resolve().parents[3]
 
 # Runs before the page's own script; records CSP violations and any payload that executes.
@@ -166,8 +174,8 @@ def test_each_pane_still_reads_as_its_own_answer(page: tuple[Any, list[str]], st
 
 
 def test_a_capped_report_says_what_it_does_not_embed(browser: Any, stored_run: tuple[Path, Summary], tmp_path: Path) -> None:
-    from qualitycheck.report import write_report
     from qualitycheck.core._store import RunStore
+    from qualitycheck.report import write_report
 
     run, summary = stored_run
     with RunStore.open(run) as store:

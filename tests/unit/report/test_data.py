@@ -14,30 +14,63 @@ from qualitycheck.report._charts import histogram_svg
 from qualitycheck.verdict._model import Summary
 from qualitycheck.verdict._summary import build_summary
 
-TEXTS = {("c0", "baseline"): ["A", "A"], ("c0", "candidate"): ["A", "B"],
-         ("c1", "baseline"): ["X", "X"], ("c1", "candidate"): ["X", "X"],
-         ("c2", "baseline"): ["Y", "Y"], ("c2", "candidate"): ["Y", None],
-         ("c3", "baseline"): ["Z", "Z"], ("c3", "candidate"): ["Z", "Z"],
-         ("c4", "baseline"): ["W", "W"], ("c4", "candidate"): ["V", "V"]}
-STATUSES = {("c0", "baseline"): "pp", ("c0", "candidate"): "pf", ("c1", "baseline"): "ff", ("c1", "candidate"): "pp",
-            ("c2", "baseline"): "pp", ("c2", "candidate"): "pe", ("c3", "baseline"): "pf", ("c3", "candidate"): "ff",
-            ("c4", "baseline"): "pp", ("c4", "candidate"): "ff"}
+TEXTS = {
+    ("c0", "baseline"): ["A", "A"],
+    ("c0", "candidate"): ["A", "B"],
+    ("c1", "baseline"): ["X", "X"],
+    ("c1", "candidate"): ["X", "X"],
+    ("c2", "baseline"): ["Y", "Y"],
+    ("c2", "candidate"): ["Y", None],
+    ("c3", "baseline"): ["Z", "Z"],
+    ("c3", "candidate"): ["Z", "Z"],
+    ("c4", "baseline"): ["W", "W"],
+    ("c4", "candidate"): ["V", "V"],
+}
+STATUSES = {
+    ("c0", "baseline"): "pp",
+    ("c0", "candidate"): "pf",
+    ("c1", "baseline"): "ff",
+    ("c1", "candidate"): "pp",
+    ("c2", "baseline"): "pp",
+    ("c2", "candidate"): "pe",
+    ("c3", "baseline"): "pf",
+    ("c3", "candidate"): "ff",
+    ("c4", "baseline"): "pp",
+    ("c4", "candidate"): "ff",
+}
 """c0: only the candidate varies across repeats; c1 improves; c2 errs once; c3: the baseline varies (flaky);
 c4 regresses, within what the baseline's own disagreement across repeats explains (tolerated)."""
 
 
 def _store(folder: Path) -> RunStore:
     cases = [Case(id=f"c{i}", category="qa", prompt=f"p{i}") for i in range(5)]
-    manifest = {"suite_fingerprint": "f", "suite_files": ["s.jsonl"], "cases": 5, "repeats": 2,
-                "targets": {"baseline": {"url": "http://b", "model": "m"}, "candidate": {"url": "http://c", "model": "m", "label": "ngram k=3"}}}
+    manifest = {
+        "suite_fingerprint": "f",
+        "suite_files": ["s.jsonl"],
+        "cases": 5,
+        "repeats": 2,
+        "targets": {"baseline": {"url": "http://b", "model": "m"}, "candidate": {"url": "http://c", "model": "m", "label": "ngram k=3"}},
+    }
     store = RunStore.create(folder, manifest, cases)
     scores = []
     for (cid, tgt), reps in TEXTS.items():
         for rep, text in enumerate(reps):
             err = ErrorInfo(kind="timeout", message="no answer in 120 s") if text is None else None
-            store.put_response(Response(case_id=cid, target=tgt, repeat=rep, fingerprint="x", text=text or "", error=err,
-                                        usage=Usage(completion_tokens=5), ttft_s=0.01 * (rep + 1), e2e_s=0.05,
-                                        chunk_times=[0.01, 0.02, 0.04], chunk_tokens=[1, 1, 2]))
+            store.put_response(
+                Response(
+                    case_id=cid,
+                    target=tgt,
+                    repeat=rep,
+                    fingerprint="x",
+                    text=text or "",
+                    error=err,
+                    usage=Usage(completion_tokens=5),
+                    ttft_s=0.01 * (rep + 1),
+                    e2e_s=0.05,
+                    chunk_times=[0.01, 0.02, 0.04],
+                    chunk_tokens=[1, 1, 2],
+                )
+            )
             st = STATUSES[(cid, tgt)][rep]
             status = {"p": "pass", "f": "fail", "e": "error"}[st]
             scores.append(Score(case_id=cid, target=tgt, repeat=rep, check="contains", status=status, value=0.5 if st == "f" else None))
@@ -61,8 +94,11 @@ def test_one_flaky_definition_statuses_from_the_summary_and_comparisons(tmp_path
     assert c0.details["contains"]["candidate"] == [None, {"value": 0.5}]
     assert c0.comparison[0] is not None and c0.comparison[0]["identical"] is True
     assert c0.comparison[1] is not None
-    assert {k: c0.comparison[1][k] for k in ("identical", "divergence_char", "similarity")} == \
-        {"identical": False, "divergence_char": 0, "similarity": 0.0}
+    assert {k: c0.comparison[1][k] for k in ("identical", "divergence_char", "similarity")} == {
+        "identical": False,
+        "divergence_char": 0,
+        "similarity": 0.0,
+    }
     assert c1.improved == ["contains"] and c1.flags == ["improved", "identical"]
     assert c2.texts["candidate"] == ["Y", None] and c2.errors["candidate"] == [None, "timeout: no answer in 120 s"]
     assert "error" in c2.flags and "divergent" not in c2.flags and "identical" not in c2.flags

@@ -12,9 +12,9 @@ import pytest
 
 from qualitycheck.cli._main import main
 from qualitycheck.core._errors import StoreError
+from qualitycheck.core._store import RunStore
 from qualitycheck.report import collect, render_html, write_report
 from qualitycheck.report._html import json_for_script
-from qualitycheck.core._store import RunStore
 from qualitycheck.verdict._model import Summary, read_summary
 
 from .conftest import XSS_IMG, XSS_SCRIPT
@@ -49,8 +49,10 @@ def test_gate_regates_and_leaves_the_report_alone(stored_run: tuple[Path, Summar
     before, mtime = report.read_bytes(), report.stat().st_mtime_ns
     (out / "signoff.md").unlink()
     lenient = tmp_path / "lenient.yaml"
-    lenient.write_text("speculative_decoding_guardrails:\n  max_error_rate: '20%'\n  max_quality_regression_cases: 1\n"
-                       "allow_not_evaluated: true\n", encoding="utf-8")
+    lenient.write_text(
+        "speculative_decoding_guardrails:\n  max_error_rate: '20%'\n  max_quality_regression_cases: 1\nallow_not_evaluated: true\n",
+        encoding="utf-8",
+    )
     assert stored_run[1].verdict == "fail"
     assert main(["gate", str(out), "-c", str(lenient)]) == 1  # the format category still cannot be decided: inconclusive
     assert read_summary(out / "summary.json").verdict == "inconclusive" and (out / "signoff.md").is_file()
@@ -102,19 +104,41 @@ def test_summary_sections_are_rendered_when_present(stored_run: tuple[Path, Summ
     s = summary.model_dump(mode="json")
     s["verdict"] = "fail"
     s["categories"]["qa"]["checks"]["exact"] = {
-        "baseline_pass_rate": 0.875, "candidate_pass_rate": 0.75, "delta": -0.125, "ci": [-0.3, 0.05],
-        "p_value": 0.0004, "regressions": ["qa-3"], "improvements": ["qa-6"], "flaky": []}
-    s["categories"]["format"]["format_drift"] = {"markdown_emphasis": {"baseline": 0.0, "candidate": 0.33, "kind": "rate", "flag": True},
-                                             "chars": {"baseline": 120.0, "candidate": 80.5, "kind": "mean", "flag": False}}
-    s["categories"]["qa"]["checks"]["judge"] = {"wins": 2, "losses": 5, "ties": 1, "judged": 8, "regressions": ["qa-3"],
-                                                "baseline_pass_rate": None, "candidate_pass_rate": None, "delta": None,
-                                                "ci": None, "p_value": None, "improvements": []}
+        "baseline_pass_rate": 0.875,
+        "candidate_pass_rate": 0.75,
+        "delta": -0.125,
+        "ci": [-0.3, 0.05],
+        "p_value": 0.0004,
+        "regressions": ["qa-3"],
+        "improvements": ["qa-6"],
+        "flaky": [],
+    }
+    s["categories"]["format"]["format_drift"] = {
+        "markdown_emphasis": {"baseline": 0.0, "candidate": 0.33, "kind": "rate", "flag": True},
+        "chars": {"baseline": 120.0, "candidate": 80.5, "kind": "mean", "flag": False},
+    }
+    s["categories"]["qa"]["checks"]["judge"] = {
+        "wins": 2,
+        "losses": 5,
+        "ties": 1,
+        "judged": 8,
+        "regressions": ["qa-3"],
+        "baseline_pass_rate": None,
+        "candidate_pass_rate": None,
+        "delta": None,
+        "ci": None,
+        "p_value": None,
+        "improvements": [],
+    }
     s["guardrails"] = [
         {"name": "max_quality_regression_cases", "threshold": 0, "observed": 1, "passed": False, "message": "1 regression"},
-        {"name": "min_acceptance_rate", "threshold": 0.55, "observed": None, "passed": None, "message": "no /metrics"}]
+        {"name": "min_acceptance_rate", "threshold": 0.55, "observed": None, "passed": None, "message": "no /metrics"},
+    ]
     s["acceptance"] = {"rate": 0.62, "mean_accepted_length": 2.4, "draft_tokens": None, "accepted_tokens": None}
-    s["latency"] = {"baseline": {"ttft_ms": {"p50": 20.0, "p95": 40.0, "p99": 50.0}},
-                    "candidate": {"ttft_ms": {"p50": 25.0, "p95": 60.0, "p99": 80.0}}}
+    s["latency"] = {
+        "baseline": {"ttft_ms": {"p50": 20.0, "p95": 40.0, "p99": 50.0}},
+        "candidate": {"ttft_ms": {"p50": 25.0, "p95": 60.0, "p99": 80.0}},
+    }
     s["fallback"] = {"action": "disable_speculative_decoding_for_route", "routes": ["qa"], "reason": "qa regressed"}
     s["not_evaluated"] = []  # the report then lists the unevaluated guardrails itself
     html = _render(run, Summary.model_validate(s))
@@ -130,23 +154,49 @@ def test_summary_sections_are_rendered_when_present(stored_run: tuple[Path, Summ
     assert "2 / 5 / 1" in html  # judge wins / losses / ties
 
 
-MINIMAL = {"format_version": 1, "verdict": "inconclusive", "cases": 11, "targets": {}, "categories": {}, "errors": {},
-           "latency": {}, "acceptance": {"rate": None, "mean_accepted_length": None, "draft_tokens": None, "accepted_tokens": None},
-           "guardrails": [], "fallback": {"action": "", "routes": []}}
+MINIMAL = {
+    "format_version": 1,
+    "verdict": "inconclusive",
+    "cases": 11,
+    "targets": {},
+    "categories": {},
+    "errors": {},
+    "latency": {},
+    "acceptance": {"rate": None, "mean_accepted_length": None, "draft_tokens": None, "accepted_tokens": None},
+    "guardrails": [],
+    "fallback": {"action": "", "routes": []},
+}
 """Contract 3's minimum: what a summary.json written before any later field existed holds."""
 
 
 def test_a_minimal_summary_renders_and_an_odd_one_is_refused_by_name(stored_run: tuple[Path, Summary], tmp_path: Path) -> None:
     run, _ = stored_run
-    no_stats = {"cases": 8, "identical_rate": None, "format_drift": {}, "verdict": "inconclusive",
-                "checks": {"exact": {"baseline_pass_rate": None, "candidate_pass_rate": None, "delta": None, "ci": None,
-                                     "p_value": None, "regressions": [], "improvements": []}}}
+    no_stats = {
+        "cases": 8,
+        "identical_rate": None,
+        "format_drift": {},
+        "verdict": "inconclusive",
+        "checks": {
+            "exact": {
+                "baseline_pass_rate": None,
+                "candidate_pass_rate": None,
+                "delta": None,
+                "ci": None,
+                "p_value": None,
+                "regressions": [],
+                "improvements": [],
+            }
+        },
+    }
     for s in (MINIMAL, {**MINIMAL, "categories": {"qa": no_stats, "format": {**no_stats, "checks": {}}}}):
         html = _render(run, Summary.model_validate(s))
         assert "qualitycheck report" in html and _cases_json(html)
     odd = tmp_path / "summary.json"
-    for s, field in (({}, "format_version: Field required"), ({**MINIMAL, "guardrails": None}, "guardrails"),
-                     ({**MINIMAL, "categories": {"qa": {**no_stats, "checks": {"exact": {"regressions": 3}}}}}, "categories.qa.checks.exact")):
+    for s, field in (
+        ({}, "format_version: Field required"),
+        ({**MINIMAL, "guardrails": None}, "guardrails"),
+        ({**MINIMAL, "categories": {"qa": {**no_stats, "checks": {"exact": {"regressions": 3}}}}}, "categories.qa.checks.exact"),
+    ):
         odd.write_text(json.dumps(s), encoding="utf-8")
         with pytest.raises(StoreError, match=re.escape(f"{odd}: not a qualitycheck summary.json: {field}")):
             read_summary(odd)
@@ -175,8 +225,10 @@ def test_bucketed_latency_percentiles_are_marked_in_the_page_and_the_signoff(sto
     run, summary = stored_run
     s = summary.model_dump(mode="json")
     note = "approximate: log buckets, relative error <= 0.001 (more than 10000 responses and 2000000 samples on this side)"
-    s["latency"] = {"baseline": {"ttft_ms": {"p50": 20.0, "p95": 40.0, "p99": 50.0}},
-                    "candidate": {"ttft_ms": {"p50": 25.0, "p95": 60.0, "p99": 80.0}, "percentiles": note}}
+    s["latency"] = {
+        "baseline": {"ttft_ms": {"p50": 20.0, "p95": 40.0, "p99": 50.0}},
+        "candidate": {"ttft_ms": {"p50": 25.0, "p95": 60.0, "p99": 80.0}, "percentiles": note},
+    }
     html = _render(run, Summary.model_validate(s))
     assert f'<div class="small muted latency-approx">percentiles candidate: {escape(note)}</div>' in html
     assert "baseline: approximate" not in html
@@ -184,7 +236,9 @@ def test_bucketed_latency_percentiles_are_marked_in_the_page_and_the_signoff(sto
     assert "percentiles approximate" not in _render(run, summary) and "latency-approx" not in _render(run, summary)
 
 
-def test_a_render_that_fails_halfway_leaves_the_old_report_and_no_partial_file(stored_run: tuple[Path, Summary], tmp_path: Path, monkeypatch: Any) -> None:
+def test_a_render_that_fails_halfway_leaves_the_old_report_and_no_partial_file(
+    stored_run: tuple[Path, Summary], tmp_path: Path, monkeypatch: Any
+) -> None:
     import qualitycheck.report._html as html_mod
 
     run, summary = stored_run
@@ -192,6 +246,7 @@ def test_a_render_that_fails_halfway_leaves_the_old_report_and_no_partial_file(s
     target.write_text("previous report", encoding="utf-8")
     with RunStore.open(run) as store:
         data = collect(store, summary)
+
     def explodes_while_rendered(_: Any) -> Any:  # a generator: it raises only once the template iterates it
         raise RuntimeError("render failed")
         yield

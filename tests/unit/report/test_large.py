@@ -12,10 +12,10 @@ import pytest
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._records import ErrorInfo, Response, Score
+from qualitycheck.core._store import RunStore
 from qualitycheck.report import collect, print_summary, render_html, write_report
 from qualitycheck.report._data import _Reservoir
 from qualitycheck.report._terminal import make_console
-from qualitycheck.core._store import RunStore
 from qualitycheck.verdict._compare import similarity
 from qualitycheck.verdict._model import Summary
 from qualitycheck.verdict._summary import build_summary
@@ -43,18 +43,34 @@ def _store(folder: Path, regressions: tuple[int, ...] | None = None) -> tuple[Ru
     if regressions is not None:
         kinds = {i: "regression" if i in regressions else "identical" for i in range(N)}
     cases = [Case(id=f"q{N - i:03d}", category=f"cat{i % 3}", prompt=f"question {i}") for i in range(N)]
-    manifest = {"suite_fingerprint": "f", "cases": N, "repeats": 1,
-                "targets": {"baseline": {"url": "http://b", "model": "m"}, "candidate": {"url": "http://c", "model": "m"}}}
+    manifest = {
+        "suite_fingerprint": "f",
+        "cases": N,
+        "repeats": 1,
+        "targets": {"baseline": {"url": "http://b", "model": "m"}, "candidate": {"url": "http://c", "model": "m"}},
+    }
     store = RunStore.create(folder, manifest, cases)
     scores = []
     for i, c in enumerate(cases):
         kind = kinds[i]
-        answers = {"baseline": WRONG if kind == "improvement" else RIGHT,
-                   "candidate": {"regression": WRONG, "divergent": RIGHT + " Indeed.", "error": ""}.get(kind, RIGHT)}
+        answers = {
+            "baseline": WRONG if kind == "improvement" else RIGHT,
+            "candidate": {"regression": WRONG, "divergent": RIGHT + " Indeed.", "error": ""}.get(kind, RIGHT),
+        }
         for side, text in answers.items():
             err = ErrorInfo(kind="timeout", message="no answer") if side == "candidate" and kind == "error" else None
-            store.put_response(Response(case_id=c.id, target=side, fingerprint="x", text=text, error=err, ttft_s=0.01 * (i + 1),
-                                        e2e_s=0.5, chunk_times=[0.0, 0.01, 0.03]))
+            store.put_response(
+                Response(
+                    case_id=c.id,
+                    target=side,
+                    fingerprint="x",
+                    text=text,
+                    error=err,
+                    ttft_s=0.01 * (i + 1),
+                    e2e_s=0.5,
+                    chunk_times=[0.0, 0.01, 0.03],
+                )
+            )
             status = "error" if err else ("pass" if text.startswith(RIGHT) else "fail")
             scores.append(Score(case_id=c.id, target=side, check="exact", status=status))
     store.replace_scores(scores)
@@ -81,8 +97,16 @@ def test_a_capped_report_keeps_the_most_important_cases_in_suite_order(mixed: tu
         full = collect(store, summary, max_cases=1_000)
     kept = [(_suite_index(r.id), r.flags[0]) for r in data.rows]
     # every regression, error and improvement, then the first divergent cases in suite order
-    assert kept == [(5, "regression"), (21, "regression"), (33, "regression"), (2, "error"), (30, "error"),
-                    (17, "improved"), (1, "divergent"), (9, "divergent")]
+    assert kept == [
+        (5, "regression"),
+        (21, "regression"),
+        (33, "regression"),
+        (2, "error"),
+        (30, "error"),
+        (17, "improved"),
+        (1, "divergent"),
+        (9, "divergent"),
+    ]
     assert [r.id for r in data.rows] == [r.id for r in full.rows][:8]  # the cap cuts the uncapped order, nothing else
     assert all(r.prompt and r.texts for r in data.rows) and data.rows[0].comparison[0] is not None
     shown = data.rows[0].comparison[0]  # the compare stage's record of that regression

@@ -44,8 +44,23 @@ def test_a_cap_below_one_is_a_clear_error(stored_run, tmp_path, capsys):
 
 
 def test_run_refuses_a_cap_below_one_before_sending_anything(tmp_path, capsys):
-    rc = main(["run", "--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9", "--model", "m",
-               "--suite", "suites", "--report-max-cases", "0", "--out", str(tmp_path / "run")])
+    rc = main(
+        [
+            "run",
+            "--baseline",
+            "http://127.0.0.1:9",
+            "--candidate",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+            "--suite",
+            "suites",
+            "--report-max-cases",
+            "0",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "report_max_cases" in err and "greater than or equal to 1" in err
     assert not (tmp_path / "run").exists()

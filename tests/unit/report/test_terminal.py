@@ -6,9 +6,9 @@ import io
 import re
 from pathlib import Path
 
+from qualitycheck.core._store import RunStore
 from qualitycheck.report import collect, print_summary
 from qualitycheck.report._terminal import make_console
-from qualitycheck.core._store import RunStore
 from qualitycheck.verdict._model import Summary
 
 
@@ -39,13 +39,29 @@ def test_ci_log_summary_has_verdicts_guardrails_and_top_regressions(stored_run: 
 
 
 def test_summary_alone_and_missing_sections_still_print() -> None:
-    exact = {"baseline_pass_rate": 1.0, "candidate_pass_rate": 0.5, "delta": -0.5, "ci": None, "p_value": None,
-             "regressions": ["[bold]qa-1[/bold]"], "improvements": []}
-    s = Summary.model_validate({
-        "format_version": 1, "verdict": "pass", "cases": 2, "targets": {}, "errors": {}, "latency": {}, "guardrails": [],
-        "acceptance": {"rate": None, "mean_accepted_length": None, "draft_tokens": None, "accepted_tokens": None},
-        "fallback": {"action": "none", "routes": []},
-        "categories": {"qa": {"cases": 2, "identical_rate": 1.0, "verdict": "pass", "format_drift": {}, "checks": {"exact": exact}}}})
+    exact = {
+        "baseline_pass_rate": 1.0,
+        "candidate_pass_rate": 0.5,
+        "delta": -0.5,
+        "ci": None,
+        "p_value": None,
+        "regressions": ["[bold]qa-1[/bold]"],
+        "improvements": [],
+    }
+    s = Summary.model_validate(
+        {
+            "format_version": 1,
+            "verdict": "pass",
+            "cases": 2,
+            "targets": {},
+            "errors": {},
+            "latency": {},
+            "guardrails": [],
+            "acceptance": {"rate": None, "mean_accepted_length": None, "draft_tokens": None, "accepted_tokens": None},
+            "fallback": {"action": "none", "routes": []},
+            "categories": {"qa": {"cases": 2, "identical_rate": 1.0, "verdict": "pass", "format_drift": {}, "checks": {"exact": exact}}},
+        }
+    )
     out = _printed(s)
     assert "PASS" in out and "| [bold]qa-1[/bold]" in out and "Guardrails" not in out
     assert "| regression" in out  # a summary without `tolerated` (older) counts every regression it lists

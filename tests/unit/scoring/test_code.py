@@ -39,6 +39,7 @@ def _in_another_processs_sandbox(pid: int) -> bool:
     is still going elsewhere; one with no `unshare` above it (reparented to
     the host's init: escaped) or below one of ours still counts.
     """
+
     def parent(p: int) -> int:
         return int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
@@ -89,8 +90,12 @@ def test_unit_tests(row: dict[str, Any]) -> None:
 
 
 def test_output_is_capped_and_secret_never_printed() -> None:
-    case = Case(id="c", category="code", prompt="p", checks={"unit_tests": {
-        "tests": "import os\nprint(os.environ.get('OPENAI_API_KEY'))\nprint('x' * 200000)\nassert False, 'shown'"}})
+    case = Case(
+        id="c",
+        category="code",
+        prompt="p",
+        checks={"unit_tests": {"tests": "import os\nprint(os.environ.get('OPENAI_API_KEY'))\nprint('x' * 200000)\nassert False, 'shown'"}},
+    )
     out = build_scorers(case)[0].score(Response(case_id="c", target="candidate", fingerprint="f", text="x = 1"), None)
     assert out.status == "fail" and out.detail["failed"]["error"] == "AssertionError: shown"
     assert FAKE_SECRET not in out.detail["stdout"] and "None" in out.detail["stdout"]
@@ -116,8 +121,8 @@ def test_cannot_reach_a_server_on_the_hosts_localhost() -> None:
 
 def test_runs_in_parallel_up_to_the_cores(tmp_path: Path) -> None:
     """Two sleeping answers on two workers take about one sleep, not two (checked loosely)."""
-    from qualitycheck.scoring import score_store
     from qualitycheck.core._store import RunStore
+    from qualitycheck.scoring import score_store
 
     code = "import time\n\ndef nap():\n    time.sleep(1.0)\n    return 1\n"
     cases = [Case(id=f"c{i}", category="code", prompt="p", checks={"unit_tests": {"tests": "assert nap() == 1"}}) for i in range(2)]
@@ -135,13 +140,15 @@ def test_runs_in_parallel_up_to_the_cores(tmp_path: Path) -> None:
 
 def test_a_fork_bomb_does_not_starve_a_run_beside_it(tmp_path: Path) -> None:
     """Runs in parallel each have their own process budget (pids cgroup), not one per-uid pool."""
-    from qualitycheck.scoring import score_store
     from qualitycheck.core._store import RunStore
+    from qualitycheck.scoring import score_store
 
     bomb = "import os, time\n\ndef go():\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            time.sleep(0.01)\n"
     good = "import time, subprocess\n\ndef go():\n    time.sleep(0.5)\n    return subprocess.run(['true']).returncode\n"
-    cases = [Case(id="bomb", category="code", prompt="p", checks={"unit_tests": {"tests": "go()", "timeout_s": 2}}),
-             Case(id="good", category="code", prompt="p", checks={"unit_tests": {"tests": "assert go() == 0", "timeout_s": 5}})]
+    cases = [
+        Case(id="bomb", category="code", prompt="p", checks={"unit_tests": {"tests": "go()", "timeout_s": 2}}),
+        Case(id="good", category="code", prompt="p", checks={"unit_tests": {"tests": "assert go() == 0", "timeout_s": 5}}),
+    ]
     store = RunStore.create(tmp_path, {"suite_fingerprint": "x", "targets": {}, "repeats": 1}, cases)
     store.put_response(Response(case_id="bomb", target="baseline", fingerprint="f", text=bomb))
     store.put_response(Response(case_id="good", target="baseline", fingerprint="f", text=good))

@@ -28,23 +28,29 @@ def test_same_as_baseline_with_strip_ignores_the_trailing_newline() -> None:
     check_row(_row("Paris", {"strip": True}, "pass", baseline="Paris\n", against="baseline", normalisation=["strip"]))
 
 
-@pytest.mark.parametrize(("candidate", "baseline"), [
-    ("Paris ", "Paris"),          # a trailing space
-    ("Paris\r\n", "Paris\n"),     # a changed line ending
-    (" Paris", "Paris"),          # a leading space
-    ("paris", "Paris"),           # letter case
-    ("a  b", "a b"),              # inner whitespace
-    ("Paris.", "Paris"),          # trailing punctuation
-])
+@pytest.mark.parametrize(
+    ("candidate", "baseline"),
+    [
+        ("Paris ", "Paris"),  # a trailing space
+        ("Paris\r\n", "Paris\n"),  # a changed line ending
+        (" Paris", "Paris"),  # a leading space
+        ("paris", "Paris"),  # letter case
+        ("a  b", "a b"),  # inner whitespace
+        ("Paris.", "Paris"),  # trailing punctuation
+    ],
+)
 def test_same_as_baseline_normalises_nothing_by_default(candidate: str, baseline: str) -> None:
     check_row(_row(candidate, True, "fail", baseline=baseline, normalisation=[]))
 
 
-@pytest.mark.parametrize(("option", "candidate", "baseline"), [
-    ("ignore_case", "paris", "Paris"),
-    ("collapse_whitespace", "a  b\n", "a b"),
-    ("strip_trailing_punctuation", "Paris.", "Paris"),
-])
+@pytest.mark.parametrize(
+    ("option", "candidate", "baseline"),
+    [
+        ("ignore_case", "paris", "Paris"),
+        ("collapse_whitespace", "a  b\n", "a b"),
+        ("strip_trailing_punctuation", "Paris.", "Paris"),
+    ],
+)
 def test_same_as_baseline_each_step_is_opt_in(option: str, candidate: str, baseline: str) -> None:
     check_row(_row(candidate, {option: True}, "pass", baseline=baseline, normalisation=[option]))
 
@@ -60,17 +66,36 @@ def test_a_reference_with_strip_false_is_byte_equal() -> None:
 
 
 def test_the_detail_lists_every_step_applied_in_order() -> None:
-    spec = {"expected": "order #123 is shipped", "strip_trailing_punctuation": True, "ignore_case": True,
-            "collapse_whitespace": True}
-    check_row(_row("ORDER  #123\n is shipped.", spec, "pass",
-                   normalisation=["strip", "collapse_whitespace", "ignore_case", "strip_trailing_punctuation"]))
+    spec = {"expected": "order #123 is shipped", "strip_trailing_punctuation": True, "ignore_case": True, "collapse_whitespace": True}
+    check_row(
+        _row(
+            "ORDER  #123\n is shipped.",
+            spec,
+            "pass",
+            normalisation=["strip", "collapse_whitespace", "ignore_case", "strip_trailing_punctuation"],
+        )
+    )
 
 
 def test_the_baseline_itself_and_a_missing_baseline_carry_the_normalisation() -> None:
-    check_row({"output": "x", "target": "baseline", "checks": {"exact": True}, "expect": {"exact": "pass"},
-               "detail": {"exact": {"normalisation": [], "is_baseline": True}}})
-    check_row({"output": "x", "target": "candidate", "checks": {"exact": {"strip": True}}, "expect": {"exact": "error"},
-               "detail": {"exact": {"normalisation": ["strip"]}}})
+    check_row(
+        {
+            "output": "x",
+            "target": "baseline",
+            "checks": {"exact": True},
+            "expect": {"exact": "pass"},
+            "detail": {"exact": {"normalisation": [], "is_baseline": True}},
+        }
+    )
+    check_row(
+        {
+            "output": "x",
+            "target": "candidate",
+            "checks": {"exact": {"strip": True}},
+            "expect": {"exact": "error"},
+            "detail": {"exact": {"normalisation": ["strip"]}},
+        }
+    )
 
 
 def test_the_spec_states_the_resolved_default() -> None:

@@ -24,8 +24,9 @@ import pytest
 from qualitycheck.scoring import _sandbox
 from qualitycheck.scoring._sandbox import Limits, SandboxResult, run_python
 
-pytestmark = pytest.mark.skipif(_sandbox.isolation()["level"] != "namespaces",
-                                reason="runs use a fork server only with namespaces and the drop to nobody")
+pytestmark = pytest.mark.skipif(
+    _sandbox.isolation()["level"] != "namespaces", reason="runs use a fork server only with namespaces and the drop to nobody"
+)
 
 REPORT = "import json, os, sys\n\ndef report(d):\n    os.write(int(sys.argv[-1]), json.dumps(d).encode())\n\n"
 ALLOC = "try:\n    b = bytearray(300 << 20)\n    report({'got': True})\nexcept MemoryError:\n    report({'got': False})\n"
@@ -91,8 +92,14 @@ def test_state_of_one_test_is_not_seen_by_the_next_one_on_the_same_server() -> N
         "        'files': glob.glob('/tmp/**/left-behind', recursive=True) + glob.glob('/dev/shm/*')\n"
         "                 + glob.glob('/var/tmp/*')})\n"
     )
-    assert second.report == {"pi": 3.141592653589793, "letters": "abc", "re": True, "planted": False,
-                             "env": ["HOME", "LANG", "PATH", "TMPDIR"], "files": []}, second
+    assert second.report == {
+        "pi": 3.141592653589793,
+        "letters": "abc",
+        "re": True,
+        "planted": False,
+        "env": ["HOME", "LANG", "PATH", "TMPDIR"],
+        "files": [],
+    }, second
     assert server().zygote_pid == zygote  # both ran on the same zygote
 
 
@@ -106,17 +113,22 @@ def test_tests_running_at_once_cannot_reach_each_other() -> None:
     """Each test has its own network namespace (abstract unix sockets live there) and its own PID namespace."""
     name = f"qc-rendezvous-{uuid.uuid4().hex}"
     listener: list[SandboxResult] = []
-    t = threading.Thread(target=lambda: listener.append(run(
-        "import socket\n"
-        "s = socket.socket(socket.AF_UNIX)\n"
-        f"s.bind('\\0{name}')\n"
-        "s.listen(1)\n"
-        "s.settimeout(3)\n"
-        "try:\n"
-        "    s.accept()\n"
-        "    report({'reached': True})\n"
-        "except socket.timeout:\n"
-        "    report({'reached': False})\n")))
+    t = threading.Thread(
+        target=lambda: listener.append(
+            run(
+                "import socket\n"
+                "s = socket.socket(socket.AF_UNIX)\n"
+                f"s.bind('\\0{name}')\n"
+                "s.listen(1)\n"
+                "s.settimeout(3)\n"
+                "try:\n"
+                "    s.accept()\n"
+                "    report({'reached': True})\n"
+                "except socket.timeout:\n"
+                "    report({'reached': False})\n"
+            )
+        )
+    )
     t.start()
     time.sleep(1)
     caller = run(
@@ -127,7 +139,8 @@ def test_tests_running_at_once_cannot_reach_each_other() -> None:
         "    report({'connected': True})\n"
         "except OSError as exc:\n"
         "    report({'connected': False, 'error': type(exc).__name__,\n"
-        "            'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigit())})\n")
+        "            'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigit())})\n"
+    )
     t.join(30)
     assert caller.report == {"connected": False, "error": "ConnectionRefusedError", "pids": [1]}, caller
     assert listener and listener[0].report == {"reached": False}, listener
@@ -181,8 +194,10 @@ def test_a_test_in_flight_when_its_zygote_dies_is_run_again() -> None:
 
 def test_a_timeout_kills_the_whole_process_tree_of_the_test() -> None:
     marker = f"qc-tree-{uuid.uuid4().hex}"
-    sleeper = (f"import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
-               f"signal.signal(signal.SIGHUP, signal.SIG_IGN)\\ntime.sleep(10**6)  # {marker}")
+    sleeper = (
+        f"import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+        f"signal.signal(signal.SIGHUP, signal.SIG_IGN)\\ntime.sleep(10**6)  # {marker}"
+    )
     r = run(
         "import subprocess, time\n"
         "for session in (False, True):\n"
@@ -248,24 +263,29 @@ def test_per_test_limits_apply_to_each_test() -> None:
     big = run(ALLOC)
     small = run_python({"main.py": REPORT + ALLOC}, ["main.py"], Limits(memory_bytes=128 << 20))
     assert big.report == {"got": True} and small.report == {"got": False}, (big, small)
-    disk = run_python({"main.py": REPORT + "import shutil\nreport({'total': shutil.disk_usage('/tmp').total})\n"},
-                      ["main.py"], Limits(disk_bytes=8 << 20))
+    disk = run_python(
+        {"main.py": REPORT + "import shutil\nreport({'total': shutil.disk_usage('/tmp').total})\n"}, ["main.py"], Limits(disk_bytes=8 << 20)
+    )
     assert disk.report == {"total": 8 << 20}, disk
-    procs = run_python({"main.py": REPORT + "report({'max': open('/proc/self/limits').read()})\n"},
-                       ["main.py"], Limits(open_files=17))
+    procs = run_python({"main.py": REPORT + "report({'max': open('/proc/self/limits').read()})\n"}, ["main.py"], Limits(open_files=17))
     assert procs.report is not None and "Max open files            17" in procs.report["max"], procs
 
 
-def test_a_host_without_a_working_zygote_runs_each_test_on_its_own(monkeypatch: pytest.MonkeyPatch,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_host_without_a_working_zygote_runs_each_test_on_its_own(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(_sandbox, "_servers", {})
     monkeypatch.setattr(_sandbox, "_no_server", {})
     monkeypatch.setattr(_sandbox, "_ZYGOTE", "import sys\nsys.exit('this zygote cannot start')")
     r = run("import socket\nreport({'pid': os.getpid(), 'net': [name for _, name in socket.if_nameindex()]})")
     assert r.report is not None and r.report["pid"] == 1 and r.report["net"] == ["lo"], r
-    assert r.isolation_detail == {"network": True, "pid_namespace": True, "private_tmp": True,
-                                  "uid": "nobody" if _sandbox.isolation()["drop_to_nobody"] else "mapped-root",
-                                  "cgroups": _sandbox.isolation()["cgroups"]}
+    assert r.isolation_detail == {
+        "network": True,
+        "pid_namespace": True,
+        "private_tmp": True,
+        "uid": "nobody" if _sandbox.isolation()["drop_to_nobody"] else "mapped-root",
+        "cgroups": _sandbox.isolation()["cgroups"],
+    }
     assert "this zygote cannot start" in capsys.readouterr().err
 
 
@@ -279,13 +299,14 @@ def test_the_harness_is_compiled_once_and_gives_the_same_result() -> None:
 @pytest.mark.parametrize("how", ["exits", "dies without atexit"])
 def test_no_zygote_outlives_the_process_that_started_it(how: str) -> None:
     end = "sys.stdout.flush(); os._exit(0)" if how == "dies without atexit" else "sys.stdout.flush()"
-    code = ("import os, sys\n"
-            "from qualitycheck.scoring import _sandbox\n"
-            "r = _sandbox.run_python({'m.py': 'pass'}, ['m.py'])\n"
-            "s = list(_sandbox._servers.values())[0]\n"
-            "print(s.proc.pid, s.zygote_pid, s._prefix)\n" + end)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         cwd=Path(__file__).resolve().parents[3])
+    code = (
+        "import os, sys\n"
+        "from qualitycheck.scoring import _sandbox\n"
+        "r = _sandbox.run_python({'m.py': 'pass'}, ['m.py'])\n"
+        "s = list(_sandbox._servers.values())[0]\n"
+        "print(s.proc.pid, s.zygote_pid, s._prefix)\n" + end
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[3])
     unshare, zygote, prefix = out.stdout.split()
     assert gone(int(zygote)) and gone(int(unshare)), out
     roots = [Path(_sandbox._CGROUP_ROOTS[ctl]) / "qualitycheck" for ctl in _sandbox.isolation()["cgroups"]]
@@ -293,11 +314,13 @@ def test_no_zygote_outlives_the_process_that_started_it(how: str) -> None:
 
 
 def test_exit_status_and_output_match_a_fresh_interpreter() -> None:
-    body = ("import atexit, threading, time\n"
-            "atexit.register(lambda: print('atexit ran'))\n"
-            "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\n"
-            "print('main done')\n"
-            "raise ValueError('boom')\n")
+    body = (
+        "import atexit, threading, time\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\n"
+        "print('main done')\n"
+        "raise ValueError('boom')\n"
+    )
     forked = run(body)
     monkey = pytest.MonkeyPatch()
     try:
@@ -321,9 +344,15 @@ def test_a_trusted_main_that_does_not_compile_fails_the_run_not_the_server() -> 
 def test_user_namespace_runs_each_get_their_own_and_no_fork_server(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under --map-root-user, runs forked from one zygote would share its user namespace (and keyrings)."""
     real = _sandbox.isolation()
-    forced = {**real, "level": "user-namespaces",
-              "unshare": ["unshare", "--user", "--map-root-user", *_sandbox._UNSHARE_NS], "drop_to_nobody": False,
-              "program_python": _sandbox._unmasked_python(sys.executable), "cgroups": [], "weak": False}
+    forced = {
+        **real,
+        "level": "user-namespaces",
+        "unshare": ["unshare", "--user", "--map-root-user", *_sandbox._UNSHARE_NS],
+        "drop_to_nobody": False,
+        "program_python": _sandbox._unmasked_python(sys.executable),
+        "cgroups": [],
+        "weak": False,
+    }
     if not _sandbox._works([*forced["unshare"], "--", "true"]):
         pytest.skip("user namespaces are not available here")
     monkeypatch.setattr(_sandbox, "_probed", forced)

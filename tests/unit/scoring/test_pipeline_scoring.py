@@ -11,12 +11,23 @@ from tests.helpers import write_suite
 
 
 def test_run_scores_and_score_dir_rescores_without_calling_endpoints(tmp_path: Path) -> None:
-    suite = write_suite(tmp_path / "s.jsonl", [
-        {"id": "order", "category": "json", "messages": [{"role": "user", "content": "order as JSON"}],
-         "checks": {"json": {"schema": {"type": "object", "required": ["id"]}}, "exact": True}},
-        {"id": "capital", "category": "qa", "messages": [{"role": "user", "content": "capital of France"}],
-         "checks": {"exact": "Paris", "contains": ["Paris"]}},
-    ])
+    suite = write_suite(
+        tmp_path / "s.jsonl",
+        [
+            {
+                "id": "order",
+                "category": "json",
+                "messages": [{"role": "user", "content": "order as JSON"}],
+                "checks": {"json": {"schema": {"type": "object", "required": ["id"]}}, "exact": True},
+            },
+            {
+                "id": "capital",
+                "category": "qa",
+                "messages": [{"role": "user", "content": "capital of France"}],
+                "checks": {"exact": "Paris", "contains": ["Paris"]},
+            },
+        ],
+    )
     answers_b = {"order as JSON": '{"id": 7}', "capital": "Paris"}
     answers_c = {"order as JSON": '```json\n{"id": 7}\n```', "capital": "Paris"}
     out = tmp_path / "run"

@@ -28,31 +28,56 @@ def problems(path: Path) -> list[str]:
 # ------------------------------------------------------------ collisions
 
 
-def test_two_families_producing_one_check_name_is_a_problem_not_an_overwrite(tmp_path: Path,
-                                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    f = write_suite(tmp_path / "s.jsonl", [
-        {"id": "ok", "category": "qa", "prompt": "p", "checks": {"json": True, "yaml": {"format": "toml"}}},
-        {"id": "both", "category": "qa", "prompt": "p", "checks": {"json": True, "yaml": {"format": "json"}}},
-    ])
+def test_two_families_producing_one_check_name_is_a_problem_not_an_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write_suite(
+        tmp_path / "s.jsonl",
+        [
+            {"id": "ok", "category": "qa", "prompt": "p", "checks": {"json": True, "yaml": {"format": "toml"}}},
+            {"id": "both", "category": "qa", "prompt": "p", "checks": {"json": True, "yaml": {"format": "json"}}},
+        ],
+    )
     assert problems(f) == [f"{f}:2: checks.yaml: check name 'json_parse' is also produced by checks.json"]
     assert main(["validate", str(f)]) == 2
     err = capsys.readouterr().err
     assert f"{f}:2: checks.yaml: check name 'json_parse' is also produced by checks.json" in err and "Traceback" not in err
     out = tmp_path / "run"
-    assert main(["run", "--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9", "--model", "m",
-                 "--suite", str(f), "--out", str(out)]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--baseline",
+                "http://127.0.0.1:9",
+                "--candidate",
+                "http://127.0.0.1:9",
+                "--model",
+                "m",
+                "--suite",
+                str(f),
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     assert not out.exists()
 
 
 def test_a_custom_check_may_not_take_a_built_in_name_or_another_custom_checks(tmp_path: Path) -> None:
     (tmp_path / "rules.py").write_text("def ok(answer, case, args):\n    return True\n", encoding="utf-8")
-    f = write_suite(tmp_path / "s.jsonl", [
-        {"id": "a", "category": "qa", "prompt": "p", "checks": {"python": [{"name": "exact", "function": "rules:ok"}]}},
-        {"id": "b", "category": "qa", "prompt": "p", "checks": {"python": [{"name": "json_schema", "function": "rules:ok"}]}},
-        {"id": "c", "category": "qa", "prompt": "p", "checks": {"python": [
-            {"name": "tone", "function": "rules:ok"}, {"name": "tone", "function": "rules:ok"}]}},
-        {"id": "d", "category": "qa", "prompt": "p", "checks": {"python": [{"name": "judge", "function": "rules:ok"}]}},
-    ])
+    f = write_suite(
+        tmp_path / "s.jsonl",
+        [
+            {"id": "a", "category": "qa", "prompt": "p", "checks": {"python": [{"name": "exact", "function": "rules:ok"}]}},
+            {"id": "b", "category": "qa", "prompt": "p", "checks": {"python": [{"name": "json_schema", "function": "rules:ok"}]}},
+            {
+                "id": "c",
+                "category": "qa",
+                "prompt": "p",
+                "checks": {"python": [{"name": "tone", "function": "rules:ok"}, {"name": "tone", "function": "rules:ok"}]},
+            },
+            {"id": "d", "category": "qa", "prompt": "p", "checks": {"python": [{"name": "judge", "function": "rules:ok"}]}},
+        ],
+    )
     assert problems(f) == [
         f"{f}:1: checks.python[0].name: check name 'exact' is a built-in check name (checks.exact); choose another",
         f"{f}:2: checks.python[0].name: check name 'json_schema' is a built-in check name (checks.json); choose another",
@@ -62,10 +87,13 @@ def test_a_custom_check_may_not_take_a_built_in_name_or_another_custom_checks(tm
 
 
 def test_unknown_keys_keep_their_message_and_get_a_did_you_mean(tmp_path: Path) -> None:
-    f = write_suite(tmp_path / "s.yaml", [
-        {"id": "a", "category": "qa", "prompt": "p", "checks": {"regx": "x"}},
-        {"id": "b", "category": "qa", "prompt": "p", "checks": {"astrology": True}},
-    ])
+    f = write_suite(
+        tmp_path / "s.yaml",
+        [
+            {"id": "a", "category": "qa", "prompt": "p", "checks": {"regx": "x"}},
+            {"id": "b", "category": "qa", "prompt": "p", "checks": {"astrology": True}},
+        ],
+    )
     assert problems(f) == [
         f"{f}:5: checks.regx: unknown key (did you mean 'regex'?)",
         f"{f}:10: checks.astrology: unknown key",
@@ -73,11 +101,22 @@ def test_unknown_keys_keep_their_message_and_get_a_did_you_mean(tmp_path: Path) 
 
 
 def test_every_existing_check_name_and_shorthand_still_holds() -> None:
-    case = Case(id="c", category="qa", prompt="p", checks={
-        "exact": "Paris", "regex": "^P", "contains": ["Par"], "json": True, "yaml": {"format": "ini"},
-        "sql": {"db": "/x.sql", "reference": "SELECT 1"}, "unit_tests": {"tests": "assert f()"}, "judge": "rubric"})
-    assert case.check_names() == ["exact", "regex", "contains", "json_parse", "ini_parse", "sql_parse", "sql_result",
-                                  "unit_tests", "judge"]
+    case = Case(
+        id="c",
+        category="qa",
+        prompt="p",
+        checks={
+            "exact": "Paris",
+            "regex": "^P",
+            "contains": ["Par"],
+            "json": True,
+            "yaml": {"format": "ini"},
+            "sql": {"db": "/x.sql", "reference": "SELECT 1"},
+            "unit_tests": {"tests": "assert f()"},
+            "judge": "rubric",
+        },
+    )
+    assert case.check_names() == ["exact", "regex", "contains", "json_parse", "ini_parse", "sql_parse", "sql_result", "unit_tests", "judge"]
     assert case.checks.exact.expected == "Paris" and case.checks.contains.all == ["Par"] and case.checks.judge.mode == "rubric"
     assert Case(id="c", category="qa", prompt="p", checks={"exact": True, "contains": "x"}).checks.contains.all == ["x"]
     assert Case(id="c", category="qa", prompt="p", checks={"exact": False}).check_names() == []
@@ -117,10 +156,13 @@ def shout_family() -> Iterator[None]:
 
 
 def test_a_family_declared_at_runtime_is_validated_listed_and_scored(shout_family: None, tmp_path: Path) -> None:
-    f = write_suite(tmp_path / "s.jsonl", [
-        {"id": "a", "category": "qa", "prompt": "p", "checks": {"shout": {"min_exclamations": 2}, "exact": True}},
-        {"id": "b", "category": "qa", "prompt": "p", "checks": {"shout": {"loud": True}}},
-    ])
+    f = write_suite(
+        tmp_path / "s.jsonl",
+        [
+            {"id": "a", "category": "qa", "prompt": "p", "checks": {"shout": {"min_exclamations": 2}, "exact": True}},
+            {"id": "b", "category": "qa", "prompt": "p", "checks": {"shout": {"loud": True}}},
+        ],
+    )
     assert problems(f) == [f"{f}:2: checks.shout.loud: unknown key"]
     case = Case(id="a", category="qa", prompt="p", checks={"shout": {"min_exclamations": 2}, "exact": True})
     assert case.check_names() == ["exact", "shout"] and case.checks.shout.min_exclamations == 2
@@ -133,6 +175,7 @@ def test_a_family_declared_at_runtime_is_validated_listed_and_scored(shout_famil
 
 def test_a_key_cannot_be_declared_twice(shout_family: None) -> None:
     with pytest.raises(CheckFamilyError, match=r"'shout' .* is already declared by .*shout"):
+
         @check_family("shout", spec=ShoutCheck, names=("shout",))
         def again(spec: ShoutCheck, case: Case) -> Sequence[Scorer]:
             return []

@@ -11,8 +11,8 @@ import pytest
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._records import Response
-from qualitycheck.scoring import _sandbox, build_scorers, score_store
 from qualitycheck.core._store import RunStore
+from qualitycheck.scoring import _sandbox, build_scorers, score_store
 
 ADD = "def add(a, b):\n    return a + b\n"
 ENV = "import os\n\ndef names():\n    return sorted(os.environ)\n"
@@ -21,13 +21,26 @@ ENV = "import os\n\ndef names():\n    return sorted(os.environ)\n"
 def _force(monkeypatch: pytest.MonkeyPatch, level: str) -> dict[str, Any]:
     real = _sandbox.isolation()
     if level == "user-namespaces":
-        forced = {**real, "level": level, "unshare": ["unshare", "--user", "--map-root-user", *_sandbox._UNSHARE_NS],
-                  "drop_to_nobody": False, "program_python": _sandbox._unmasked_python(_sandbox.sys.executable), "cgroups": [], "weak": False}
+        forced = {
+            **real,
+            "level": level,
+            "unshare": ["unshare", "--user", "--map-root-user", *_sandbox._UNSHARE_NS],
+            "drop_to_nobody": False,
+            "program_python": _sandbox._unmasked_python(_sandbox.sys.executable),
+            "cgroups": [],
+            "weak": False,
+        }
         if not _sandbox._works([*forced["unshare"], "--", "true"]):
             pytest.skip("user namespaces are not available here")
     else:
-        forced = {**real, "level": "none", "unshare": None, "drop_to_nobody": False,
-                  "program_python": _sandbox.sys.executable, "weak": True}
+        forced = {
+            **real,
+            "level": "none",
+            "unshare": None,
+            "drop_to_nobody": False,
+            "program_python": _sandbox.sys.executable,
+            "weak": True,
+        }
     monkeypatch.setattr(_sandbox, "_probed", forced)
     return forced
 
@@ -56,8 +69,9 @@ def test_user_namespaces_still_have_no_network(monkeypatch: pytest.MonkeyPatch) 
     assert net.status == "fail" and "Network is unreachable" in net.detail["failed"]["error"]
 
 
-def test_score_store_warns_when_isolation_is_weak(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_score_store_warns_when_isolation_is_weak(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _force(monkeypatch, "none")
     case = Case(id="c", category="code", prompt="p", checks={"unit_tests": {"tests": "assert add(1, 1) == 2"}})
     store = RunStore.create(tmp_path, {"suite_fingerprint": "x", "targets": {}, "repeats": 1}, [case])

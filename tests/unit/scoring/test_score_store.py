@@ -8,8 +8,8 @@ import pytest
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._records import ErrorInfo, Response, Score
-from qualitycheck.scoring import build_scorers, score_store
 from qualitycheck.core._store import RunStore
+from qualitycheck.scoring import build_scorers, score_store
 
 
 def _resp(case_id: str, target: str, text: str, repeat: int = 0, **kw: object) -> Response:
@@ -19,7 +19,9 @@ def _resp(case_id: str, target: str, text: str, repeat: int = 0, **kw: object) -
 def _store(tmp_path: Path) -> RunStore:
     cases = [
         Case(id="q1", category="qa", prompt="Capital of France?", checks={"exact": "Paris", "judge": "pairwise"}),
-        Case(id="j1", category="json", prompt="Give JSON", checks={"json": {"schema": {"type": "object", "required": ["a"]}}, "exact": True}),
+        Case(
+            id="j1", category="json", prompt="Give JSON", checks={"json": {"schema": {"type": "object", "required": ["a"]}}, "exact": True}
+        ),
     ]
     store = RunStore.create(tmp_path, {"suite_fingerprint": "x", "targets": {}, "repeats": 2}, cases)
     for rp in (0, 1):
@@ -76,8 +78,7 @@ def test_streams_case_by_case_without_the_whole_suite(tmp_path: Path, monkeypatc
 
 
 def test_cases_without_answers_get_no_scores(tmp_path: Path) -> None:
-    cases = [Case(id="a", category="qa", prompt="p", checks={"exact": "x"}),
-             Case(id="b", category="qa", prompt="p", checks={"exact": "x"})]
+    cases = [Case(id="a", category="qa", prompt="p", checks={"exact": "x"}), Case(id="b", category="qa", prompt="p", checks={"exact": "x"})]
     store = RunStore.create(tmp_path, {"suite_fingerprint": "x", "targets": {}, "repeats": 1}, cases)
     store.put_response(_resp("b", "baseline", "x"))
     assert score_store(store, workers=1) == 1

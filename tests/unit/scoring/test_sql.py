@@ -8,8 +8,8 @@ import pytest
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._records import Response
-from qualitycheck.scoring import build_scorers
 from qualitycheck.scoring import _sql as sqlmod
+from qualitycheck.scoring import build_scorers
 
 from .conftest import FIXTURES
 
@@ -23,15 +23,23 @@ def _resp(text: str) -> Response:
 @pytest.mark.parametrize("dialect", ["sqlite", "duckdb"])
 def test_a_runaway_query_is_stopped_and_fails(monkeypatch: pytest.MonkeyPatch, dialect: str) -> None:
     monkeypatch.setattr(sqlmod, "QUERY_TIMEOUT_S", 0.3)
-    case = Case(id="s1", category="sql", prompt="p",
-                checks={"sql": {"dialect": dialect, "db": str(FIXTURES / "concert_singer.sql"), "reference": "SELECT count(*) FROM singer"}})
+    case = Case(
+        id="s1",
+        category="sql",
+        prompt="p",
+        checks={"sql": {"dialect": dialect, "db": str(FIXTURES / "concert_singer.sql"), "reference": "SELECT count(*) FROM singer"}},
+    )
     out = build_scorers(case)[1].score(_resp(RUNAWAY), None)
     assert out.status == "fail" and out.detail["timeout"] is True
 
 
 def test_a_write_is_refused_and_the_fixture_stays_intact() -> None:
-    case = Case(id="s1", category="sql", prompt="p",
-                checks={"sql": {"db": str(FIXTURES / "concert_singer.sql"), "reference": "SELECT count(*) FROM singer"}})
+    case = Case(
+        id="s1",
+        category="sql",
+        prompt="p",
+        checks={"sql": {"db": str(FIXTURES / "concert_singer.sql"), "reference": "SELECT count(*) FROM singer"}},
+    )
     scorer = build_scorers(case)[1]
     denied = scorer.score(_resp("DROP TABLE singer"), None)
     assert denied.status == "fail" and "not authorized" in denied.detail["error"]
@@ -50,7 +58,11 @@ def test_a_fixture_that_cannot_load_scores_error_not_crash(tmp_path: Path) -> No
 
 
 def test_a_reference_that_fails_on_the_fixture_is_an_error_not_a_fail() -> None:
-    case = Case(id="s1", category="sql", prompt="p",
-                checks={"sql": {"db": str(FIXTURES / "concert_singer.sql"), "reference": "SELECT nope FROM singer"}})
+    case = Case(
+        id="s1",
+        category="sql",
+        prompt="p",
+        checks={"sql": {"db": str(FIXTURES / "concert_singer.sql"), "reference": "SELECT nope FROM singer"}},
+    )
     out = build_scorers(case)[1].score(_resp("SELECT 1"), None)
     assert out.status == "error" and "reference query fails" in out.detail["reason"]

@@ -48,8 +48,12 @@ def test_parse_plain_server_has_no_spec():
 
 
 def _snap(drafts: float, draft_tokens: float, accepted: float, per_pos: dict[str, float], gen: float, fin: float) -> dict:
-    return {"ok": True, "spec": {"drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
-                                 "per_position": per_pos}, "generation_tokens": gen, "requests_finished": fin}
+    return {
+        "ok": True,
+        "spec": {"drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted, "per_position": per_pos},
+        "generation_tokens": gen,
+        "requests_finished": fin,
+    }
 
 
 def _plain(gen: float, fin: float) -> dict:
@@ -87,15 +91,18 @@ def test_other_traffic_and_speculating_baseline_are_reported():
 
 def test_missing_metrics_gives_none_and_a_warning():
     bad = {"ok": False, "error": "HTTP 404"}
-    a = acceptance_from_windows([window({"baseline": _plain(0, 0), "candidate": bad},
-                                        {"baseline": _plain(0, 0), "candidate": bad}, _tally(2, 5))])
+    a = acceptance_from_windows(
+        [window({"baseline": _plain(0, 0), "candidate": bad}, {"baseline": _plain(0, 0), "candidate": bad}, _tally(2, 5))]
+    )
     assert a["rate"] is None and a["mean_accepted_length"] is None and a["draft_tokens"] is None
     assert any("/metrics unavailable (HTTP 404)" in w for w in a["warnings"])
 
 
 def test_per_category_windows_and_resume_windows_without_requests():
     w1 = window({"candidate": _snap(0, 0, 0, {}, 0, 0)}, {"candidate": _snap(10, 30, 30, {"0": 10}, 40, 4)}, _tally(4, 10), "json")
-    w2 = window({"candidate": _snap(10, 30, 30, {"0": 10}, 40, 4)}, {"candidate": _snap(20, 60, 30, {"0": 10}, 80, 8)}, _tally(4, 10), "sql")
+    w2 = window(
+        {"candidate": _snap(10, 30, 30, {"0": 10}, 40, 4)}, {"candidate": _snap(20, 60, 30, {"0": 10}, 80, 8)}, _tally(4, 10), "sql"
+    )
     idle = window({"candidate": _snap(20, 60, 30, {}, 80, 8)}, {"candidate": _snap(20, 60, 30, {}, 80, 8)}, SentTally())
     a = acceptance_from_windows([w1, w2, idle])
     assert a["rate"] == pytest.approx(0.5)
@@ -105,7 +112,9 @@ def test_per_category_windows_and_resume_windows_without_requests():
 
 
 def test_counter_reset_is_not_a_negative_rate():
-    a = acceptance_from_windows([window({"candidate": _snap(50, 150, 100, {}, 0, 0)}, {"candidate": _snap(5, 15, 10, {}, 0, 0)}, _tally(1, 1))])
+    a = acceptance_from_windows(
+        [window({"candidate": _snap(50, 150, 100, {}, 0, 0)}, {"candidate": _snap(5, 15, 10, {}, 0, 0)}, _tally(1, 1))]
+    )
     assert a["rate"] is None and any("went down" in w for w in a["warnings"])
 
 

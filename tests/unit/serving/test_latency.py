@@ -8,9 +8,9 @@ import statistics
 import pytest
 
 from qualitycheck.core._cases import Case
-from qualitycheck.generation._client import Endpoint
 from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._records import ErrorInfo, Response, Usage
+from qualitycheck.generation._client import Endpoint
 from qualitycheck.serving import cost_per_1k, itl_per_token, side_latency, tpot_s
 from qualitycheck.testserver import TestServer
 
@@ -50,8 +50,14 @@ def test_itl_skips_chunks_without_tokens():
 
 def test_side_summary_percentiles_throughput_errors_and_cost():
     rs = [
-        _resp(case_id=f"c{i}", ttft_s=0.1 * (i + 1), e2e_s=1.0, started_at=100.0 + i,
-              usage=Usage(completion_tokens=11), chunk_times=[0.1 * (i + 1), 1.0])
+        _resp(
+            case_id=f"c{i}",
+            ttft_s=0.1 * (i + 1),
+            e2e_s=1.0,
+            started_at=100.0 + i,
+            usage=Usage(completion_tokens=11),
+            chunk_times=[0.1 * (i + 1), 1.0],
+        )
         for i in range(4)
     ]
     rs.append(_resp(case_id="bad", started_at=101.0, error=ErrorInfo(kind="timeout", message="x")))

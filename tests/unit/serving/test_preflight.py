@@ -71,7 +71,9 @@ def test_model_length_version_and_missing_model_are_mismatches():
 
 def test_unreachable_candidate_is_not_checked_not_passed():
     with TestServer() as b:
-        res = run_preflight(Target(url=b.url, model="test-model"), Target(url="http://127.0.0.1:9", model="test-model"), CASES[:1], timeout_s=2)
+        res = run_preflight(
+            Target(url=b.url, model="test-model"), Target(url="http://127.0.0.1:9", model="test-model"), CASES[:1], timeout_s=2
+        )
     assert all(ch.passed is None for ch in res.checks)
     assert res.to_dict()["mismatches"] == []
 

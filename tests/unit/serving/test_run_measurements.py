@@ -8,23 +8,26 @@ from pathlib import Path
 import pytest
 
 from qualitycheck.cli._main import main
-from qualitycheck.serving import acceptance_summary, latency_summary, slices_summary
 from qualitycheck.core._store import RunStore
+from qualitycheck.serving import acceptance_summary, latency_summary, slices_summary
 from qualitycheck.testserver import TestServer
 from tests.helpers import qa_cases, write_suite
 
 
 def _run(b: TestServer, c: TestServer, suite: Path, out: Path, *extra: str) -> int:
-    return main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "test-model",
-                 "--suite", str(suite), "--out", str(out), *extra])
+    return main(
+        ["run", "--baseline", b.url, "--candidate", c.url, "--model", "test-model", "--suite", str(suite), "--out", str(out), *extra]
+    )
 
 
 def test_run_records_preflight_windows_per_category_and_summaries(tmp_path: Path) -> None:
     cases = qa_cases(3) + qa_cases(2, "json", tags={"tenant": "acme"})
     cases[0]["messages"].insert(0, {"role": "system", "content": "Be brief."})
     suite = write_suite(tmp_path / "s.jsonl", cases)
-    with TestServer(default="one two three") as b, \
-            TestServer(default="one two three", speculative={"k": 3, "acceptance": 0.5}, tokens_per_chunk=2) as c:
+    with (
+        TestServer(default="one two three") as b,
+        TestServer(default="one two three", speculative={"k": 3, "acceptance": 0.5}, tokens_per_chunk=2) as c,
+    ):
         _run(b, c, suite, tmp_path / "run", "--acceptance-by-category")
         spec = dict(c.counters)
     with RunStore.open(tmp_path / "run") as store:

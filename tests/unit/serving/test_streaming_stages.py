@@ -19,11 +19,12 @@ import pytest
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._records import ErrorInfo, Response, Score, Usage
-from qualitycheck.scoring import score_store
-from qualitycheck.verdict._judge_figures import judge_summary
-from qualitycheck.serving import _latency as latency, slices_summary
-from qualitycheck.serving._latency import LatencySamples, Samples, itl_per_token, latency_summary, tpot_s
 from qualitycheck.core._store import RunStore
+from qualitycheck.scoring import score_store
+from qualitycheck.serving import _latency as latency
+from qualitycheck.serving import slices_summary
+from qualitycheck.serving._latency import LatencySamples, Samples, itl_per_token, latency_summary, tpot_s
+from qualitycheck.verdict._judge_figures import judge_summary
 
 
 def _store(tmp_path: Path) -> RunStore:
@@ -34,9 +35,16 @@ def _store(tmp_path: Path) -> RunStore:
         messages = [{"role": "user", "content": f"q{i}"}]
         if i % 4 == 0:
             messages.insert(0, {"role": "system", "content": "Be brief."})
-        cases.append(Case(id=f"{cat}-{i:02d}", category=cat, messages=messages, checks={"contains": ["ok"]},
-                          params={"temperature": (0.0, 0.3, 0.9, 1.5)[i % 4]},
-                          tags={"tenant": "acme" if i % 2 else "beta", **({"route": "fast"} if i % 5 == 0 else {})}))
+        cases.append(
+            Case(
+                id=f"{cat}-{i:02d}",
+                category=cat,
+                messages=messages,
+                checks={"contains": ["ok"]},
+                params={"temperature": (0.0, 0.3, 0.9, 1.5)[i % 4]},
+                tags={"tenant": "acme" if i % 2 else "beta", **({"route": "fast"} if i % 5 == 0 else {})},
+            )
+        )
     store = RunStore.create(tmp_path, {"suite_fingerprint": "x", "targets": {}, "repeats": 2}, cases)
     for i, c in enumerate(cases):
         if i == 11:
@@ -44,8 +52,18 @@ def _store(tmp_path: Path) -> RunStore:
         for rep in (0, 1):
             for t in ("baseline", "candidate", "control"):
                 if t == "candidate" and i == 4 and rep == 1:
-                    store.put_response(Response(case_id=c.id, target=t, repeat=rep, fingerprint="f", text="",
-                                                started_at=100.0 + i, e2e_s=2.0, error=ErrorInfo(kind="timeout", message="x")))
+                    store.put_response(
+                        Response(
+                            case_id=c.id,
+                            target=t,
+                            repeat=rep,
+                            fingerprint="f",
+                            text="",
+                            started_at=100.0 + i,
+                            e2e_s=2.0,
+                            error=ErrorInfo(kind="timeout", message="x"),
+                        )
+                    )
                     continue
                 n = rng.randint(1, 40)
                 times = sorted(rng.uniform(0.01, 0.5) for _ in range(rng.randint(0, 12)))
@@ -53,17 +71,40 @@ def _store(tmp_path: Path) -> RunStore:
                 text = "ok" if rng.random() < 0.8 else "no"
                 if t != "baseline" and rng.random() < 0.5:
                     text = "ok fine"
-                store.put_response(Response(
-                    case_id=c.id, target=t, repeat=rep, fingerprint="f", text=text, started_at=100.0 + i + rng.random(),
-                    ttft_s=times[0] if times else None, e2e_s=(times[-1] if times else 0.2) + 0.01,
-                    chunk_times=times, chunk_tokens=toks,
-                    usage=Usage(prompt_tokens=rng.choice([50, 300, 900, 3000]), completion_tokens=n if i != 7 else None)))
+                store.put_response(
+                    Response(
+                        case_id=c.id,
+                        target=t,
+                        repeat=rep,
+                        fingerprint="f",
+                        text=text,
+                        started_at=100.0 + i + rng.random(),
+                        ttft_s=times[0] if times else None,
+                        e2e_s=(times[-1] if times else 0.2) + 0.01,
+                        chunk_times=times,
+                        chunk_tokens=toks,
+                        usage=Usage(prompt_tokens=rng.choice([50, 300, 900, 3000]), completion_tokens=n if i != 7 else None),
+                    )
+                )
     score_store(store, workers=1)
-    judge = [Score(case_id=c.id, target=t, repeat=0, check="judge", status="error" if i == 5 else "pass",
-                   value=None if i == 5 else ("win", "loss", "tie")[i % 3],
-                   detail={"kind": "single" if i % 2 else "pairwise", "position_consistent": i % 2 == 0,
-                           "identical": i == 8, "rubric_delta": i % 4 - 1})
-             for i, c in enumerate(cases[:10]) for t in ("baseline", "candidate")]
+    judge = [
+        Score(
+            case_id=c.id,
+            target=t,
+            repeat=0,
+            check="judge",
+            status="error" if i == 5 else "pass",
+            value=None if i == 5 else ("win", "loss", "tie")[i % 3],
+            detail={
+                "kind": "single" if i % 2 else "pairwise",
+                "position_consistent": i % 2 == 0,
+                "identical": i == 8,
+                "rubric_delta": i % 4 - 1,
+            },
+        )
+        for i, c in enumerate(cases[:10])
+        for t in ("baseline", "candidate")
+    ]
     store.replace_scores(judge, checks=["judge"])
     return store
 
@@ -161,11 +202,21 @@ def test_buckets_bound_the_relative_error_on_skewed_data() -> None:
 
 def test_merged_parts_equal_one_accumulator() -> None:
     rng = random.Random(1)
-    rs = [Response(case_id=f"c{i}", target="candidate", fingerprint="f", text="x", started_at=rng.uniform(0, 50),
-                   ttft_s=rng.uniform(0, 1), e2e_s=rng.uniform(1, 3), chunk_times=sorted(rng.uniform(0, 1) for _ in range(5)),
-                   usage=Usage(completion_tokens=rng.randint(1, 30)),
-                   error=ErrorInfo(kind="timeout", message="x") if i % 9 == 0 else None)
-          for i in range(60)]
+    rs = [
+        Response(
+            case_id=f"c{i}",
+            target="candidate",
+            fingerprint="f",
+            text="x",
+            started_at=rng.uniform(0, 50),
+            ttft_s=rng.uniform(0, 1),
+            e2e_s=rng.uniform(1, 3),
+            chunk_times=sorted(rng.uniform(0, 1) for _ in range(5)),
+            usage=Usage(completion_tokens=rng.randint(1, 30)),
+            error=ErrorInfo(kind="timeout", message="x") if i % 9 == 0 else None,
+        )
+        for i in range(60)
+    ]
     whole, parts = LatencySamples(), [LatencySamples() for _ in range(3)]
     for i, r in enumerate(rs):
         whole.add(r)

@@ -23,8 +23,10 @@ def test_preflight_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixt
         out = capsys.readouterr().out
         assert "FAIL tokenize: 3/3 cases tokenize differently" in out and "qa-0" in out
         assert main(["preflight", "--baseline", b.url, "--model", "test-model", "--suite", str(suite)]) == 2
-        assert main(["preflight", "--baseline", b.url, "--candidate", "http://127.0.0.1:9", "--model", "test-model",
-                     "--suite", str(suite)]) == 3
+        assert (
+            main(["preflight", "--baseline", b.url, "--candidate", "http://127.0.0.1:9", "--model", "test-model", "--suite", str(suite)])
+            == 3
+        )
     assert "--candidate: required" in capsys.readouterr().err
 
 
@@ -32,11 +34,30 @@ def test_sweep_over_two_scripted_candidates(tmp_path: Path, capsys: pytest.Captu
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
     out = tmp_path / "sweep"
     # k=2 streams 3 tokens per 20 ms chunk, k=5 one token per chunk: only k=2 beats the baseline's 20 ms per token
-    with TestServer(default=ANSWER, itl_s=0.02) as b, \
-            TestServer(default=ANSWER, itl_s=0.02, tokens_per_chunk=3, speculative={"k": 2, "acceptance": 0.9}) as k2, \
-            TestServer(default=ANSWER, itl_s=0.02, speculative={"k": 5, "acceptance": 0.2}) as k5:
-        rc = main(["sweep", "--baseline", b.url, "--candidate", f"2={k2.url}", "--candidate", f"5={k5.url}",
-                   "--model", "test-model", "--suite", str(suite), "--concurrency", "1,2", "--out", str(out)])
+    with (
+        TestServer(default=ANSWER, itl_s=0.02) as b,
+        TestServer(default=ANSWER, itl_s=0.02, tokens_per_chunk=3, speculative={"k": 2, "acceptance": 0.9}) as k2,
+        TestServer(default=ANSWER, itl_s=0.02, speculative={"k": 5, "acceptance": 0.2}) as k5,
+    ):
+        rc = main(
+            [
+                "sweep",
+                "--baseline",
+                b.url,
+                "--candidate",
+                f"2={k2.url}",
+                "--candidate",
+                f"5={k5.url}",
+                "--model",
+                "test-model",
+                "--suite",
+                str(suite),
+                "--concurrency",
+                "1,2",
+                "--out",
+                str(out),
+            ]
+        )
     assert rc == 0
     result = json.loads((out / "sweep.json").read_text())
     cells = {(c["label"], c["concurrency"]): c for c in result["cells"]}
@@ -48,14 +69,23 @@ def test_sweep_over_two_scripted_candidates(tmp_path: Path, capsys: pytest.Captu
     assert cells[("k2", 1)]["tpot_speedup"] > 1.5
     assert result["recommendation"]["recommended"] == "k2" and result["recommendation"]["k"] == "2"
     page = (out / "sweep.html").read_text()
-    assert page.count("<svg") == 10 and "Recommended:</b> k2" in page and "http" not in page.split("<body>")[1].replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert (
+        page.count("<svg") == 10
+        and "Recommended:</b> k2" in page
+        and "http" not in page.split("<body>")[1].replace('xmlns="http://www.w3.org/2000/svg"', "")
+    )
     assert "k5" in capsys.readouterr().out
 
 
 def test_recommendation_and_break_even_concurrency() -> None:
     def cell(label: str, c: int, speedup: float | None, err: float = 0.0) -> dict:
-        return {"label": label, "k": label[1:] if label != "baseline" else None, "concurrency": c,
-                "latency": {"error_rate": err}, "tpot_speedup": speedup}
+        return {
+            "label": label,
+            "k": label[1:] if label != "baseline" else None,
+            "concurrency": c,
+            "latency": {"error_rate": err},
+            "tpot_speedup": speedup,
+        }
 
     cells = [cell("baseline", c, None) for c in (1, 8, 32)]
     cells += [cell("k3", 1, 1.6), cell("k3", 8, 1.2), cell("k3", 32, 0.9)]
@@ -96,12 +126,30 @@ def test_sweep_launches_each_candidate_from_the_template_and_stops_it(tmp_path: 
     monkeypatch.setattr(launcher, "launch_template", fake_launch)
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(2))
     with TestServer(default=ANSWER) as b:
-        rc = main(["sweep", "--baseline", b.url, "--model", "test-model", "--suite", str(suite), "--concurrency", "1",
-                   "--launch", "serve {model} --port {port} tokens={k} --json '{{\"k\":{k}}}'", "--k", "3,1",
-                   "--out", str(tmp_path / "sw")])
+        rc = main(
+            [
+                "sweep",
+                "--baseline",
+                b.url,
+                "--model",
+                "test-model",
+                "--suite",
+                str(suite),
+                "--concurrency",
+                "1",
+                "--launch",
+                "serve {model} --port {port} tokens={k} --json '{{\"k\":{k}}}'",
+                "--k",
+                "3,1",
+                "--out",
+                str(tmp_path / "sw"),
+            ]
+        )
     assert rc == 0
-    assert started == [("serve {model} --port {port} tokens=1 --json '{{\"k\":1}}'", "sweep-k1"),
-                       ("serve {model} --port {port} tokens=3 --json '{{\"k\":3}}'", "sweep-k3")]
+    assert started == [
+        ("serve {model} --port {port} tokens=1 --json '{{\"k\":1}}'", "sweep-k1"),
+        ("serve {model} --port {port} tokens=3 --json '{{\"k\":3}}'", "sweep-k3"),
+    ]
     assert all(s._loop is not None and not s._thread.is_alive() for s in live)  # type: ignore[union-attr]
     result = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert result["labels"] == ["k1", "k3"]
@@ -112,8 +160,23 @@ def test_a_sweep_whose_cells_all_fail_says_why_and_exits_3(tmp_path: Path, capsy
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
     out = tmp_path / "sweep"
     with TestServer(default=ANSWER) as b, TestServer(default=ANSWER, model="other", strict_model=True) as k3:
-        rc = main(["sweep", "--baseline", b.url, "--candidate", f"3={k3.url}", "--model", "test-model",
-                   "--suite", str(suite), "--concurrency", "1,2", "--out", str(out)])
+        rc = main(
+            [
+                "sweep",
+                "--baseline",
+                b.url,
+                "--candidate",
+                f"3={k3.url}",
+                "--model",
+                "test-model",
+                "--suite",
+                str(suite),
+                "--concurrency",
+                "1,2",
+                "--out",
+                str(out),
+            ]
+        )
     assert rc == 3
     result = json.loads((out / "sweep.json").read_text())
     failed = [c for c in result["cells"] if c["failed"]]
@@ -138,8 +201,26 @@ def test_the_sweep_table_reads_at_80_columns(tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(2))
     out = tmp_path / "sweep"
     with TestServer(default=ANSWER) as b, TestServer(default=ANSWER, speculative={"k": 3, "acceptance": 0.5}) as k3:
-        assert main(["sweep", "--baseline", b.url, "--candidate", f"3={k3.url}", "--model", "test-model",
-                     "--suite", str(suite), "--concurrency", "1,2,4,8,16,32,64", "--out", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "sweep",
+                    "--baseline",
+                    b.url,
+                    "--candidate",
+                    f"3={k3.url}",
+                    "--model",
+                    "test-model",
+                    "--suite",
+                    str(suite),
+                    "--concurrency",
+                    "1,2,4,8,16,32,64",
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
     result = json.loads((out / "sweep.json").read_text())
     buf = io.StringIO()
     print_table(result, Console(file=buf, width=80, force_terminal=False, color_system=None))

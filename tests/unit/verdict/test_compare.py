@@ -1,8 +1,7 @@
 from __future__ import annotations
 
-from tests.unit.verdict.verdict_builders import make_store
-
 from qualitycheck.verdict._compare import CaseComparison, compare_run, first_divergence, similarity
+from tests.unit.verdict.verdict_builders import make_store
 
 
 def test_first_divergence_on_chars_tokens_and_prefixes():
@@ -25,11 +24,19 @@ def test_similarity_is_difflib_ratio_and_bounded_for_huge_texts():
 
 def test_flips_divergence_and_persisted_records(tmp_path):
     rows = [
-        {"id": "a", "category": "json", "texts": {"baseline": "hello world", "candidate": "hello there"},
-         "tokens": {"baseline": [1, 2], "candidate": [1, 3]},
-         "checks": {"exact": {"baseline": "pass", "candidate": "fail"}}},
-        {"id": "b", "category": "json", "route": "r2",
-         "checks": {"exact": {"baseline": "fail", "candidate": "pass"}, "json_parse": {"baseline": "pass", "candidate": "error"}}},
+        {
+            "id": "a",
+            "category": "json",
+            "texts": {"baseline": "hello world", "candidate": "hello there"},
+            "tokens": {"baseline": [1, 2], "candidate": [1, 3]},
+            "checks": {"exact": {"baseline": "pass", "candidate": "fail"}},
+        },
+        {
+            "id": "b",
+            "category": "json",
+            "route": "r2",
+            "checks": {"exact": {"baseline": "fail", "candidate": "pass"}, "json_parse": {"baseline": "pass", "candidate": "error"}},
+        },
         {"id": "c", "category": "sql", "texts": {"baseline": "x", "candidate": None}},
     ]
     with make_store(tmp_path, rows) as store:

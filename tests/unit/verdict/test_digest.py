@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.unit.verdict.verdict_builders import make_store
 
+from qualitycheck.core._config import Config
 from qualitycheck.pipeline._run import summarize
 from qualitycheck.verdict._compare import CaseComparison, compare_run
-from qualitycheck.core._config import Config
 from qualitycheck.verdict._digest import RunDigest
 from qualitycheck.verdict._stats import CaseOutcome, add_case_outcomes, paired_bootstrap_ci
 from qualitycheck.verdict._summary import build_summary
+from tests.unit.verdict.verdict_builders import make_store
 
 
 def _whole_list_outcomes(comps: list[CaseComparison]) -> dict[str, dict[str, list[CaseOutcome]]]:
@@ -29,11 +29,22 @@ def _rows():
     rows = []
     for i in range(12):
         st = ["pass", "fail", "pass"][i % 3]
-        rows.append({"id": f"c{i:02d}", "category": "qa" if i % 2 else "json", "route": "r1" if i < 6 else "r2",
-                     "texts": {"baseline": ["same", "same"], "candidate": ["same", "other"] if i % 4 else ["same", "same"],
-                               "control": ["same", None if i == 5 else "same"]},
-                     "checks": {"exact": {"baseline": [st, st], "candidate": ["fail", st], "control": [st, "pass"]},
-                                "contains": {"baseline": "pass", "candidate": "pass"}}})
+        rows.append(
+            {
+                "id": f"c{i:02d}",
+                "category": "qa" if i % 2 else "json",
+                "route": "r1" if i < 6 else "r2",
+                "texts": {
+                    "baseline": ["same", "same"],
+                    "candidate": ["same", "other"] if i % 4 else ["same", "same"],
+                    "control": ["same", None if i == 5 else "same"],
+                },
+                "checks": {
+                    "exact": {"baseline": [st, st], "candidate": ["fail", st], "control": [st, "pass"]},
+                    "contains": {"baseline": "pass", "candidate": "pass"},
+                },
+            }
+        )
     return rows
 
 
@@ -78,9 +89,14 @@ def test_bootstrap_in_batches_still_covers_the_true_difference(monkeypatch):
 
 def test_a_check_no_case_decided_keeps_its_row(tmp_path):
     """A scorer that errors on every case (a broken sandbox) must show as n = 0, not vanish."""
-    rows = [{"id": f"c{i}", "category": "code", "checks": {"unit_tests": {"baseline": "error", "candidate": "error"},
-                                                            "contains": {"baseline": "pass", "candidate": "pass"}}}
-            for i in range(3)]
+    rows = [
+        {
+            "id": f"c{i}",
+            "category": "code",
+            "checks": {"unit_tests": {"baseline": "error", "candidate": "error"}, "contains": {"baseline": "pass", "candidate": "pass"}},
+        }
+        for i in range(3)
+    ]
     with make_store(tmp_path, rows) as store:
         s = summarize(store, Config()).model_dump(mode="json")  # the sign-off is rendered above the verdict
     checks = s["categories"]["code"]["checks"]

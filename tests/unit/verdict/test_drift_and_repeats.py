@@ -9,8 +9,10 @@ from tests.unit.verdict.verdict_builders import make_store
 
 def test_format_drift_flags_a_systematic_change_but_not_noise(tmp_path):
     fenced = '```json\n{"a": 1}\n```'
-    rows = [{"id": f"j{i}", "category": "json", "texts": {"baseline": '{"a": 1}', "candidate": fenced if i < 15 else '{"a": 1}'}}
-            for i in range(40)]
+    rows = [
+        {"id": f"j{i}", "category": "json", "texts": {"baseline": '{"a": 1}', "candidate": fenced if i < 15 else '{"a": 1}'}}
+        for i in range(40)
+    ]
     rows += [{"id": f"q{i}", "category": "qa", "texts": {"baseline": "Yes.", "candidate": "Yes." if i else "Yes!"}} for i in range(40)]
     with make_store(tmp_path, rows) as store:
         s = summarize(store, Config()).model_dump(mode="json")
@@ -39,8 +41,10 @@ def test_repeats_compare_per_case_pass_rates_and_measure_the_floor(tmp_path):
 
 
 def test_bootstrap_ci_is_reproducible_across_rebuilds(tmp_path):
-    rows = [{"id": f"c{i}", "category": "qa", "checks": {"exact": {"baseline": "pass", "candidate": "fail" if i % 7 == 0 else "pass"}}}
-            for i in range(50)]
+    rows = [
+        {"id": f"c{i}", "category": "qa", "checks": {"exact": {"baseline": "pass", "candidate": "fail" if i % 7 == 0 else "pass"}}}
+        for i in range(50)
+    ]
     with make_store(tmp_path, rows) as store:
         a = summarize(store, Config()).model_dump(mode="json")
         b = summarize(store, Config()).model_dump(mode="json")
@@ -48,9 +52,14 @@ def test_bootstrap_ci_is_reproducible_across_rebuilds(tmp_path):
 
 
 def test_category_noise_floor_compares_candidate_divergence_with_the_control(tmp_path):
-    rows = [{"id": f"c{i}", "category": "qa",
-             "texts": {"baseline": "a", "candidate": "b" if i < 12 else "a", "control": "z" if i == 0 else "a"}}
-            for i in range(20)]
+    rows = [
+        {
+            "id": f"c{i}",
+            "category": "qa",
+            "texts": {"baseline": "a", "candidate": "b" if i < 12 else "a", "control": "z" if i == 0 else "a"},
+        }
+        for i in range(20)
+    ]
     with make_store(tmp_path, rows, targets=("baseline", "candidate", "control")) as store:
         s = summarize(store, Config()).model_dump(mode="json")
     nf = s["categories"]["qa"]["noise_floor"]

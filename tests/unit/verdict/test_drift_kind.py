@@ -25,10 +25,12 @@ def _drift(texts: dict[str, list[tuple[str, str]]]) -> dict[str, dict[str, dict[
 
 
 def test_a_count_is_a_mean_in_a_category_where_it_is_only_ever_0_or_1() -> None:
-    drift = _drift({
-        "short": [("Fine.", ONE_ITEM), (ONE_ITEM, ONE_ITEM), (ONE_ITEM, "Fine.")],
-        "long": [(MANY_ITEMS, MANY_ITEMS), (ONE_ITEM, MANY_ITEMS), ("Fine.", MANY_ITEMS)],
-    })
+    drift = _drift(
+        {
+            "short": [("Fine.", ONE_ITEM), (ONE_ITEM, ONE_ITEM), (ONE_ITEM, "Fine.")],
+            "long": [(MANY_ITEMS, MANY_ITEMS), (ONE_ITEM, MANY_ITEMS), ("Fine.", MANY_ITEMS)],
+        }
+    )
     for feature in ("markdown_bullets", "numbered_items"):
         assert drift["short"][feature]["kind"] == drift["long"][feature]["kind"] == "mean"
 
@@ -41,10 +43,13 @@ def test_a_bool_is_a_rate_even_where_it_never_varies() -> None:
 
 
 def test_every_feature_in_the_summary_carries_its_declared_kind(tmp_path: Any) -> None:
-    rows = [{"id": f"a{i}", "category": "short", "texts": {"baseline": ONE_ITEM, "candidate": ONE_ITEM if i % 2 else "Fine."}}
-            for i in range(6)]
-    rows += [{"id": f"b{i}", "category": "long", "texts": {"baseline": MANY_ITEMS, "candidate": ONE_ITEM if i % 2 else MANY_ITEMS}}
-             for i in range(6)]
+    rows = [
+        {"id": f"a{i}", "category": "short", "texts": {"baseline": ONE_ITEM, "candidate": ONE_ITEM if i % 2 else "Fine."}} for i in range(6)
+    ]
+    rows += [
+        {"id": f"b{i}", "category": "long", "texts": {"baseline": MANY_ITEMS, "candidate": ONE_ITEM if i % 2 else MANY_ITEMS}}
+        for i in range(6)
+    ]
     with make_store(tmp_path, rows) as store:
         s = build_summary(store, Config()).model_dump(mode="json")
     for cat in ("short", "long"):

@@ -21,8 +21,25 @@ NOT_SERVED = "The model `test-model` does not exist."
 
 
 def _run(b: TestServer, c: TestServer, suite: Path, out: Path, *extra: str) -> int:
-    return main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "test-model", "--suite", str(suite),
-                 "--out", str(out), "--no-preflight", "--concurrency", "2", *extra])
+    return main(
+        [
+            "run",
+            "--baseline",
+            b.url,
+            "--candidate",
+            c.url,
+            "--model",
+            "test-model",
+            "--suite",
+            str(suite),
+            "--out",
+            str(out),
+            "--no-preflight",
+            "--concurrency",
+            "2",
+            *extra,
+        ]
+    )
 
 
 def test_a_candidate_that_does_not_serve_the_model_says_so_everywhere(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -56,8 +73,10 @@ def test_a_candidate_that_does_not_serve_the_model_says_so_everywhere(tmp_path: 
 def test_a_timeout_and_a_reset_mid_stream_are_told_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(6))
     out = tmp_path / "run"
-    faults = [Fault(kind="hang", match="question qa 1?", times=None),
-              Fault(kind="reset", match="question qa 2?", times=None, after_chunks=2)]
+    faults = [
+        Fault(kind="hang", match="question qa 1?", times=None),
+        Fault(kind="reset", match="question qa 2?", times=None, after_chunks=2),
+    ]
     answer = "The answer to this question is forty two."
     with TestServer(default=answer) as b, TestServer(default=answer, faults=faults) as c:
         assert _run(b, c, suite, out, "--timeout", "0.5", "--retries", "0") == 1
@@ -74,8 +93,15 @@ def test_the_kinds_are_folded_from_the_summary_walk_not_a_pass_of_their_own(tmp_
     """Errors add no read of the store: each failed response is tallied as the one walk after scoring reads it."""
     from tests.unit.test_one_walk import READERS, _counting
 
-    rows = [{"id": f"c{i}", "category": "qa", "texts": {"baseline": "Yes.", "candidate": None if i % 3 == 0 else "Yes."},
-             "checks": {"exact": {"baseline": "pass", "candidate": "error" if i % 3 == 0 else "pass"}}} for i in range(9)]
+    rows = [
+        {
+            "id": f"c{i}",
+            "category": "qa",
+            "texts": {"baseline": "Yes.", "candidate": None if i % 3 == 0 else "Yes."},
+            "checks": {"exact": {"baseline": "pass", "candidate": "error" if i % 3 == 0 else "pass"}},
+        }
+        for i in range(9)
+    ]
     with make_store(tmp_path, rows) as store:
         calls = _counting(monkeypatch)
         finish(store, Config(), score=False, report=False)

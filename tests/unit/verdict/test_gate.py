@@ -6,6 +6,7 @@ import pytest
 
 from qualitycheck.core._config import Config
 from qualitycheck.core._errors import ConfigError
+from qualitycheck.pipeline._run import summarize  # the verdict with its sign-off, as `finish` writes it
 from qualitycheck.verdict._gate import (
     Evidence,
     MaxErrorRate,
@@ -16,7 +17,6 @@ from qualitycheck.verdict._gate import (
     parse_fraction,
     parse_guardrails,
 )
-from qualitycheck.pipeline._run import summarize  # the verdict with its sign-off, as `finish` writes it
 from tests.unit.verdict.verdict_builders import make_store
 
 SEED_BLOCK = {
@@ -30,15 +30,22 @@ SEED_BLOCK = {
 
 def test_the_seed_block_is_accepted_verbatim():
     g = parse_guardrails(Config(speculative_decoding_guardrails=SEED_BLOCK))
-    assert g.thresholds == {"min_acceptance_rate": 0.55, "max_tpot_p95_regression": 0.1,
-                            "max_error_rate": 0.01, "max_quality_regression_cases": 0}
+    assert g.thresholds == {
+        "min_acceptance_rate": 0.55,
+        "max_tpot_p95_regression": 0.1,
+        "max_error_rate": 0.01,
+        "max_quality_regression_cases": 0,
+    }
     assert g.fallback_action == "disable_speculative_decoding_for_route"
     assert parse_fraction("12.5%") == 0.125 and parse_fraction("0.3") == 0.3
 
 
 def test_bad_guardrails_name_the_field_and_what_was_expected():
-    cfg = Config(speculative_decoding_guardrails={"max_error_rate": "lots", "min_acceptance": 0.5},
-                 routes={"billing": {"max_quality_regression_cases": -1}}, source="qc.yaml")
+    cfg = Config(
+        speculative_decoding_guardrails={"max_error_rate": "lots", "min_acceptance": 0.5},
+        routes={"billing": {"max_quality_regression_cases": -1}},
+        source="qc.yaml",
+    )
     with pytest.raises(ConfigError) as e:
         parse_guardrails(cfg)
     text = str(e.value)
@@ -55,10 +62,14 @@ def test_missing_observations_are_not_evaluated_never_passed():
 
 
 def test_rules_pass_and_fail_with_readable_messages():
-    ev = Evidence(errors={"baseline": {"count": 0, "requests": 100}, "candidate": {"count": 3, "requests": 100}},
-                  latency={"baseline": {"tpot_ms": {"p95": 10.0}}, "candidate": {"tpot_ms": {"p95": 11.5}}},
-                  acceptance={"rate": 0.6}, regressions={"r": {"a": ["exact"], "b": ["json_parse"]}},
-                  allowances={"r": 1}, scored_routes={"r"})
+    ev = Evidence(
+        errors={"baseline": {"count": 0, "requests": 100}, "candidate": {"count": 3, "requests": 100}},
+        latency={"baseline": {"tpot_ms": {"p95": 10.0}}, "candidate": {"tpot_ms": {"p95": 11.5}}},
+        acceptance={"rate": 0.6},
+        regressions={"r": {"a": ["exact"], "b": ["json_parse"]}},
+        allowances={"r": 1},
+        scored_routes={"r"},
+    )
     assert MinAcceptanceRate(0.55).evaluate(ev).passed is True
     tpot = MaxTpotP95Regression(0.1).evaluate(ev)
     assert tpot.passed is False and "+15.0%" in tpot.message
@@ -86,10 +97,15 @@ def test_decide_verdicts_and_fallback_routes():
 
 def _rows():
     rows = [{"id": f"q{i}", "category": "qa", "checks": {"exact": {"baseline": "pass", "candidate": "pass"}}} for i in range(8)]
-    rows.append({"id": "bad", "category": "qa", "texts": {"baseline": "yes", "candidate": "no"},
-                 "checks": {"exact": {"baseline": "pass", "candidate": "fail"}}})
-    rows.append({"id": "j1", "category": "json", "route": "billing",
-                 "checks": {"json_parse": {"baseline": "pass", "candidate": "pass"}}})
+    rows.append(
+        {
+            "id": "bad",
+            "category": "qa",
+            "texts": {"baseline": "yes", "candidate": "no"},
+            "checks": {"exact": {"baseline": "pass", "candidate": "fail"}},
+        }
+    )
+    rows.append({"id": "j1", "category": "json", "route": "billing", "checks": {"json_parse": {"baseline": "pass", "candidate": "pass"}}})
     return rows
 
 
@@ -145,8 +161,10 @@ def test_route_scoped_error_rate_and_endpoint_wide_failures_disable_every_route(
     rows = _rows()
     rows[-1]["texts"] = {"baseline": "ok", "candidate": None}  # the billing route's only candidate request fails
     rows[-1]["checks"] = {}
-    cfg = Config(speculative_decoding_guardrails={"max_error_rate": "50%", "max_quality_regression_cases": 1},
-                 routes={"billing": {"max_error_rate": "1%"}})
+    cfg = Config(
+        speculative_decoding_guardrails={"max_error_rate": "50%", "max_quality_regression_cases": 1},
+        routes={"billing": {"max_error_rate": "1%"}},
+    )
     with make_store(tmp_path, rows) as store:
         s = summarize(store, cfg).model_dump(mode="json")
     by = {(g["name"], g["route"]): g for g in s["guardrails"]}
@@ -157,8 +175,9 @@ def test_route_scoped_error_rate_and_endpoint_wide_failures_disable_every_route(
     from qualitycheck.verdict._gate import GuardrailResult
 
     tpot = GuardrailResult("max_tpot_p95_regression", "10%", 0.3, False, "slower")
-    v, fb = decide([tpot], {"a": "pass", "b": "pass"}, allow_not_evaluated=False, fallback_action="x",
-                   category_routes={"a": {"r1"}, "b": {"r2"}})
+    v, fb = decide(
+        [tpot], {"a": "pass", "b": "pass"}, allow_not_evaluated=False, fallback_action="x", category_routes={"a": {"r1"}, "b": {"r2"}}
+    )
     assert v == "fail" and fb["routes"] == ["r1", "r2"]
 
 
@@ -166,11 +185,30 @@ def test_signoff_prints_acceptance_figures_readably():
     from qualitycheck.report._signoff import render_signoff
     from qualitycheck.verdict._model import Summary
 
-    base = {"format_version": 1, "verdict": "fail", "cases": 1, "repeats": 1, "targets": {}, "categories": {}, "guardrails": [],
-            "fallback": {"action": "x", "routes": []}, "errors": {}, "latency": {}}
-    text = render_signoff(Summary.model_validate({**base, "acceptance": {"rate": 0.2488, "mean_accepted_length": 1.733695652173913,
-                                                                         "draft_tokens": 1085, "accepted_tokens": 270}}))
+    base = {
+        "format_version": 1,
+        "verdict": "fail",
+        "cases": 1,
+        "repeats": 1,
+        "targets": {},
+        "categories": {},
+        "guardrails": [],
+        "fallback": {"action": "x", "routes": []},
+        "errors": {},
+        "latency": {},
+    }
+    text = render_signoff(
+        Summary.model_validate(
+            {
+                **base,
+                "acceptance": {"rate": 0.2488, "mean_accepted_length": 1.733695652173913, "draft_tokens": 1085, "accepted_tokens": 270},
+            }
+        )
+    )
     assert "acceptance rate 0.249, mean accepted length 1.73, draft tokens 1085, accepted 270" in text
-    text = render_signoff(Summary.model_validate({**base, "acceptance": {"rate": 0.5, "mean_accepted_length": None,
-                                                                         "draft_tokens": None, "accepted_tokens": None}}))
+    text = render_signoff(
+        Summary.model_validate(
+            {**base, "acceptance": {"rate": 0.5, "mean_accepted_length": None, "draft_tokens": None, "accepted_tokens": None}}
+        )
+    )
     assert "mean accepted length n/a" in text

@@ -15,11 +15,13 @@ def _evaluate(*checks: dict[str, Any]) -> Any:
     return PreflightConsistent().evaluate(Evidence(preflight={"ok": True, "checks": list(checks), "mismatches": []}))
 
 
-NOTHING_EXPOSED = [_check("served_model", None, "baseline: http://b/v1/models: HTTP 404"),
-                   _check("tokenize", None, "/tokenize not usable: HTTP 404"),
-                   _check("tokenizer_and_stop_tokens", None, "not exposed (HTTP 404)"),
-                   _check("generation_defaults", None, "not exposed (HTTP 404)"),
-                   _check("engine_version", None, "version not exposed: HTTP 404")]
+NOTHING_EXPOSED = [
+    _check("served_model", None, "baseline: http://b/v1/models: HTTP 404"),
+    _check("tokenize", None, "/tokenize not usable: HTTP 404"),
+    _check("tokenizer_and_stop_tokens", None, "not exposed (HTTP 404)"),
+    _check("generation_defaults", None, "not exposed (HTTP 404)"),
+    _check("engine_version", None, "version not exposed: HTTP 404"),
+]
 
 
 def test_servers_exposing_none_of_the_endpoints_leave_the_guardrail_not_evaluated() -> None:
@@ -38,8 +40,7 @@ def test_a_preflight_that_recorded_no_check_is_not_evaluated_either() -> None:
 
 
 def test_some_checks_made_and_none_failed_passes_and_names_what_was_not_checked() -> None:
-    r = _evaluate(_check("served_model", True, "both serve 'm'"), _check("tokenize", True, "identical"),
-                  *NOTHING_EXPOSED[2:])
+    r = _evaluate(_check("served_model", True, "both serve 'm'"), _check("tokenize", True, "identical"), *NOTHING_EXPOSED[2:])
     assert r.passed is True and r.observed == []
     assert "match on served_model, tokenize" in r.message
     assert "not checked: tokenizer_and_stop_tokens, generation_defaults, engine_version" in r.message

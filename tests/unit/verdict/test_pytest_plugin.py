@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import qualitycheck.pipeline._run  # noqa: F401  (imported once here: pytester's inline runs must not re-import numpy/scipy)
+import qualitycheck.pipeline._run
 import qualitycheck.verdict._summary  # noqa: F401
 from qualitycheck.testserver import TestServer
 from tests.helpers import write_suite
@@ -16,10 +16,13 @@ pytest_plugins = ["pytester"]
 
 
 def suite(path: Path) -> Path:
-    return write_suite(path, [
-        {"id": f"qa-{i}", "category": "qa", "messages": [{"role": "user", "content": f"q{i}?"}], "checks": {"exact": "42"}}
-        for i in range(4)
-    ])
+    return write_suite(
+        path,
+        [
+            {"id": f"qa-{i}", "category": "qa", "messages": [{"role": "user", "content": f"q{i}?"}], "checks": {"exact": "42"}}
+            for i in range(4)
+        ],
+    )
 
 
 @pytest.fixture
@@ -34,12 +37,31 @@ def test_run_mode_collects_one_item_per_decision_and_fails_on_the_regression(pyt
     out = pytester.path / "run"
     cfg = pytester.path / "qc.yaml"
     cfg.write_text("run:\n  preflight: false\n  noise_floor: none  # one flip counts: the gate mechanics, not the floor, are under test\n")
-    res = pytester.runpytest("--qc-baseline", b.url, "--qc-candidate", c.url, "--qc-model", "m", "--qc-suite", str(s),
-                             "--qc-out", str(out), "--qc-config", str(cfg), "--junitxml", "junit.xml")
+    res = pytester.runpytest(
+        "--qc-baseline",
+        b.url,
+        "--qc-candidate",
+        c.url,
+        "--qc-model",
+        "m",
+        "--qc-suite",
+        str(s),
+        "--qc-out",
+        str(out),
+        "--qc-config",
+        str(cfg),
+        "--junitxml",
+        "junit.xml",
+    )
     res.assert_outcomes(passed=1, failed=3)  # error rate passes; quality[qa], category qa and the regression fail
     assert res.ret == 1
-    res.stdout.fnmatch_lines(["*qualitycheck::regression::qa::exact::qa-2*", "*qa/qa-2: exact passed on the baseline and failed*",
-                              "*qualitycheck verdict: FAIL*"])
+    res.stdout.fnmatch_lines(
+        [
+            "*qualitycheck::regression::qa::exact::qa-2*",
+            "*qa/qa-2: exact passed on the baseline and failed*",
+            "*qualitycheck verdict: FAIL*",
+        ]
+    )
     junit = (pytester.path / "junit.xml").read_text()
     assert "qa/qa-2: exact passed on the baseline and failed on the candidate" in junit
     assert json.loads((out / "summary.json").read_text())["verdict"] == "fail"
@@ -52,7 +74,26 @@ def test_stored_run_regates_with_another_config_and_exit_follows_the_verdict(pyt
     out = pytester.path / "run"
     from qualitycheck.cli._main import main
 
-    assert main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(s), "--out", str(out), "--no-preflight", "--no-noise-floor"]) == 1
+    assert (
+        main(
+            [
+                "run",
+                "--baseline",
+                b.url,
+                "--candidate",
+                c.url,
+                "--model",
+                "m",
+                "--suite",
+                str(s),
+                "--out",
+                str(out),
+                "--no-preflight",
+                "--no-noise-floor",
+            ]
+        )
+        == 1
+    )
     lenient = pytester.path / "qc.yaml"
     lenient.write_text("speculative_decoding_guardrails:\n  max_quality_regression_cases: 1\n  max_error_rate: '1%'\n")
     assert main(["gate", str(out), "-c", str(lenient)]) == 0
@@ -73,7 +114,23 @@ def test_xdist_workers_collect_the_same_items_from_the_stored_summary(pytester: 
     out = pytester.path / "run"
     from qualitycheck.cli._main import main
 
-    main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(s), "--out", str(out), "--no-preflight", "--no-noise-floor"])
+    main(
+        [
+            "run",
+            "--baseline",
+            b.url,
+            "--candidate",
+            c.url,
+            "--model",
+            "m",
+            "--suite",
+            str(s),
+            "--out",
+            str(out),
+            "--no-preflight",
+            "--no-noise-floor",
+        ]
+    )
     res = pytester.runpytest_subprocess("-n", "2", "--qc-run", str(out), "--junitxml", "j.xml")
     res.assert_outcomes(passed=1, failed=3)
     assert res.ret == 1
@@ -102,9 +159,26 @@ def test_repository_conftest_gates_instead_of_running_the_unit_tests(tmp_path: P
     out = tmp_path / "run"
     from qualitycheck.cli._main import main
 
-    main(["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(s), "--out", str(out), "--no-preflight", "--no-noise-floor"])
+    main(
+        [
+            "run",
+            "--baseline",
+            b.url,
+            "--candidate",
+            c.url,
+            "--model",
+            "m",
+            "--suite",
+            str(s),
+            "--out",
+            str(out),
+            "--no-preflight",
+            "--no-noise-floor",
+        ]
+    )
     repo = Path(__file__).resolve().parents[3]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--qc-run", str(out), "-q"],
-                          cwd=repo, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--qc-run", str(out), "-q"], cwd=repo, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "1 passed" in proc.stdout and "3 failed" in proc.stdout  # the gate items only, no unit test

@@ -17,20 +17,45 @@ from tests.unit.verdict.verdict_builders import make_store
 
 def _two_routes_one_category() -> list[dict]:
     """qa spans routes r1 and r2; its one regression is in r2, which allows one. `other` regresses in r1, which allows none."""
-    rows: list[dict] = [{"id": f"qa-{i}", "category": "qa", "route": "r1" if i < 3 else "r2",
-                         "checks": {"exact": {"baseline": "pass", "candidate": "pass"}}} for i in range(6)]
-    rows.append({"id": "qa-bad", "category": "qa", "route": "r2", "texts": {"baseline": "yes", "candidate": "no"},
-                 "checks": {"exact": {"baseline": "pass", "candidate": "fail"}}})
-    rows += [{"id": f"o-{i}", "category": "other", "route": "r1", "checks": {"exact": {"baseline": "pass", "candidate": "pass"}}}
-             for i in range(3)]
-    rows.append({"id": "o-bad", "category": "other", "route": "r1", "texts": {"baseline": "yes", "candidate": "no"},
-                 "checks": {"exact": {"baseline": "pass", "candidate": "fail"}}})
+    rows: list[dict] = [
+        {
+            "id": f"qa-{i}",
+            "category": "qa",
+            "route": "r1" if i < 3 else "r2",
+            "checks": {"exact": {"baseline": "pass", "candidate": "pass"}},
+        }
+        for i in range(6)
+    ]
+    rows.append(
+        {
+            "id": "qa-bad",
+            "category": "qa",
+            "route": "r2",
+            "texts": {"baseline": "yes", "candidate": "no"},
+            "checks": {"exact": {"baseline": "pass", "candidate": "fail"}},
+        }
+    )
+    rows += [
+        {"id": f"o-{i}", "category": "other", "route": "r1", "checks": {"exact": {"baseline": "pass", "candidate": "pass"}}}
+        for i in range(3)
+    ]
+    rows.append(
+        {
+            "id": "o-bad",
+            "category": "other",
+            "route": "r1",
+            "texts": {"baseline": "yes", "candidate": "no"},
+            "checks": {"exact": {"baseline": "pass", "candidate": "fail"}},
+        }
+    )
     return rows
 
 
 def test_the_gate_the_report_and_the_summary_agree_on_what_counts(tmp_path: Path) -> None:
-    cfg = Config(speculative_decoding_guardrails={"max_quality_regression_cases": 0, "max_error_rate": "1%"},
-                 routes={"r2": {"max_quality_regression_cases": 1}})
+    cfg = Config(
+        speculative_decoding_guardrails={"max_quality_regression_cases": 0, "max_error_rate": "1%"},
+        routes={"r2": {"max_quality_regression_cases": 1}},
+    )
     with make_store(tmp_path, _two_routes_one_category()) as store:
         summary = build_summary(store, cfg)
         data = collect(store, summary)
@@ -50,8 +75,10 @@ def test_the_gate_the_report_and_the_summary_agree_on_what_counts(tmp_path: Path
         for check, k in cat.checks.items():
             for case_id, status in check_statuses(k).items():
                 assert rows[case_id].flags[0] == status
-                assert items.get(f"regression::{'qa' if case_id.startswith('qa') else 'other'}::{check}::{case_id}") == \
-                    {"regression": "fail", "tolerated": "xfail"}.get(status)
+                assert items.get(f"regression::{'qa' if case_id.startswith('qa') else 'other'}::{check}::{case_id}") == {
+                    "regression": "fail",
+                    "tolerated": "xfail",
+                }.get(status)
 
     for with_rows in (data, None):  # the terminal summary, with the report's rows or from summary.json alone
         buf = io.StringIO()
@@ -64,10 +91,22 @@ def test_the_gate_the_report_and_the_summary_agree_on_what_counts(tmp_path: Path
 
 def test_a_case_whose_candidate_varies_but_baseline_does_not_is_not_flaky(tmp_path: Path) -> None:
     rows = [{"id": f"c{i}", "category": "qa", "checks": {"exact": {"baseline": "pass", "candidate": "pass"}}} for i in range(4)]
-    rows.append({"id": "cand-varies", "category": "qa", "texts": {"baseline": "a", "candidate": ["a", "b"]},
-                 "checks": {"exact": {"baseline": "pass", "candidate": ["pass", "fail"]}}})
-    rows.append({"id": "base-varies", "category": "qa", "texts": {"baseline": ["a", "b"], "candidate": "a"},
-                 "checks": {"exact": {"baseline": ["pass", "fail"], "candidate": "pass"}}})
+    rows.append(
+        {
+            "id": "cand-varies",
+            "category": "qa",
+            "texts": {"baseline": "a", "candidate": ["a", "b"]},
+            "checks": {"exact": {"baseline": "pass", "candidate": ["pass", "fail"]}},
+        }
+    )
+    rows.append(
+        {
+            "id": "base-varies",
+            "category": "qa",
+            "texts": {"baseline": ["a", "b"], "candidate": "a"},
+            "checks": {"exact": {"baseline": ["pass", "fail"], "candidate": "pass"}},
+        }
+    )
     with make_store(tmp_path, rows, repeats=2) as store:
         summary = build_summary(store, Config())
         data = collect(store, summary)
@@ -79,10 +118,12 @@ def test_a_case_whose_candidate_varies_but_baseline_does_not_is_not_flaky(tmp_pa
 
 
 def test_errors_and_identity_come_from_the_comparison_records(tmp_path: Path) -> None:
-    rows = [{"id": "same", "category": "qa"},
-            {"id": "differs", "category": "qa", "texts": {"baseline": "a", "candidate": "b"}},
-            {"id": "no-answer", "category": "qa", "texts": {"baseline": "a", "candidate": None}},
-            {"id": "scorer-error", "category": "qa", "checks": {"exact": {"baseline": "pass", "candidate": "error"}}}]
+    rows = [
+        {"id": "same", "category": "qa"},
+        {"id": "differs", "category": "qa", "texts": {"baseline": "a", "candidate": "b"}},
+        {"id": "no-answer", "category": "qa", "texts": {"baseline": "a", "candidate": None}},
+        {"id": "scorer-error", "category": "qa", "checks": {"exact": {"baseline": "pass", "candidate": "error"}}},
+    ]
     with make_store(tmp_path, rows) as store:
         data = collect(store, build_summary(store, Config()))
     flags = {r.id: r.flags for r in data.rows}

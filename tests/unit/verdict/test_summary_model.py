@@ -62,7 +62,8 @@ def test_the_model_writes_every_field_exactly_as_the_dict_did(name: str, written
     if os.environ.get("QC_REGEN_GOLDEN") == "1":  # after an intended change of summary.json: rewrite, then review the diff
         (GOLDEN / f"{name}.json").write_text(got, encoding="utf-8")
     assert got == (GOLDEN / f"{name}.json").read_text(encoding="utf-8"), (
-        "summary.json changed (keys, order, values or types); if intended, rerun with QC_REGEN_GOLDEN=1 and review the diff")
+        "summary.json changed (keys, order, values or types); if intended, rerun with QC_REGEN_GOLDEN=1 and review the diff"
+    )
     assert read_summary(written_for_golden[name]).to_json_text() == text  # a reader that rewrites the file changes nothing
 
 
@@ -84,10 +85,31 @@ def test_a_real_run_writes_a_summary_the_schema_accepts(tmp_path: Path) -> None:
     """Through the CLI: preflight, /metrics windows per category, a control, repeats, an error."""
     cases = qa_cases(4, "qa", checks={"exact": "42"}) + qa_cases(2, "json", tags={"route": "billing"}, checks={"contains": "42"})
     suite = write_suite(tmp_path / "s.jsonl", cases)
-    with TestServer(default="42") as b, TestServer(default="42", answers={"qa 2?": "41"}, speculative={"k": 3, "acceptance": 0.5}) as c, \
-            TestServer(default="42", answers={"qa 1?": "43"}) as k:
-        rc = main(["run", "--baseline", b.url, "--candidate", c.url, "--control", k.url, "--model", "test-model",
-                   "--suite", str(suite), "--out", str(tmp_path / "run"), "--repeats", "2", "--acceptance-by-category"])
+    with (
+        TestServer(default="42") as b,
+        TestServer(default="42", answers={"qa 2?": "41"}, speculative={"k": 3, "acceptance": 0.5}) as c,
+        TestServer(default="42", answers={"qa 1?": "43"}) as k,
+    ):
+        rc = main(
+            [
+                "run",
+                "--baseline",
+                b.url,
+                "--candidate",
+                c.url,
+                "--control",
+                k.url,
+                "--model",
+                "test-model",
+                "--suite",
+                str(suite),
+                "--out",
+                str(tmp_path / "run"),
+                "--repeats",
+                "2",
+                "--acceptance-by-category",
+            ]
+        )
     assert rc in (0, 1)
     data = json.loads((tmp_path / "run" / SUMMARY_NAME).read_text(encoding="utf-8"))
     assert data["preflight"] and data["acceptance"]["rate"] is not None and data["latency"]["control"]
@@ -115,14 +137,36 @@ def test_an_unknown_schema_name_is_a_usage_error(capsys: pytest.CaptureFixture[s
 
 def test_an_older_summary_without_the_later_fields_still_loads(tmp_path: Path) -> None:
     """Contract 3's minimum: a file written before `routes`, `noise_floor`, `tolerated`, `slices`... existed."""
-    old = {"format_version": 1, "verdict": "fail", "cases": 2, "targets": {"baseline": {"url": "http://b", "model": "m"}},
-           "categories": {"qa": {"cases": 2, "identical_rate": 0.5, "verdict": "fail", "format_drift": {},
-                                 "checks": {"exact": {"baseline_pass_rate": 1.0, "candidate_pass_rate": 0.5, "delta": -0.5,
-                                                      "ci": [-1.0, 0.0], "p_value": 1.0, "regressions": ["q1"], "improvements": []}}}},
-           "errors": {"baseline": {"count": 0, "rate": 0.0}}, "latency": {},
-           "acceptance": {"rate": None, "mean_accepted_length": None, "draft_tokens": None, "accepted_tokens": None},
-           "guardrails": [{"name": "max_quality_regression_cases", "threshold": 0, "observed": 1, "passed": False, "message": "1 case"}],
-           "fallback": {"action": "disable_speculative_decoding_for_route", "routes": ["qa"]}}
+    old = {
+        "format_version": 1,
+        "verdict": "fail",
+        "cases": 2,
+        "targets": {"baseline": {"url": "http://b", "model": "m"}},
+        "categories": {
+            "qa": {
+                "cases": 2,
+                "identical_rate": 0.5,
+                "verdict": "fail",
+                "format_drift": {},
+                "checks": {
+                    "exact": {
+                        "baseline_pass_rate": 1.0,
+                        "candidate_pass_rate": 0.5,
+                        "delta": -0.5,
+                        "ci": [-1.0, 0.0],
+                        "p_value": 1.0,
+                        "regressions": ["q1"],
+                        "improvements": [],
+                    }
+                },
+            }
+        },
+        "errors": {"baseline": {"count": 0, "rate": 0.0}},
+        "latency": {},
+        "acceptance": {"rate": None, "mean_accepted_length": None, "draft_tokens": None, "accepted_tokens": None},
+        "guardrails": [{"name": "max_quality_regression_cases", "threshold": 0, "observed": 1, "passed": False, "message": "1 case"}],
+        "fallback": {"action": "disable_speculative_decoding_for_route", "routes": ["qa"]},
+    }
     path = tmp_path / SUMMARY_NAME
     path.write_text(json.dumps(old), encoding="utf-8")
     s = read_summary(path)

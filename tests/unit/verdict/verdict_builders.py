@@ -19,13 +19,20 @@ def make_store(
 ) -> RunStore:
     """rows: {id, category, route?, texts: {target: text | list per repeat}, checks: {check: {target: status | list}}}."""
     cases = [
-        Case(id=r["id"], category=r["category"], messages=[{"role": "user", "content": r["id"]}],
-             tags={"route": r["route"]} if "route" in r else {})
+        Case(
+            id=r["id"],
+            category=r["category"],
+            messages=[{"role": "user", "content": r["id"]}],
+            tags={"route": r["route"]} if "route" in r else {},
+        )
         for r in rows
     ]
     manifest = {
-        "suite_fingerprint": "test", "suite_files": ["t.jsonl"], "cases": len(cases),
-        "targets": {t: {"url": f"http://{t}", "model": "m"} for t in targets}, "repeats": repeats,
+        "suite_fingerprint": "test",
+        "suite_files": ["t.jsonl"],
+        "cases": len(cases),
+        "targets": {t: {"url": f"http://{t}", "model": "m"} for t in targets},
+        "repeats": repeats,
     }
     store = RunStore.create(folder, manifest, cases)
     scores = []
@@ -37,9 +44,19 @@ def make_store(
                 err = None
                 if text is None:
                     err, text = ErrorInfo(kind="http_status", message="503", status=503), ""
-                store.put_response(Response(case_id=r["id"], target=t, repeat=rep, fingerprint="f", text=text,
-                                            finish_reason="stop", usage=Usage(completion_tokens=len(text.split())),
-                                            token_ids=r.get("tokens", {}).get(t), error=err))
+                store.put_response(
+                    Response(
+                        case_id=r["id"],
+                        target=t,
+                        repeat=rep,
+                        fingerprint="f",
+                        text=text,
+                        finish_reason="stop",
+                        usage=Usage(completion_tokens=len(text.split())),
+                        token_ids=r.get("tokens", {}).get(t),
+                        error=err,
+                    )
+                )
                 for check, per in r.get("checks", {}).items():
                     st = per.get(t)
                     if st is None:
