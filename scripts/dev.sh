@@ -50,6 +50,15 @@ install_browser() {
   fi
 }
 
+static_checks() {
+  # lint, format, types and the layer contract (docs/ARCHITECTURE.md): each stops the test run on its own failure
+  log "ruff, mypy, import-linter"
+  "$VENV/bin/ruff" check qualitycheck tests bench scripts conftest.py
+  "$VENV/bin/ruff" format --check --quiet qualitycheck tests bench scripts conftest.py
+  "$VENV/bin/mypy"
+  "$VENV/bin/lint-imports" --no-cache
+}
+
 prepare_model() {
   "$PY" -m qualitycheck.engines prepare
 }
@@ -59,6 +68,6 @@ cmd="${1:-}"
 case "$cmd" in
   setup) install_venv; install_browser; prepare_model ;;
   demo)  install_venv; prepare_model; exec "$VENV/bin/qualitycheck" demo "$@" ;;
-  test)  install_venv; install_browser; prepare_model; cd "$ROOT"; exec "$PY" -m pytest "$@" ;;
+  test)  install_venv; install_browser; prepare_model; cd "$ROOT"; static_checks; exec "$PY" -m pytest "$@" ;;
   *) echo "usage: bash scripts/dev.sh demo|test|setup [args]" >&2; exit 2 ;;
 esac
