@@ -46,7 +46,7 @@ def test_a_target_refusing_every_request_alike_stops_the_run(tmp_path: Path, cap
     with RunStore.open(out) as store:  # what arrived is kept, and a rerun resumes
         counts = store.count_responses()
     assert counts["candidate"]["errors"] >= FAIL_FAST_ANSWERS
-    assert counts["baseline"]["requests"] >= FAIL_FAST_ANSWERS
+    assert counts["baseline"]["requests"] >= 1  # the baseline's answers that completed before the stop (in-flight ones are cancelled)
 
 
 def test_an_occasional_refusal_does_not_stop_the_run(tmp_path: Path) -> None:
