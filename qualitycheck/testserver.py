@@ -2,8 +2,10 @@
 
 For tests (ours and users' own gate tests) and benchmarks: it speaks enough
 of vLLM's dialect — chat and completions, SSE streaming with usage and
-`token_ids`, /v1/models, /tokenize, /metrics with `vllm:spec_decode_*`
-counters, /health — and injects the faults vLLM cannot be made to produce
+`token_ids`, tool calls (streamed as OpenAI sends them: the name first,
+then the argument text in pieces), /v1/models, /tokenize, /metrics with
+`vllm:spec_decode_*` counters, /health — and replays recorded streams
+byte for byte (`recorded`), and injects the faults vLLM cannot be made to produce
 on demand: 5xx, 429 with Retry-After, a reset mid-stream, a malformed chunk,
 latency. It runs on a loopback port in a background thread, so the client
 under test goes through a real socket.
@@ -21,9 +23,18 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["Fault", "TestServer", "tokenize_text"]
+__all__ = ["Fault", "TestServer", "ToolReply", "tokenize_text"]
 
-Answer = str | Callable[[dict[str, Any]], str]
+
+@dataclass(frozen=True)
+class ToolReply:
+    """An answer made of tool calls: `calls` are (name, argument text) pairs, sent as given after `content`."""
+
+    calls: tuple[tuple[str, str], ...]
+    content: str = ""
+
+
+Answer = str | ToolReply | Callable[[dict[str, Any]], "str | ToolReply"]
 
 
 def tokenize_text(text: str) -> list[str]:
@@ -92,6 +103,8 @@ class TestServer:
     return_token_ids: bool = True
     strict_model: bool = False
     """Answer 404 with vLLM's error body to a request naming another model (off: any name is served)."""
+    recorded: dict[str, bytes] = field(default_factory=dict)
+    """Prompt substring → a recorded response body (an SSE stream, or JSON), sent byte for byte."""
     log: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -168,7 +181,7 @@ class TestServer:
         p = body.get("prompt", "")
         return p if isinstance(p, str) else json.dumps(p)
 
-    def _answer(self, body: dict[str, Any]) -> str:
+    def _answer(self, body: dict[str, Any]) -> str | ToolReply:
         prompt = self._prompt_of(body)
         for key, ans in self.answers.items():
             if key in prompt:
@@ -214,17 +227,26 @@ class TestServer:
             return web.json_response({"error": {"message": f"injected {fault.status}"}}, status=fault.status, headers=headers)
         if fault and fault.kind == "hang":
             await asyncio.sleep(3600)
-        text = self._answer(body)
+        for key, raw in self.recorded.items():
+            if key in prompt:
+                ctype = "text/event-stream" if raw.lstrip().startswith(b"data:") else "application/json"
+                return web.Response(body=raw, headers={"Content-Type": ctype})
+        reply = self._answer(body)
+        calls = reply.calls if isinstance(reply, ToolReply) else ()
+        text = reply.content if isinstance(reply, ToolReply) else reply
         pieces = tokenize_text(text)
         max_tokens = body.get("max_tokens")
         finish = "stop"
         if max_tokens is not None and len(pieces) > max_tokens:
             pieces, finish = pieces[:max_tokens], "length"
-        self._count_speculation(len(pieces))
+        call_pieces = [(i, name, [args[j : j + 4] for j in range(0, len(args), 4)] or [""]) for i, (name, args) in enumerate(calls)]
+        if calls:
+            finish = "tool_calls"
+        self._count_speculation(len(pieces) + sum(len(a) for _, _, a in call_pieces))
         usage = {
             "prompt_tokens": len(tokenize_text(prompt)),
-            "completion_tokens": len(pieces),
-            "total_tokens": len(tokenize_text(prompt)) + len(pieces),
+            "completion_tokens": len(pieces) + sum(len(a) for _, _, a in call_pieces),
+            "total_tokens": len(tokenize_text(prompt)) + len(pieces) + sum(len(a) for _, _, a in call_pieces),
         }
         want_ids = self.return_token_ids and body.get("return_token_ids")
         if self.ttft_s:
@@ -232,7 +254,12 @@ class TestServer:
         if not body.get("stream"):
             choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
             if chat:
-                choice["message"] = {"role": "assistant", "content": "".join(pieces)}
+                choice["message"] = {"role": "assistant", "content": "".join(pieces) if pieces or not calls else None}
+                if calls:
+                    choice["message"]["tool_calls"] = [
+                        {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args}}
+                        for i, (name, args) in enumerate(calls)
+                    ]
             else:
                 choice["text"] = "".join(pieces)
             if want_ids:
@@ -263,7 +290,7 @@ class TestServer:
                     await resp.write_eof()
                     return resp
             piece = "".join(group)
-            choice = {"index": 0, "finish_reason": finish if n == len(groups) - 1 else None}
+            choice = {"index": 0, "finish_reason": finish if n == len(groups) - 1 and not calls else None}
             if chat:
                 choice["delta"] = {"content": piece} if n else {"role": "assistant", "content": piece}
             else:
@@ -272,6 +299,17 @@ class TestServer:
                 choice["token_ids"] = [_tok_id(p) for p in group]
             chunk = {"id": "cmpl-test", "object": "chat.completion.chunk", "model": self.model, "choices": [choice]}
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        for i, name, arg_pieces in call_pieces if chat else []:
+            for j, piece in enumerate(arg_pieces):
+                if self.itl_s:
+                    await asyncio.sleep(self.itl_s)
+                fn = {"name": name, "arguments": piece} if j == 0 else {"arguments": piece}
+                call = {"index": i, "function": fn} | ({"id": f"call_{i}", "type": "function"} if j == 0 else {})
+                delta = {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}
+                await resp.write(b"data: " + json.dumps({"id": "cmpl-test", "choices": [delta]}).encode() + b"\n\n")
+        if calls and chat:
+            end = {"id": "cmpl-test", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+            await resp.write(b"data: " + json.dumps(end).encode() + b"\n\n")
         if (body.get("stream_options") or {}).get("include_usage"):
             await resp.write(b"data: " + json.dumps({"id": "cmpl-test", "choices": [], "usage": usage}).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")

@@ -79,6 +79,46 @@ class Case(BaseModel):
                 raise ValueError(f"message {i} needs content")
         return v
 
+    @field_validator("params")
+    @classmethod
+    def _params(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """The request fields whose shape the tool depends on are checked here; the rest is sent as given."""
+        tools = v.get("tools")
+        names: list[str] = []
+        if tools is not None:
+            if not isinstance(tools, list):
+                raise ValueError("tools must be a list of {type: function, function: {name, parameters}}")
+            for i, t in enumerate(tools):
+                fn = t.get("function") if isinstance(t, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+                    raise ValueError(f"tools[{i}] needs function.name (a tool is {{type: function, function: {{name, parameters}}}})")
+                if "parameters" in fn and not isinstance(fn["parameters"], (dict, bool)):
+                    raise ValueError(f"tools[{i}].function.parameters must be a JSON Schema object")
+                if fn["name"] in names:
+                    raise ValueError(f"tools[{i}] repeats the tool name {fn['name']!r}")
+                names.append(fn["name"])
+        choice = v.get("tool_choice")
+        if choice is not None:
+            if isinstance(choice, dict):
+                fn = choice.get("function")
+                name = fn.get("name") if isinstance(fn, dict) else None
+                if name not in names:
+                    raise ValueError(f"tool_choice names {name!r}, which is not among the declared tools {names}")
+            elif choice not in ("none", "auto", "required"):
+                raise ValueError(
+                    f'tool_choice must be "none", "auto", "required" or {{type: function, function: {{name}}}}, not {choice!r}'
+                )
+        fmt = v.get("response_format")
+        if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema")):
+            raise ValueError('response_format must be {type: "text" | "json_object" | "json_schema", ...}')
+        stop = v.get("stop")
+        if stop is not None and not (isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(x, str) for x in stop))):
+            raise ValueError("stop must be a string or a list of strings")
+        seed = v.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError("seed must be an integer")
+        return v
+
     @field_validator("tags", mode="before")
     @classmethod
     def _tags_as_str(cls, v: Any) -> Any:

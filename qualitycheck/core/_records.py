@@ -18,7 +18,9 @@ __all__ = [
     "Response",
     "Score",
     "ScoreStatus",
+    "ToolCall",
     "Usage",
+    "render_tool_calls",
 ]
 
 FORMAT_VERSION = 1
@@ -45,6 +47,24 @@ class ErrorInfo(_Frozen):
     status: int | None = None
 
 
+class ToolCall(_Frozen):
+    """One function call in an answer, as the server sent it.
+
+    `arguments` is the exact text the model produced, not a parsed value:
+    a change of key order or spacing is a change of output, and checks that
+    want JSON values parse it themselves.
+    """
+
+    name: str
+    arguments: str = ""
+    id: str | None = None
+
+
+def render_tool_calls(calls: list[ToolCall]) -> str:
+    """One line per call, `name(arguments)` with the arguments as sent; the text form of an answer's calls."""
+    return "\n".join(f"{c.name}({c.arguments})" for c in calls)
+
+
 class Response(_Frozen):
     """One answer of one target to one case (one repeat), with its timings.
 
@@ -60,6 +80,8 @@ class Response(_Frozen):
     fingerprint: str
     """Hash of the exact request (endpoint, model, body); resume compares it."""
     text: str = ""
+    tool_calls: list[ToolCall] | None = None
+    """The answer's tool calls in order; None when it made none (and in records stored before tool calls were kept)."""
     token_ids: list[int] | None = None
     finish_reason: str | None = None
     usage: Usage = Usage()
@@ -75,6 +97,20 @@ class Response(_Frozen):
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def answer(self) -> str:
+        """The whole answer as one string: the text, then its tool calls (`render_tool_calls`).
+
+        Everything that asks "did the answer change" (identity, divergence,
+        similarity, the noise floor, the report's diff) compares this, so a
+        changed tool call is a changed answer even when both texts are empty.
+        Without tool calls it is the text itself.
+        """
+        if not self.tool_calls:
+            return self.text
+        calls = render_tool_calls(self.tool_calls)
+        return f"{self.text}\n{calls}" if self.text else calls
 
 
 ScoreStatus = Literal["pass", "fail", "error", "skipped"]

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._http import HttpClient, bad_response, error_event, first_line, json_body, malformed, stream_cut
-from qualitycheck.core._records import Response, Usage
+from qualitycheck.core._records import Response, ToolCall, Usage
 
 __all__ = ["Endpoint", "RequestPlan", "build_request"]
 
@@ -80,6 +80,44 @@ class _Accumulator:
     done: bool = False
     done_at: float | None = None
     """perf_counter when [DONE] arrived: the end of the answer, whatever follows on the wire."""
+    calls: dict[int, list[Any]] = field(default_factory=dict)
+    """Tool calls by their `index`: [id, name, argument pieces], assembled as the deltas arrive."""
+
+    def feed_calls(self, calls: Any) -> bool:
+        """Add one message's or delta's `tool_calls`; True when it carried any piece of a call.
+
+        In a stream the first delta of a call brings its `index`, `id` and
+        name, and the following ones pieces of the argument text; a
+        non-streamed message holds whole calls (their `index` defaults to
+        the position). Pieces are joined as sent, never re-serialised.
+        """
+        if not isinstance(calls, list):
+            raise malformed(f"tool_calls is not a list: {str(calls)[:80]!r}")
+        carried = False
+        for pos, item in enumerate(calls):
+            if not isinstance(item, dict):
+                raise malformed(f"a tool call is not an object: {str(item)[:80]!r}")
+            fn = item.get("function") or {}
+            idx = item.get("index", pos)
+            if not isinstance(fn, dict) or not isinstance(idx, int):
+                raise malformed(f"a tool call has no function object or integer index: {str(item)[:80]!r}")
+            name, args, call_id = fn.get("name"), fn.get("arguments"), item.get("id")
+            if not isinstance(name, (str, type(None))) or not isinstance(args, (str, type(None))):
+                raise malformed(f"a tool call's name and arguments must be strings: {str(item)[:80]!r}")
+            slot = self.calls.setdefault(idx, [None, "", []])
+            if call_id and not slot[0]:
+                slot[0] = str(call_id)
+            if name and not slot[1]:
+                slot[1] = name
+            if args:
+                slot[2].append(args)
+            carried = carried or bool(name or args)
+        return carried
+
+    def tool_calls(self) -> list[ToolCall] | None:
+        if not self.calls:
+            return None
+        return [ToolCall(id=c[0], name=c[1], arguments="".join(c[2])) for _, c in sorted(self.calls.items())]
 
     def feed(self, data: dict[str, Any], now: float, chat: bool) -> None:
         if data.get("error"):
@@ -98,9 +136,12 @@ class _Accumulator:
                 raise malformed(f"choice is not an object: {str(choice)[:80]!r}")
             if choice.get("index", 0) != 0:
                 continue
+            called = False
             if chat:
                 msg = choice.get("delta") or choice.get("message") or {}
                 piece = msg.get("content") if isinstance(msg, dict) else None
+                if isinstance(msg, dict) and msg.get("tool_calls"):
+                    called = self.feed_calls(msg["tool_calls"])
             else:
                 piece = choice.get("text")
             if piece is None:
@@ -113,7 +154,7 @@ class _Accumulator:
                     raise malformed(f"token_ids is not a list: {str(ids)[:80]!r}")
                 self.has_token_ids = True
                 self.token_ids.extend(ids)
-            if piece or ids:
+            if piece or ids or called:
                 self.text.append(piece)
                 self.chunk_times.append(now - self.t0)
                 self.chunk_tokens.append(len(ids) if ids else 0)
@@ -202,6 +243,7 @@ class Endpoint:
             repeat=repeat,
             fingerprint=plan.fingerprint,
             text="".join(acc.text),
+            tool_calls=acc.tool_calls(),
             token_ids=acc.token_ids if acc.has_token_ids else None,
             finish_reason=acc.finish_reason,
             usage=Usage(prompt_tokens=u.get("prompt_tokens"), completion_tokens=u.get("completion_tokens")),

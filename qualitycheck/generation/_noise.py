@@ -56,7 +56,7 @@ def divergent_case_ids(store: RunStore) -> tuple[list[str], int]:
         if b is None or c is None:
             continue
         both += 1
-        if b.text != c.text:
+        if b.answer != c.answer:
             ids.append(cid)
     return ids, both
 

@@ -668,7 +668,7 @@ def _judged_scores(
                     )
                     for t in ("baseline", "candidate")
                 )
-            elif b.text == c.text:  # type: ignore[union-attr]
+            elif b.answer == c.answer:  # type: ignore[union-attr]
                 counts.identical += 1
                 yield from _pair_scores(
                     case,
@@ -689,7 +689,7 @@ def _judged_scores(
                     },
                 )
             else:
-                batch.append((case, rep, b.text, c.text))  # type: ignore[union-attr]
+                batch.append((case, rep, b.answer, c.answer))  # type: ignore[union-attr]
                 if len(batch) >= window:
                     yield from flush()
     yield from flush()

@@ -195,7 +195,7 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 def _identical(base: Path, cand: Path) -> float | None:
     """Share of (case, repeat)s answered by both cells whose texts are equal: a merge of two stores read in case order."""
     with RunStore.open(base) as b, RunStore.open(cand) as c:
-        right = ((r.case_id, r.repeat, r.text) for r in c.responses() if r.ok)
+        right = ((r.case_id, r.repeat, r.answer) for r in c.responses() if r.ok)
         other = next(right, None)
         pairs = same = 0
         for r in b.responses():
@@ -205,7 +205,7 @@ def _identical(base: Path, cand: Path) -> float | None:
                 other = next(right, None)
             if other is not None and other[:2] == (r.case_id, r.repeat):
                 pairs += 1
-                same += other[2] == r.text
+                same += other[2] == r.answer
     return same / pairs if pairs else None
 
 

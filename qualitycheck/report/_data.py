@@ -14,6 +14,7 @@ matter most, so a 100,000-case run costs what 5,000 cases cost.
 from __future__ import annotations
 
 import heapq
+import json
 import pickle
 import time
 from array import array
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from qualitycheck.core._records import Response
 from qualitycheck.core._store import CaseRecords, GroupsById, RunStore
 from qualitycheck.verdict._compare import CaseComparison
 from qualitycheck.verdict._model import Summary
@@ -313,6 +315,25 @@ class _Latency:
         return out, sampled
 
 
+def shown_answer(r: Response) -> str:
+    """The answer as the report shows it: the text, then each tool call with its arguments pretty-printed.
+
+    Arguments that parse as JSON are indented (key order kept), so the
+    side-by-side diff lines up argument by argument and highlights the
+    values that changed; arguments that are not JSON are shown as sent.
+    """
+    if not r.tool_calls:
+        return r.text
+    blocks = [r.text] if r.text else []
+    for c in r.tool_calls:
+        try:
+            args = json.dumps(json.loads(c.arguments), indent=2, ensure_ascii=False) if c.arguments.strip() else "{}"
+        except ValueError:
+            args = c.arguments
+        blocks.append(f"tool call: {c.name}\n{args}")
+    return "\n\n".join(blocks)
+
+
 def _case_row(rec: CaseRecords, repeats: int) -> CaseRow:
     """One case's row without its status, prompt and comparison (added only if the case may be embedded)."""
     c = rec.case
@@ -321,7 +342,7 @@ def _case_row(rec: CaseRecords, repeats: int) -> CaseRow:
         if r.repeat >= repeats:
             continue
         if r.target in _SIDES:
-            row.texts.setdefault(r.target, [None] * repeats)[r.repeat] = r.text if r.ok else None
+            row.texts.setdefault(r.target, [None] * repeats)[r.repeat] = shown_answer(r) if r.ok else None
             row.meta.setdefault(r.target, [None] * repeats)[r.repeat] = {
                 "finish": r.finish_reason,
                 "tokens": r.usage.completion_tokens,

@@ -138,8 +138,8 @@ class ExactScorer:
     """`exact`: equal to the reference, or (no reference) to the baseline's answer.
 
     Without a reference the baseline passes by definition and every other
-    target passes when its normalised text equals the baseline's for the same
-    repeat; with no baseline answer to compare to, the check cannot decide
+    target passes when its normalised answer (`Response.answer`: the text and
+    its tool calls) equals the baseline's for the same repeat; with no baseline answer to compare to, the check cannot decide
     and scores `error`. Every detail carries `normalisation`, the steps
     applied to both sides (empty: byte equality), so a report reader sees
     why two different-looking answers were judged equal.
@@ -153,7 +153,8 @@ class ExactScorer:
         self._steps = spec.steps()
 
     def score(self, answer: Response, baseline: Response | None) -> Outcome:
-        got = normalise(answer.text, self.spec)
+        # against the baseline the whole answer counts, tool calls included; a reference is text
+        got = normalise(answer.text if self._expected is not None else answer.answer, self.spec)
         if self._expected is not None:
             want, against = self._expected, "reference"
         elif answer.target == "baseline":
@@ -165,7 +166,7 @@ class ExactScorer:
                 {"against": "baseline", "normalisation": list(self._steps), "reason": "the baseline has no answer for this repeat"},
             )
         else:
-            want, against = normalise(baseline.text, self.spec), "baseline"
+            want, against = normalise(baseline.answer, self.spec), "baseline"
         if got == want:
             return Outcome("pass", True, {"against": against, "normalisation": list(self._steps)})
         return Outcome("fail", False, {"against": against, "normalisation": list(self._steps), **_first_difference(got, want)})

@@ -44,7 +44,19 @@ template_tokens            how many such tokens appear
 repetition_loop            the text ends in, or holds, a verbatim loop
 repeated_trigram_ratio     1 - distinct word trigrams / trigrams (0..1)
 truncated                  finish_reason == "length"
+tool_calls                 number of tool calls
+tool_args_invalid_json     some call's argument text is not JSON
+tool_args_whitespace       some call's argument text has whitespace outside
+                           its strings (`{"a": 1}` against `{"a":1}`)
+tool_args_sorted_keys      every object in every call's arguments lists its
+                           keys in sorted order (True with one key or none)
 =========================  ====================================================
+
+The four `tool_*` features are computed only for answers to requests that
+declare `tools` (`format_features(..., tool_calls=[...])`), on both sides,
+so categories without tools keep the features they always had. They catch
+what a values-equal check lets through: a candidate that starts spacing or
+reordering its argument JSON has drifted, even while every parser copes.
 
 The marker styles are one bool each (an answer mixing `-` and `*` has both),
 so the paired test sees "the candidate's lists switched from `-` to `*`" as
@@ -55,12 +67,15 @@ one rate falling and another rising, which a count of bullets cannot show.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
+from qualitycheck.core._records import ToolCall
 from qualitycheck.scoring._extract import fences, find_json
 
-__all__ = ["FEATURE_KINDS", "TEMPLATE_TOKENS", "FeatureKind", "fence_languages", "format_features"]
+__all__ = ["FEATURE_KINDS", "TEMPLATE_TOKENS", "FeatureKind", "fence_languages", "format_features", "tool_call_features"]
 
 FeatureKind = Literal["rate", "mean"]
 """`rate`: a bool, reported as the share of answers; `mean`: a number, reported as its mean."""
@@ -96,6 +111,10 @@ FEATURE_KINDS: dict[str, FeatureKind] = {
     "repetition_loop": "rate",
     "repeated_trigram_ratio": "mean",
     "truncated": "rate",
+    "tool_calls": "mean",
+    "tool_args_invalid_json": "rate",
+    "tool_args_whitespace": "rate",
+    "tool_args_sorted_keys": "rate",
 }
 """Every feature `format_features` returns, with its kind: the one place the drift statistics read it from."""
 
@@ -188,14 +207,69 @@ def _uppercase_share(text: str) -> float:
     return 0.0 if cased == 0 else round(upper / cased, 4)
 
 
-def format_features(text: str, finish_reason: str | None = None, completion_tokens: int | None = None) -> dict[str, Any]:
-    """The drift features of one answer (see the module docstring for each; `FEATURE_KINDS` lists them)."""
+def _whitespace_outside_strings(text: str) -> bool:
+    in_string = escaped = False
+    for ch in text.strip():
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch.isspace():
+            return True
+    return False
+
+
+def _keys_sorted(text: str) -> bool | None:
+    """Every object in the JSON text lists its keys in sorted order; None when it is not JSON."""
+    ok = True
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal ok
+        keys = [k for k, _ in items]
+        ok = ok and keys == sorted(keys)
+        return dict(items)
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except ValueError:
+        return None
+    return ok
+
+
+def tool_call_features(calls: Sequence[ToolCall]) -> dict[str, Any]:
+    """The `tool_*` features of one answer's calls (empty list: an answer with no call)."""
+    sorted_keys, invalid = True, False
+    for c in calls:
+        found = _keys_sorted(c.arguments) if c.arguments.strip() else True
+        invalid = invalid or found is None
+        sorted_keys = sorted_keys and found is not False
+    return {
+        "tool_calls": len(calls),
+        "tool_args_invalid_json": invalid,
+        "tool_args_whitespace": any(_whitespace_outside_strings(c.arguments) for c in calls),
+        "tool_args_sorted_keys": sorted_keys,
+    }
+
+
+def format_features(
+    text: str, finish_reason: str | None = None, completion_tokens: int | None = None, tool_calls: Sequence[ToolCall] | None = None
+) -> dict[str, Any]:
+    """The drift features of one answer (see the module docstring for each; `FEATURE_KINDS` lists them).
+
+    `tool_calls` None: the request declared no tools, and the `tool_*`
+    features are left out; a list (empty when the answer made no call) adds them.
+    """
     fs = fences(text)
     js = find_json(text)
     leaks = sum(text.count(t) for t in TEMPLATE_TOKENS)
     bullets = _BULLET.findall(text)
     numbered = _NUMBERED.findall(text)
-    return {
+    out: dict[str, Any] = {
         "chars": len(text),
         "tokens": completion_tokens if completion_tokens is not None else round(len(text) / 4),
         "tokens_estimated": completion_tokens is None,
@@ -227,3 +301,6 @@ def format_features(text: str, finish_reason: str | None = None, completion_toke
         "repeated_trigram_ratio": _trigram_repetition(text),
         "truncated": finish_reason == "length",
     }
+    if tool_calls is not None:
+        out.update(tool_call_features(tool_calls))
+    return out

@@ -25,6 +25,7 @@ import qualitycheck.scoring._exact  # exact, regex, contains
 import qualitycheck.scoring._structured  # json, yaml
 import qualitycheck.scoring._sql
 import qualitycheck.scoring._code  # unit_tests
+import qualitycheck.scoring._tools  # tool_calls
 import qualitycheck.scoring._judged  # judge
 import qualitycheck.scoring._python  # noqa: F401
 

@@ -67,7 +67,7 @@ class SliceTally:
             b, c = pair.get("baseline"), pair.get("candidate")
             if b is not None and c is not None and b.ok and c.ok:
                 pairs += 1
-                identical += b.text == c.text
+                identical += b.answer == c.answer
         checks: dict[str, dict[str, list[int]]] = {}  # check -> side -> [pass, decided]
         for sc in rec.scores:
             if sc.status in ("pass", "fail"):

@@ -37,6 +37,9 @@ SIMILARITY_BUDGET = 40_000
 """Largest product of the differing middles' lengths compared character by character (≈200 × 200)."""
 
 Flip = Literal["regression", "improvement"]
+Features = Callable[..., dict[str, Any]]
+"""An answer's format features (`scoring.format_features`): called with its text, finish reason and
+completion tokens, and with its tool calls as a fourth argument only when the request declared tools."""
 
 
 class _Frozen(BaseModel):
@@ -70,7 +73,7 @@ class CaseComparison(_Frozen):
     control_ok: bool | None = None
     """None when the run has no control target."""
     identical: bool | None = None
-    """Texts equal; None when either side has no usable response."""
+    """Answers equal (`Response.answer`: text and tool calls); None when either side has no usable response."""
     divergence_char: int | None = None
     """Index of the first differing character (None when identical or missing)."""
     divergence_token: int | None = None
@@ -156,9 +159,14 @@ def compare_pair(
     repeat: int,
     responses: dict[str, Response],
     scores: dict[str, dict[str, Score]],
-    features: Callable[[str, str | None, int | None], dict[str, Any]] | None = None,
+    features: Features | None = None,
+    tools: bool = False,
 ) -> CaseComparison:
-    """Compare one (case, repeat); `responses`/`scores` are keyed by target (scores then by check)."""
+    """Compare one (case, repeat); `responses`/`scores` are keyed by target (scores then by check).
+
+    `tools`: the request declared tools, so every side's features include
+    its tool calls (none is a value too).
+    """
     b, c, k = (responses.get(s) for s in SIDES)
     b_ok, c_ok = bool(b and b.ok), bool(c and c.ok)
     k_ok = bool(k and k.ok) if k is not None or "control" in scores else None
@@ -170,23 +178,23 @@ def compare_pair(
         "baseline_ok": b_ok,
         "candidate_ok": c_ok,
         "control_ok": k_ok,
-        "baseline_len": len(b.text) if b else 0,
-        "candidate_len": len(c.text) if c else 0,
+        "baseline_len": len(b.answer) if b else 0,
+        "candidate_len": len(c.answer) if c else 0,
         "finish_reasons": {s: r.finish_reason for s, r in responses.items()},
     }
     if b_ok and c_ok:
         assert b is not None and c is not None
-        out["identical"] = b.text == c.text
+        out["identical"] = b.answer == c.answer
         if not out["identical"]:
-            out["divergence_char"] = first_divergence(b.text, c.text)
+            out["divergence_char"] = first_divergence(b.answer, c.answer)
             if b.token_ids is not None and c.token_ids is not None:
                 out["divergence_token"] = first_divergence(b.token_ids, c.token_ids)
-            out["similarity"], out["similarity_exact"] = similarity(b.text, c.text)
+            out["similarity"], out["similarity_exact"] = similarity(b.answer, c.answer)
         else:
             out["similarity"] = 1.0
     if b_ok and k_ok:
         assert b is not None and k is not None
-        out["control_identical"] = b.text == k.text
+        out["control_identical"] = b.answer == k.answer
     names = sorted({n for per in scores.values() for n in per})
     checks = {}
     for n in names:
@@ -204,15 +212,16 @@ def compare_pair(
         fmt = {}
         for s, r in responses.items():
             if r.ok:
-                key = (r.text, r.finish_reason, r.usage.completion_tokens)
+                key = (r.answer, r.finish_reason, r.usage.completion_tokens)
                 if key not in seen:
-                    seen[key] = features(*key)
+                    args = (r.text, r.finish_reason, r.usage.completion_tokens)
+                    seen[key] = features(*args, r.tool_calls or []) if tools else features(*args)
                 fmt[s] = seen[key]
         out["format"] = fmt
     return CaseComparison(**out)
 
 
-def compare_case(rec: CaseRecords, features: Callable[[str, str | None, int | None], dict[str, Any]] | None = None) -> list[CaseComparison]:
+def compare_case(rec: CaseRecords, features: Features | None = None) -> list[CaseComparison]:
     """One case's comparisons, one per repeat that has any response; none when nothing was answered."""
     case = rec.case
     by_repeat: dict[int, dict[str, Response]] = {}
@@ -224,10 +233,12 @@ def compare_case(rec: CaseRecords, features: Callable[[str, str | None, int | No
     first = by_repeat.get(0, {}).get("baseline")
     out = []
     for rep, sides in sorted(by_repeat.items()):
-        comp = compare_pair(case.id, case.category, case.route, rep, sides, scores.get(rep, {}), features)
+        comp = compare_pair(
+            case.id, case.category, case.route, rep, sides, scores.get(rep, {}), features, tools=bool(case.params.get("tools"))
+        )
         b = sides.get("baseline")
         if rep > 0 and first is not None and first.ok and b is not None and b.ok:
-            comp = comp.model_copy(update={"baseline_repeat_identical": b.text == first.text})
+            comp = comp.model_copy(update={"baseline_repeat_identical": b.answer == first.answer})
         out.append(comp)
     return out
 

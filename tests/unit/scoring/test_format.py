@@ -100,9 +100,10 @@ def test_line_endings_and_trailing_whitespace() -> None:
 
 
 def test_every_feature_declares_its_kind_matching_its_type() -> None:
+    from qualitycheck.core._records import ToolCall
     from qualitycheck.scoring._format import FEATURE_KINDS
 
-    f = format_features("- one\n1. two\n")
+    f = format_features("- one\n1. two\n", tool_calls=[ToolCall(name="f", arguments="{}")])  # with tools: every feature
     assert list(FEATURE_KINDS) == list(f)
     for name, value in f.items():
         assert FEATURE_KINDS[name] == ("rate" if isinstance(value, bool) else "mean"), name
