@@ -79,6 +79,11 @@ def _chat_template_variant(model_dir: Path, folder: Path) -> Path:
     return path
 
 
+TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+"""vLLM serves a named or "required" tool_choice only with a tool parser; hermes' envelope is what its
+structural tag constrains SmolLM2 to (tests/e2e/test_1b_tool_calls.py)."""
+
+
 class EnginePool:
     """Named server configurations, started on demand and shared across tests."""
 
@@ -90,8 +95,8 @@ class EnginePool:
         self.start_times: dict[str, float] = {}
         template = _chat_template_variant(model_dir, workdir)
         self.specs: dict[str, dict[str, Any]] = {
-            "fp32": {"dtype": "float32"},
-            "fp32-ngram": {"dtype": "float32", "speculative_config": ngram_config()},
+            "fp32": {"dtype": "float32", "extra_args": TOOL_ARGS},
+            "fp32-ngram": {"dtype": "float32", "speculative_config": ngram_config(), "extra_args": TOOL_ARGS},
             "fp32-draft": {"dtype": "float32", "speculative_config": draft_model_config(model_dir)},
             "fp32-template": {"dtype": "float32", "chat_template": template},
             "bf16": {"dtype": "bfloat16"},
