@@ -560,6 +560,7 @@ async def _judge_pair(caller: _Caller, judge: JudgeDefinition, case: Case, base:
             return {"value": None, "error": "; ".join(dict.fromkeys(errors)), "detail": detail}
         o1, o2 = _FROM_BASELINE_FIRST[first["verdict"]], _FROM_CANDIDATE_FIRST[second["verdict"]]
         detail["position_consistent"] = o1 == o2
+        detail["positions"] = [first["verdict"], second["verdict"]]  # a | b | tie per order: the judge's position bias
         return {"value": o1 if o1 == o2 else "tie", "error": None, "detail": detail}
     rb, rc = await asyncio.gather(caller.ask(judge, {**shared, "answer": b}), caller.ask(judge, {**shared, "answer": c}))
     detail["orders"] = [_order_detail("baseline", rb), _order_detail("candidate", rc)]
@@ -580,6 +581,21 @@ def _no_answer(r: Response | None, side: str) -> str | None:
     if r.error is not None:
         return f"no {side} answer ({r.error.kind}: {r.error.message})"[:300]
     return None
+
+
+def _aa_score(case: Case, repeat: int, outcome: dict[str, Any]) -> Score:
+    """The judge on an A/A pair (the baseline against the control, same configuration): stored on the control.
+
+    From the control's side, like the candidate's score: a loss here has no
+    change behind it, so the statistics read it as the judge's noise floor
+    (`verdict._stats.noise_floor`: a case the control loses is flaky, and
+    the loss rate sets how many candidate losses noise alone explains).
+    """
+    value, err, detail = outcome["value"], outcome["error"], {**outcome["detail"], "aa": True}
+    status: ScoreStatus = "error" if err is not None else ("fail" if value == "loss" else "pass")
+    if err is not None:
+        detail["error"] = err
+    return Score(case_id=case.id, target="control", repeat=repeat, check="judge", status=status, value=value, detail=detail)
 
 
 def _pair_scores(case: Case, repeat: int, outcome: dict[str, Any]) -> list[Score]:
@@ -614,6 +630,8 @@ class _JudgeCounts:
     pairs: int = 0
     identical: int = 0
     no_answer: int = 0
+    aa_pairs: int = 0
+    """A/A pairs (baseline against control) that diverged and went to the judge."""
 
 
 def _judged_scores(
@@ -629,8 +647,13 @@ def _judged_scores(
     Only cases that ask for a judge are read (`by_case(judged_only=True)`);
     their pairs are sent in windows of `window`, so neither the cases, the
     answers nor the scores of the whole run are ever held.
+
+    Where the run has a control (`--control`, or the baseline asked again:
+    `generation._noise`), the judge also judges the baseline against it:
+    an identical A/A pair is a tie without a call, a divergent one is
+    judged like any pair and stored on the control (`_aa_score`).
     """
-    batch: list[tuple[Case, int, str, str]] = []
+    batch: list[tuple[Case, int, str, str, str]] = []
 
     def flush() -> list[Score]:
         if not batch:
@@ -639,10 +662,13 @@ def _judged_scores(
         batch.clear()
 
         async def judged() -> list[Any]:
-            return list(await asyncio.gather(*(_judge_pair(caller, judges[c.checks.judge.mode], c, b, k) for c, _, b, k in jobs)))
+            return list(await asyncio.gather(*(_judge_pair(caller, judges[c.checks.judge.mode], c, b, k) for c, _, b, k, _ in jobs)))
 
         outcomes = runner.run(judged())
-        return [sc for (case, rep, _, _), out in zip(jobs, outcomes, strict=True) for sc in _pair_scores(case, rep, out)]
+        out: list[Score] = []
+        for (case, rep, _, _, side), res in zip(jobs, outcomes, strict=True):
+            out.extend(_pair_scores(case, rep, res) if side == "candidate" else [_aa_score(case, rep, res)])
+        return out
 
     for rec in store.by_case(scores=False, judged_only=True):
         case = rec.case
@@ -651,10 +677,18 @@ def _judged_scores(
         for r in rec.responses:
             pairs.setdefault(r.repeat, {})[r.target] = r
         for rep, pair in sorted(pairs.items()):
-            b, c = pair.get("baseline"), pair.get("candidate")
+            b, c, k = pair.get("baseline"), pair.get("candidate"), pair.get("control")
             missing = _no_answer(b, "baseline") or _no_answer(c, "candidate")
             base_detail = {"judge": judge.name, "kind": judge.kind}
             counts.pairs += 1
+            if b is not None and b.ok and k is not None and k.ok:
+                if b.answer == k.answer:
+                    yield _aa_score(case, rep, {"value": "tie", "error": None, "detail": {**base_detail, "identical": True}})
+                else:
+                    counts.aa_pairs += 1
+                    batch.append((case, rep, b.answer, k.answer, "control"))
+                    if len(batch) >= window:
+                        yield from flush()
             if missing:
                 counts.no_answer += 1
                 yield from (
@@ -689,7 +723,7 @@ def _judged_scores(
                     },
                 )
             else:
-                batch.append((case, rep, b.answer, c.answer))  # type: ignore[union-attr]
+                batch.append((case, rep, b.answer, c.answer, "candidate"))  # type: ignore[union-attr]
                 if len(batch) >= window:
                     yield from flush()
     yield from flush()
@@ -733,6 +767,7 @@ def _judge_run(
         "pairs": counts.pairs,
         "skipped_identical": counts.identical,
         "no_answer": counts.no_answer,
+        "aa_pairs": counts.aa_pairs,
         "judges": {j.name: {"hash": j.content_hash, "path": j.path} for j in judges.values()},
     }
 

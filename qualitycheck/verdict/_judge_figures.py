@@ -1,5 +1,10 @@
 """The judge's figures in summary.json: wins, losses, ties, position consistency, rubric deltas.
 
+Two calibration figures come with them: the judge's A/A loss rate (the
+baseline judged against the control, where no change stands behind a loss:
+its noise floor, per category) and its position bias (per judge, from the
+verdicts of the both-order calls every pairwise pair gets).
+
 The judge stage (`qualitycheck.judge`) calls the judge and stores its scores;
 summarising those scores per category is the verdict's work, beside the
 other statistics (the rubric delta's interval is the paired bootstrap of
@@ -13,9 +18,12 @@ from typing import Any
 
 from qualitycheck.core._records import Score
 from qualitycheck.core._store import CaseRecords, RunStore
+from qualitycheck.verdict._model import JudgePositionBias
 from qualitycheck.verdict._stats import paired_bootstrap_ci
 
 __all__ = ["JudgeTally", "judge_summary"]
+
+_AA_KEYS = ("aa_pairs", "aa_judged", "aa_losses", "aa_errors")
 
 
 def _delta_ci(deltas: list[float], seed: int) -> list[float] | None:
@@ -32,6 +40,8 @@ class JudgeTally:
     def __init__(self, seed: int = 0):
         self.seed = seed
         self._acc: dict[str, dict[str, Any]] = {}
+        self._aa: dict[str, dict[str, int]] = {}
+        self._bias: dict[str, dict[str, int]] = {}
 
     @classmethod
     def for_store(cls, store: RunStore) -> JudgeTally:
@@ -43,7 +53,34 @@ class JudgeTally:
             if s.check == "judge":
                 self.add_score(s, rec.case.category)
 
+    def _add_positions(self, d: dict[str, Any]) -> None:
+        """One pairwise pair's two verdicts (a | b | tie per order) into its judge's position counts."""
+        positions = d.get("positions")
+        if d.get("kind") != "pairwise" or not isinstance(positions, list) or len(positions) != 2:
+            return
+        b = self._bias.setdefault(str(d.get("judge", "?")), {"pairs": 0, "first": 0, "second": 0, "tie": 0, "same_position": 0})
+        b["pairs"] += 1
+        for p in positions:
+            b[{"a": "first", "b": "second"}.get(p, "tie")] += 1
+        b["same_position"] += positions[0] == positions[1] != "tie"
+
+    def _add_aa(self, s: Score, category: str) -> None:
+        """A/A pair (baseline vs control): identical ones count as pairs the judge could not lose."""
+        a = self._aa.setdefault(category, dict.fromkeys(_AA_KEYS, 0))
+        a["aa_pairs"] += 1
+        if s.detail.get("identical"):
+            return
+        self._add_positions(s.detail)
+        if s.status == "error":
+            a["aa_errors"] += 1
+            return
+        a["aa_judged"] += 1
+        a["aa_losses"] += s.value == "loss"
+
     def add_score(self, s: Score, category: str) -> None:
+        if s.check == "judge" and s.target == "control" and s.detail.get("aa"):
+            self._add_aa(s, category)
+            return
         if s.check != "judge" or s.target != "candidate" or s.detail.get("not_configured"):
             return
         a = self._acc.get(category)
@@ -80,6 +117,7 @@ class JudgeTally:
         a[{"win": "wins", "loss": "losses", "tie": "ties"}[s.value]] += 1
         if s.value in ("loss", "win"):
             a["lost_cases" if s.value == "loss" else "won_cases"].append(s.case_id)
+        self._add_positions(d)
         if d.get("position_consistent") is not None:
             a["_pairwise"] += 1
             a["_consistent"] += bool(d["position_consistent"])
@@ -98,6 +136,31 @@ class JudgeTally:
             a["rubric_delta_mean"] = sum(deltas) / len(deltas) if deltas else None
             a["rubric_delta_ci"] = _delta_ci(deltas, self.seed)
             out[cat] = a
+        for cat, aa in sorted(self._aa.items()):
+            if cat in out:  # a category whose candidate was never judged has no judge cell to add a floor to
+                out[cat].update(aa, aa_loss_rate=aa["aa_losses"] / aa["aa_pairs"] if aa["aa_pairs"] else None)
+        return out
+
+    def position_bias(self) -> dict[str, JudgePositionBias]:
+        """Per pairwise judge: how often each position won, and how often both orders picked the same position.
+
+        An unbiased judge picks the first reply as often as the second across
+        the two orders (they show each side first once), so
+        `first_position_rate` far from 0.5 is position bias, and
+        `same_position_pairs` counts the pairs it decided by position alone.
+        """
+        out: dict[str, JudgePositionBias] = {}
+        for name, b in sorted(self._bias.items()):
+            decisive = b["first"] + b["second"]
+            out[name] = JudgePositionBias(
+                pairs=b["pairs"],
+                first_position_wins=b["first"],
+                second_position_wins=b["second"],
+                ties=b["tie"],
+                first_position_rate=b["first"] / decisive if decisive else None,
+                same_position_pairs=b["same_position"],
+                same_position_rate=b["same_position"] / b["pairs"] if b["pairs"] else None,
+            )
         return out
 
 

@@ -47,6 +47,11 @@ __all__ = [
     "ErrorCounts",
     "Fallback",
     "FormatDrift",
+    "HumanAgreement",
+    "HumanCategory",
+    "HumanReview",
+    "HumanShare",
+    "JudgePositionBias",
     "Latency",
     "LatencySide",
     "NoiseFloorSummary",
@@ -65,7 +70,7 @@ __all__ = [
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 Verdict = Literal["pass", "fail", "inconclusive"]
-MeasuredBy = Literal["control", "repeats", "baseline_again"]
+MeasuredBy = Literal["control", "repeats", "baseline_again", "attention_checks"]
 
 
 class _Closed(BaseModel):
@@ -103,7 +108,8 @@ class CheckNoiseFloor(_Closed):
 
     measured_by: MeasuredBy | None = None
     """'control' (baseline vs control at the same repeat), 'repeats' (baseline repeats), 'baseline_again' (the
-    baseline asked again where the candidate's text diverged), or null: not measured."""
+    baseline asked again where the candidate's text diverged), 'attention_checks' (the `human` check: reviewers
+    picking a side between identical answers), or null: not measured."""
     pairs: int = 0
     """A/A pairs compared."""
     flip_rate: float | None = None
@@ -143,6 +149,11 @@ class CheckSummary(_Closed):
             "position_consistency_rate",
             "rubric_delta_mean",
             "rubric_delta_ci",
+            "aa_pairs",
+            "aa_judged",
+            "aa_losses",
+            "aa_errors",
+            "aa_loss_rate",
         }
     )
 
@@ -197,6 +208,15 @@ class CheckSummary(_Closed):
     position_consistency_rate: float | None = None
     rubric_delta_mean: float | None = None
     rubric_delta_ci: tuple[float, float] | None = None
+    aa_pairs: int = 0
+    """judge, with a control: A/A pairs (baseline against control) of this category; identical ones need no call."""
+    aa_judged: int = 0
+    """judge: divergent A/A pairs the judge decided."""
+    aa_losses: int = 0
+    """judge: A/A pairs the control lost, with no change behind the loss (the judge's noise)."""
+    aa_errors: int = 0
+    aa_loss_rate: float | None = None
+    """judge: aa_losses / aa_pairs, the judge's noise floor; the statistics count only losses beyond it."""
 
     @property
     def counted(self) -> list[str]:
@@ -240,8 +260,48 @@ class FormatDrift(_Closed):
     """Written only with a control."""
 
 
+class HumanShare(_Closed):
+    """How often the reviewed pairs' outcome was one choice."""
+
+    count: int
+    rate: float | None
+    ci: tuple[float, float] | None
+    """95% Wilson score interval of the rate."""
+
+
+class HumanAgreement(_Closed):
+    """Agreement between two raters over the pairs both labelled."""
+
+    pairs: int
+    rate: float | None
+    """Share of those pairs with the same outcome."""
+    kappa: float | None
+    """Cohen's kappa (for several reviewers: the mean over reviewer pairs); null when undefined."""
+
+
+class HumanCategory(_Closed):
+    """Human spot-checks of one category (`qualitycheck review DIR --import`): un-blinded preferences."""
+
+    pairs: int
+    """Divergent pairs with at least one label (attention checks apart); a pair's outcome is its reviewers' majority."""
+    labels: int
+    reviewers: int
+    preference: dict[str, HumanShare]
+    """baseline | candidate | tie | both_wrong → share of the pairs."""
+    sign_test_p: float | None
+    """Exact two-sided sign test, candidate-preferred against baseline-preferred pairs (ties left out)."""
+    reviewer_agreement: HumanAgreement | None = None
+    """With several reviewers: how often they agree on the pairs they both labelled."""
+    judge_agreement: HumanAgreement | None = None
+    """The judge's verdict against the humans' outcome on the pairs both decided (both wrong reads as a tie)."""
+    lost_cases: list[str] = Field(default_factory=list)
+    """Cases whose reviewers preferred the baseline (the `human` check's regressions, before the noise floor)."""
+
+
 class CategorySummary(_Closed):
     """One category: text agreement, the checks, format drift and the category's verdict."""
+
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review"})
 
     cases: int
     routes: list[str] = Field(default_factory=list)
@@ -256,6 +316,8 @@ class CategorySummary(_Closed):
     format_drift: dict[str, FormatDrift]
     verdict: Verdict
     verdict_reason: str = ""
+    human_review: HumanCategory | None = None
+    """Written only after human labels were imported."""
 
 
 # ------------------------------------------------------------------ run-wide
@@ -394,10 +456,41 @@ class NoiseFloorSummary(_Closed):
     note: str = ""
 
 
+class HumanReview(_Closed):
+    """The run's human spot-checks: who labelled, how much, and how noisy the reviewers are."""
+
+    reviewers: list[str]
+    labels: int
+    """Every imported label, attention checks included."""
+    pairs_on_page: int = 0
+    """Pairs review.html offered (its sample)."""
+    attention_labels: int = 0
+    """Labels of attention checks (pairs whose answers are identical)."""
+    attention_side_rate: float | None = None
+    """Share of attention labels that picked a side: the reviewers' noise floor, used by the `human` check."""
+    note: str = ""
+
+
+class JudgePositionBias(_Closed):
+    """One pairwise judge's verdicts by position, over the both-order calls of every pair it judged."""
+
+    pairs: int
+    first_position_wins: int
+    second_position_wins: int
+    ties: int
+    first_position_rate: float | None
+    """Share of decisive verdicts that chose the reply shown first; 0.5 is unbiased."""
+    same_position_pairs: int
+    """Pairs where both orders chose the same position: decided by position, read as ties."""
+    same_position_rate: float | None
+
+
 class Summary(_Closed):
     """summary.json: the whole verdict of one run."""
 
     model_config = ConfigDict(title="qualitycheck summary.json")
+
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review", "judge_position_bias"})
 
     format_version: int
     verdict: Verdict
@@ -424,6 +517,10 @@ class Summary(_Closed):
     """Seed of the statistics (bootstrap)."""
     signoff: str = ""
     """signoff.md's Markdown text."""
+    judge_position_bias: dict[str, JudgePositionBias] = Field(default_factory=dict)
+    """Per pairwise judge; written only when a judge decided pairs in both orders."""
+    human_review: HumanReview | None = None
+    """Written only after human labels were imported (`qualitycheck review DIR --import LABELS.json`)."""
 
     def to_json_text(self) -> str:
         """The file's text: indented JSON of what was written, keys in the contract's order."""

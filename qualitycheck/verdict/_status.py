@@ -19,6 +19,12 @@ stage's records of the case (errors, identical texts).
 - `divergent`: in some repeat the candidate's text differs from the baseline's;
 - `identical`: every repeat answered on both sides, with equal texts.
 
+Human spot-checks are a check too (`human`, `human_check_stats`): a pair
+whose reviewers preferred the baseline is a candidate loss, a regression
+of the case unless the reviewers' own noise (sides picked between
+identical answers, the attention checks) explains it, exactly as the A/A
+floor explains flips of the other checks.
+
 The first three and `improved` are per check; a case carries every status
 that applies, in `STATUS_ORDER`, and the first of them is its primary
 status (what the report lists it under). Which regressions count is written
@@ -29,14 +35,16 @@ renders the same statuses without deciding anything (`check_statuses`,
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from qualitycheck.verdict._compare import CaseComparison
 from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, GuardrailResult
+from qualitycheck.verdict._human import PairVotes
 from qualitycheck.verdict._model import CheckSummary, Summary
-from qualitycheck.verdict._stats import CheckStats
+from qualitycheck.verdict._stats import CaseOutcome, CheckStats, NoiseFloor, check_stats, regression_allowance
 
 __all__ = [
     "STATUS_ORDER",
@@ -47,6 +55,7 @@ __all__ = [
     "category_verdict",
     "check_statuses",
     "failed_quality_routes",
+    "human_check_stats",
     "tolerated_regressions",
 ]
 
@@ -118,6 +127,40 @@ def category_verdict(
             return "pass", "no checks, but every answer is identical to the baseline's"
         return "inconclusive", "no check decides these cases and the answers differ from the baseline's"
     return "pass", "no regression beyond the noise floor"
+
+
+def human_check_stats(
+    category: str, pairs: Sequence[PairVotes], attention_labels: int, attention_picked: int, *, seed: int = 0
+) -> CheckStats:
+    """The `human` check of one category: the baseline is the reference, the candidate fails a pair its reviewers lost.
+
+    A pair's outcome is its reviewers' majority (`PairVotes.outcome`); a
+    case reviewed over several repeats regresses when it lost more than half
+    of them, as every check's cases do. The floor is the attention checks:
+    a reviewer picking a side between identical answers is noise with no
+    change behind it, at twice the rate noise alone would make a loss (either
+    side), which is the A/A model of `regression_allowance`. So only losses
+    beyond what that noise explains count, and a run without attention
+    labels has no floor: every human loss counts.
+    """
+    per_case: dict[str, list[PairVotes]] = {}
+    for pv in pairs:
+        if pv.outcome is not None:
+            per_case.setdefault(pv.case_id, []).append(pv)
+    outcomes = [
+        CaseOutcome(
+            case_id=cid,
+            route=votes[0].route,
+            baseline=tuple(True for _ in votes),
+            candidate=tuple(v.outcome != "baseline" for v in votes),
+        )
+        for cid, votes in sorted(per_case.items())
+    ]
+    stats = check_stats(category, "human", outcomes, seed=seed)
+    if not attention_labels:
+        return stats
+    floor = NoiseFloor("attention_checks", attention_labels, attention_picked)  # type: ignore[arg-type]  # the human floor's own source
+    return dataclasses.replace(stats, noise=floor, allowance=regression_allowance(len(outcomes), floor))
 
 
 # ------------------------------------------------------------------ per case (the readers' side)

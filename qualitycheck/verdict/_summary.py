@@ -23,6 +23,7 @@ from qualitycheck.serving._errors import ErrorTally
 from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, compare_run
 from qualitycheck.verdict._digest import RunDigest, TextTally
 from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, build_rules, decide, parse_guardrails
+from qualitycheck.verdict._human_summary import add_human_stats, human_category, human_review, human_tally
 from qualitycheck.verdict._judge_figures import JudgeTally
 from qualitycheck.verdict._model import (
     Acceptance,
@@ -205,6 +206,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
     digest = RunDigest()
     latency_tally, slice_tally, judge_tally = LatencyTally.for_store(store), SliceTally(), JudgeTally.for_store(store)
     error_tally = _Errors()
+    humans = human_tally(store)  # None unless reviewers' labels were imported
 
     def tally(rec: CaseRecords, comps: list[CaseComparison]) -> None:
         digest.add(comps)
@@ -212,6 +214,9 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         slice_tally.add(rec)
         judge_tally.add(rec)
         error_tally.add(rec)
+        if humans is not None:
+            for sc in rec.scores:
+                humans.add_judge_score(sc)
 
     compare_run(store, each=[tally, *also])
     noise = _noise_floor(store, digest.text)
@@ -248,6 +253,8 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         for s in cells.values():
             if s.n:
                 ev.scored_routes |= {c for c in category_routes.get(s.category, set())}
+    if humans is not None:
+        add_human_stats(stats, humans, cfg.run.seed)
     add_regression_evidence(ev, stats)
     results = [rule.evaluate(ev) for rule in build_rules(guard, routes_in_run, preflight_ran=preflight is not None)]
     failed_routes = failed_quality_routes(results, routes_in_run)
@@ -283,6 +290,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
             format_drift={name: FormatDrift.model_validate(d) for name, d in drift.get(cat, {}).items()},
             verdict=cat_verdict,
             verdict_reason=why,
+            **(human_category(humans, cat) if humans is not None else {}),
         )
     verdict, fallback = decide(
         results,
@@ -326,6 +334,11 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         noise_floor=noise,
         seed=cfg.run.seed,
     )
+    bias = judge_tally.position_bias()
+    if bias:  # written only when a pairwise judge decided pairs (the field stays out of other runs' files)
+        summary.judge_position_bias = bias
+    if humans is not None:
+        summary.human_review = human_review(humans, store)
     return summary
 
 
