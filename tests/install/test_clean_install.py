@@ -57,11 +57,18 @@ def _imported_top_level() -> set[str]:
 # Imported only by the engine tooling (`scripts/dev.sh` installs them with vLLM or the `model` extra),
 # never by a command a user of their own servers runs.
 ENGINE_ONLY = {"torch", "transformers", "gguf", "accelerate"}
+# Imported only where an optional extra is needed (a clear exit-2 message names the extra without it): module → extra.
+OPTIONAL = {"pyarrow": "parquet"}
+
+
+def _extra(name: str) -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {_requirement_name(r) for r in project["optional-dependencies"].get(name, [])}
 
 
 def test_pyproject_declares_every_import_and_nothing_else() -> None:
     stdlib = set(sys.stdlib_module_names)
-    third_party = {m for m in _imported_top_level() if m not in stdlib and m != "qualitycheck"} - ENGINE_ONLY
+    third_party = {m for m in _imported_top_level() if m not in stdlib and m != "qualitycheck"} - ENGINE_ONLY - set(OPTIONAL)
     dists = metadata.packages_distributions()
     needed: dict[str, str] = {}
     for module in sorted(third_party):
@@ -73,6 +80,14 @@ def test_pyproject_declares_every_import_and_nothing_else() -> None:
     assert not missing, f"imported but not declared in pyproject.toml: {missing}"
     unused = declared - set(needed)
     assert not unused, f"declared in pyproject.toml but never imported: {sorted(unused)}"
+
+
+def test_optional_imports_are_declared_in_their_extra() -> None:
+    imported = _imported_top_level()
+    for module, extra in OPTIONAL.items():
+        assert module in imported, f"{module} is listed as optional but never imported"
+        assert module in _extra(extra), f"{module} is imported behind the {extra!r} extra, which does not declare it"
+        assert module not in _declared(), f"{module} is optional, yet a dependency of every install"
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,497 @@
+"""Request logs as a stream of requests: each file's format detected, gzip read transparently, nothing held whole.
+
+Formats, told apart by content rather than by name (a log is often renamed):
+
+- OpenAI Batch API input: one `{"custom_id", "method", "url", "body"}` a line;
+- Batch API output: `{"custom_id", "response": {"status_code", "body"}, "error"}`,
+  joined to the input lines by `custom_id` when both files are given;
+- request/response JSONL: `{"request": BODY, "response": COMPLETION | null, "tags": {...}}`;
+- CSV (`.csv`, `.tsv`) and Parquet (its `PAR1` magic), with a column mapping.
+
+A gzip file is recognised by its magic bytes whatever its name. Reading is
+lazy everywhere: JSON lines one at a time, tables in chunks of rows, so a
+log of ten million lines costs the memory of one chunk. Turning a line into a
+request (`parse_json_line`, `request_from_row`) is separate from reading it,
+so the costly part can run in worker processes on raw bytes, and a line that
+cannot be used comes back as a reason, never an exception. Reasons name what
+is wrong, never what the line says: the log holds users' words.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from qualitycheck.core._errors import InputError, Problem
+
+__all__ = [
+    "JSON_FORMATS",
+    "Columns",
+    "LogFormat",
+    "LogSource",
+    "Logged",
+    "Request",
+    "batch_outputs",
+    "detect",
+    "json_lines",
+    "logged_from_completion",
+    "open_log",
+    "parse_json_line",
+    "request_from_row",
+    "table_chunks",
+    "table_columns",
+]
+
+LogFormat = Literal["batch_input", "batch_output", "request_response", "csv", "parquet"]
+JSON_FORMATS = ("batch_input", "batch_output", "request_response")
+PARQUET_EXTRA = "parquet"
+"""The optional extra that brings pyarrow (`pip install 'qualitycheck[parquet]'`)."""
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_PARQUET_MAGIC = b"PAR1"
+_SNIFF_LINES = 20
+_ENDPOINTS = {"/v1/chat/completions": "chat", "/chat/completions": "chat", "/v1/completions": "completions", "/completions": "completions"}
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """One file of the log and what it holds."""
+
+    path: Path
+    format: LogFormat
+    compressed: bool
+
+
+@dataclass(frozen=True)
+class Logged:
+    """What production answered, as far as replay needs it: its length (a stratum) and its text (a judge's reference)."""
+
+    text: str | None = None
+    tool_calls: tuple[tuple[str, str], ...] = ()
+    """(name, argument text) of each call."""
+    completion_tokens: int | None = None
+
+    def output_tokens(self) -> int | None:
+        """The answer's length in tokens: the logged usage, else about four characters a token."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        if self.text is None and not self.tool_calls:
+            return None
+        chars = len(self.text or "") + sum(len(n) + len(a) for n, a in self.tool_calls)
+        return math.ceil(chars / 4)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One logged request, before it becomes a case."""
+
+    body: dict[str, Any]
+    """The request body as sent (chat: `messages`; completions: `prompt`), unredacted."""
+    tags: dict[str, str]
+    logged: Logged | None
+    key: str | None
+    """The log's own id for the request (`custom_id`, the id column), when it has one."""
+
+
+class Columns(BaseModel):
+    """Which column of a CSV or Parquet log holds what; `tags.NAME: column` adds a tag."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    messages: str | None = None
+    """Chat messages: JSON text in a CSV, a list column in Parquet."""
+    prompt: str | None = None
+    """The user's prompt as plain text (one user message)."""
+    system: str | None = None
+    """A system prompt put before `prompt`."""
+    response: str | None = None
+    """The logged answer's text."""
+    completion_tokens: str | None = None
+    id: str | None = None
+    model: str | None = None
+    temperature: str | None = None
+    max_tokens: str | None = None
+    params: str | None = None
+    """A JSON object of further request fields (tools, response_format, stop, seed, ...)."""
+    tags: dict[str, str] = Field(default_factory=dict)
+    """Tag name → column."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dotted_tags(cls, data: Any) -> Any:
+        """`tags.route: col` (as the rules file writes it) joins the `tags` mapping."""
+        if not isinstance(data, dict) or not any(isinstance(k, str) and k.startswith("tags.") for k in data):
+            return data
+        tags = data.get("tags", {})
+        if not isinstance(tags, dict):
+            return data  # the field's own validation names the problem
+        tags = dict(tags)
+        rest = {}
+        for k, v in data.items():
+            if isinstance(k, str) and k.startswith("tags."):
+                tags[k.removeprefix("tags.")] = v
+            elif k != "tags":
+                rest[k] = v
+        return {**rest, "tags": tags}
+
+    @model_validator(mode="after")
+    def _an_input(self) -> Columns:
+        if self.messages is None and self.prompt is None:
+            raise ValueError("map `messages` or `prompt` to a column")
+        if self.messages is not None and (self.prompt is not None or self.system is not None):
+            raise ValueError("map either `messages`, or `prompt` (with an optional `system`), not both")
+        return self
+
+    def used(self) -> dict[str, str]:
+        """Field → column, for every mapped field (tags as `tags.NAME`)."""
+        out = {k: v for k, v in self.model_dump(exclude={"tags"}).items() if v is not None}
+        out.update({f"tags.{k}": v for k, v in self.tags.items()})
+        return out
+
+    @classmethod
+    def infer(cls, header: list[str]) -> Columns | None:
+        """The mapping a table gets without one: columns named like the fields (and `tags.*`); None if no input column."""
+        names = set(header)
+        fields = {f: f for f in cls.model_fields if f != "tags" and f in names}
+        if "id" not in fields and "custom_id" in names:
+            fields["id"] = "custom_id"
+        if "messages" in fields:
+            fields.pop("prompt", None)
+            fields.pop("system", None)
+        if "messages" not in fields and "prompt" not in fields:
+            return None
+        return cls.model_validate({**fields, **{c: c for c in header if c.startswith("tags.")}})
+
+
+# ------------------------------------------------------------------ files
+
+
+def open_log(path: Path) -> io.BufferedIOBase:
+    """The file's bytes, decompressed when it starts with gzip's magic."""
+    f = path.open("rb")
+    if f.read(2) == _GZIP_MAGIC:
+        f.close()
+        return gzip.open(path, "rb")
+    f.seek(0)
+    return f
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    return name[:-3] if name.endswith(".gz") else name
+
+
+def detect(path: Path) -> LogSource:
+    """The file's format from its first bytes and lines; an unreadable or unknown file is an InputError (exit 2)."""
+    where = str(path)
+    seen = 0
+    if not path.exists():
+        raise InputError([Problem(where, None, "", "no such file")])
+    if path.is_dir():
+        raise InputError([Problem(where, None, "", "is a folder; give the log files")])
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+        compressed = head[:2] == _GZIP_MAGIC
+        if head == _PARQUET_MAGIC:
+            return LogSource(path, "parquet", False)
+        if Path(_stem(path)).suffix.lower() in (".csv", ".tsv"):
+            return LogSource(path, "csv", compressed)
+        with open_log(path) as f:
+            for raw in f:
+                if not raw.strip():
+                    continue
+                seen += 1
+                fmt = _json_format(raw)
+                if fmt is not None:
+                    return LogSource(path, fmt, compressed)
+                if seen >= _SNIFF_LINES:
+                    break
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise InputError([Problem(where, None, "", f"cannot read: {getattr(exc, 'strerror', None) or type(exc).__name__}")]) from None
+    if seen == 0:
+        raise InputError([Problem(where, None, "", "empty log: no lines")])
+    raise InputError(
+        [
+            Problem(
+                where,
+                None,
+                "",
+                "not a log replay reads: expected JSON lines of the Batch API ({custom_id, method, url, body}) or of requests "
+                '({"request": ..., "response": ...}), a .csv/.tsv file, or Parquet',
+            )
+        ]
+    )
+
+
+def _json_format(raw: bytes) -> LogFormat | None:
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    if "custom_id" in obj and "body" in obj:
+        return "batch_input"
+    if "custom_id" in obj and ("response" in obj or "error" in obj):
+        return "batch_output"
+    if "request" in obj:
+        return "request_response"
+    return None
+
+
+def json_lines(source: LogSource) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw bytes) of every non-blank line, read one at a time."""
+    with open_log(source.path) as f:
+        for n, raw in enumerate(f, 1):
+            if raw.strip():
+                yield n, raw
+
+
+# ------------------------------------------------------------------ JSON lines → requests
+
+
+def _tags(value: Any) -> dict[str, str] | str:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        return "tags is not an object"
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items() if v is not None}
+
+
+def _first_choice(body: Any) -> dict[str, Any] | None:
+    if not isinstance(body, dict):
+        return None
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    return choices[0]
+
+
+def logged_from_completion(body: Any) -> Logged | None:
+    """The answer of a logged chat completion or text completion; None when it holds none."""
+    choice = _first_choice(body)
+    usage = body.get("usage") if isinstance(body, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    tokens = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
+    if choice is None:
+        return Logged(completion_tokens=tokens) if tokens is not None else None
+    msg = choice.get("message")
+    if isinstance(msg, dict):
+        content = msg.get("content")
+        text = content if isinstance(content, str) else None
+        calls = []
+        for c in msg.get("tool_calls") or []:
+            fn = c.get("function") if isinstance(c, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+                args = fn.get("arguments")
+                calls.append((fn["name"], args if isinstance(args, str) else json.dumps(args)))
+        return Logged(text, tuple(calls), tokens)
+    text = choice.get("text")
+    return Logged(text if isinstance(text, str) else None, (), tokens)
+
+
+def _body_request(body: Any, tags: dict[str, str], logged: Logged | None, key: str | None) -> Request | str:
+    if not isinstance(body, dict):
+        return "the request body is not an object"
+    meta = body.get("metadata")
+    if isinstance(meta, dict):  # OpenAI's per-request metadata: the log's own tags
+        tags = {**{str(k): str(v) for k, v in meta.items() if v is not None}, **tags}
+    return Request(body, tags, logged, key)
+
+
+def parse_json_line(fmt: LogFormat, raw: bytes, outputs: dict[str, Logged] | None = None) -> Request | str:
+    """One line of a JSON log as a request, or why it cannot be one."""
+    try:
+        obj = json.loads(raw)
+    except ValueError as exc:
+        return f"not JSON ({exc.msg}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else "not JSON"
+    if not isinstance(obj, dict):
+        return f"a JSON {type(obj).__name__}, not an object"
+    if fmt == "batch_input":
+        key = obj.get("custom_id")
+        if not isinstance(key, str) or not key:
+            return "no custom_id"
+        method = obj.get("method", "POST")
+        if method != "POST":
+            return "method is not POST"
+        url = obj.get("url")
+        if url not in _ENDPOINTS:
+            return "url is not /v1/chat/completions or /v1/completions"
+        logged = outputs.get(key) if outputs else None
+        return _body_request(obj.get("body"), {}, logged, key)
+    if fmt == "request_response":
+        tags = _tags(obj.get("tags"))
+        if isinstance(tags, str):
+            return tags
+        response = obj.get("response")
+        if response is not None and not isinstance(response, dict):
+            return "response is neither a completion object nor null"
+        key = obj.get("id") if isinstance(obj.get("id"), str) else None
+        return _body_request(obj.get("request"), tags, logged_from_completion(response), key)
+    return "not a request line"
+
+
+def batch_outputs(source: LogSource, keep_text: bool) -> Iterator[tuple[int, str | None, Logged | None]]:
+    """(line, custom_id, answer) of each Batch API output line; the answer is None for a failed request.
+
+    `keep_text` False keeps only the length: the answers' text is needed
+    only as a judge's reference, and a batch of 50,000 answers is not small.
+    """
+    for n, raw in json_lines(source):
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            yield n, None, None
+            continue
+        key = obj.get("custom_id") if isinstance(obj, dict) else None
+        if not isinstance(key, str):
+            yield n, None, None
+            continue
+        response = obj.get("response")
+        ok = isinstance(response, dict) and response.get("status_code", 200) == 200 and not obj.get("error")
+        logged = logged_from_completion(response.get("body")) if ok and isinstance(response, dict) else None
+        if logged is not None and not keep_text:
+            logged = Logged(None, (), logged.output_tokens())
+        yield n, key, logged
+
+
+# ------------------------------------------------------------------ tables
+
+
+def _pyarrow_parquet(source: LogSource) -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError(
+            [
+                Problem(
+                    str(source.path),
+                    None,
+                    "",
+                    f"is Parquet, which needs pyarrow: pip install 'qualitycheck[{PARQUET_EXTRA}]'",
+                )
+            ]
+        ) from None
+    return pq
+
+
+def table_columns(source: LogSource) -> list[str]:
+    """The column names of a CSV or Parquet log (its header), read without reading the rows."""
+    try:
+        if source.format == "parquet":
+            pq = _pyarrow_parquet(source)
+            return [str(n) for n in pq.ParquetFile(source.path).schema_arrow.names]
+        import pandas as pd
+
+        head = pd.read_csv(source.path, nrows=0, **_csv_options(source))
+        return [str(c) for c in head.columns]
+    except InputError:
+        raise
+    except Exception as exc:  # pandas and pyarrow raise their own types for a damaged file
+        raise InputError([Problem(str(source.path), None, "", f"cannot read the table: {type(exc).__name__}")]) from None
+
+
+def _csv_options(source: LogSource) -> dict[str, Any]:
+    return {
+        "sep": "\t" if Path(_stem(source.path)).suffix.lower() == ".tsv" else ",",
+        "compression": "gzip" if source.compressed else None,
+        "dtype": str,
+        "keep_default_na": False,
+    }
+
+
+def table_chunks(source: LogSource, columns: Columns, rows: int) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+    """Chunks of (row number, {column: value}) holding only the mapped columns; row 1 is a CSV's header."""
+    wanted = sorted(set(columns.used().values()))
+    if source.format == "parquet":
+        pq = _pyarrow_parquet(source)
+        n = 0
+        for batch in pq.ParquetFile(source.path).iter_batches(batch_size=rows, columns=wanted):
+            chunk = []
+            for row in batch.to_pylist():
+                n += 1
+                chunk.append((n, row))
+            yield chunk
+        return
+    import pandas as pd
+
+    n = 1
+    reader = pd.read_csv(source.path, chunksize=rows, usecols=wanted, **_csv_options(source))
+    with reader:
+        for frame in reader:
+            chunk = []
+            for row in frame.to_dict("records"):
+                n += 1
+                chunk.append((n, row))
+            yield chunk
+
+
+def _cell(row: dict[str, Any], column: str | None) -> Any:
+    if column is None:
+        return None
+    v = row.get(column)
+    if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
+        return None
+    return v
+
+
+def _json_cell(v: Any) -> Any:
+    return json.loads(v) if isinstance(v, str) else v
+
+
+def request_from_row(row: dict[str, Any], columns: Columns) -> Request | str:
+    """One table row as a request, through the column mapping, or why it cannot be one."""
+    body: dict[str, Any] = {}
+    params = _cell(row, columns.params)
+    if params is not None:
+        try:
+            params = _json_cell(params)
+        except ValueError:
+            return "the params column is not JSON"
+        if not isinstance(params, dict):
+            return "the params column is not a JSON object"
+        body.update(params)
+    if columns.messages is not None:
+        messages = _cell(row, columns.messages)
+        if messages is None:
+            return "the messages column is empty"
+        try:
+            messages = _json_cell(messages)
+        except ValueError:
+            return "the messages column is not JSON"
+        body["messages"] = messages
+    else:
+        prompt = _cell(row, columns.prompt)
+        if prompt is None:
+            return "the prompt column is empty"
+        system = _cell(row, columns.system)
+        body["messages"] = ([{"role": "system", "content": str(system)}] if system is not None else []) + [
+            {"role": "user", "content": str(prompt)}
+        ]
+    for name, conv in (("model", str), ("temperature", float), ("max_tokens", int)):
+        v = _cell(row, getattr(columns, name))
+        if v is not None:
+            try:
+                body[name] = conv(v)
+            except (TypeError, ValueError):
+                return f"the {name} column does not hold a {conv.__name__}"
+    text = _cell(row, columns.response)
+    tokens = _cell(row, columns.completion_tokens)
+    if tokens is not None:
+        try:
+            tokens = int(tokens)
+        except (TypeError, ValueError):
+            return "the completion_tokens column does not hold a whole number"
+    logged = Logged(str(text), (), tokens) if text is not None or tokens is not None else None
+    tags = {name: str(v) for name, col in columns.tags.items() if (v := _cell(row, col)) is not None}
+    key = _cell(row, columns.id)
+    return Request(body, tags, logged, str(key) if key is not None else None)

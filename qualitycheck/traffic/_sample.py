@@ -1,0 +1,282 @@
+"""Which logged requests become cases: repeated prompts dropped, then a stratified sample in bounded memory.
+
+Strata are category × output length × temperature × prompt length × with or
+without a system prompt, so a sample of a few thousand cases keeps the long
+answers, the sampled requests and the system-prompted routes that a uniform
+sample of a skewed log would miss. `--sample N` allocates N over the strata
+in proportion to their sizes, with a minimum for every non-empty stratum.
+
+Every case gets a sampling key, a hash of the seed and its id, so the
+sample does not depend on the order the lines are processed in and is the
+same for the same `--seed`. Within a stratum the cases with the smallest
+keys are a uniform sample of it (a bottom-k sample). Memory does not grow
+with the log: what is kept is the 4·N smallest keys overall, which hold the
+smallest keys of every stratum in about four times the number proportional
+allocation gives it, plus the few smallest of each stratum for the minimum
+and the rounding. Repeated prompts are recognised by 8-byte hashes in a
+sorted array.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from qualitycheck.traffic._rules import Drafted, content_text
+
+__all__ = ["DigestSet", "StratifiedSample", "Stratum", "allocate", "prompt_digest", "sample_key", "stratum_of"]
+
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+
+OUTPUT_BUCKETS = ((64, "short"), (256, "medium"), (1024, "long"))
+"""Upper bounds in tokens of the logged answer; longer is `very_long`, no logged answer `unknown`."""
+PROMPT_BUCKETS = ((500, "short"), (2000, "medium"), (8000, "long"))
+"""Upper bounds in characters of the messages' text; longer is `very_long`."""
+LOW_TEMPERATURE = 0.7
+"""At or below: `low`; above: `high`; exactly 0: `greedy`."""
+
+
+@dataclass(frozen=True, order=True)
+class Stratum:
+    category: str
+    output: str
+    temperature: str
+    prompt: str
+    system: bool
+
+    def key(self) -> str:
+        return f"{self.category}/out={self.output}/temp={self.temperature}/prompt={self.prompt}/system={'yes' if self.system else 'no'}"
+
+
+def _bucket(value: int, bounds: tuple[tuple[int, str], ...]) -> str:
+    return next((name for bound, name in bounds if value <= bound), "very_long")
+
+
+def stratum_of(d: Drafted) -> Stratum:
+    tokens = d.output_tokens
+    temp = "greedy" if d.temperature == 0 else "low" if d.temperature <= LOW_TEMPERATURE else "high"
+    return Stratum(
+        d.category,
+        "unknown" if tokens is None else _bucket(tokens, OUTPUT_BUCKETS),
+        temp,
+        _bucket(d.prompt_chars, PROMPT_BUCKETS),
+        d.has_system,
+    )
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def prompt_digest(case: Mapping[str, Any]) -> int:
+    """8-byte hash of what the case asks, after lower-casing and collapsing whitespace (its category included).
+
+    Tools and the response format are part of the question: the same words
+    with another schema are another case.
+    """
+    parts = [str(case["category"])]
+    messages = case.get("messages")
+    if messages is None:
+        parts += ["prompt", _normalised(str(case.get("prompt", "")))]
+    else:
+        for m in messages:
+            parts += [str(m.get("role")), _normalised(content_text(m.get("content")))]
+            if m.get("tool_calls"):
+                parts.append(json.dumps(m["tool_calls"], sort_keys=True))
+    params = case.get("params", {})
+    for k in ("tools", "response_format"):
+        if k in params:
+            parts.append(json.dumps(params[k], sort_keys=True))
+    return int.from_bytes(hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest(), "big")
+
+
+def sample_key(seed: int, case_id: str) -> int:
+    """The case's place in its stratum's sample: a hash of the seed and its id (uniform over 64 bits)."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}\x1f{case_id}".encode(), digest_size=8).digest(), "big")
+
+
+class DigestSet:
+    """Prompt digests seen so far: a sorted uint64 array plus a small set of recent ones merged into it.
+
+    About 8 bytes a prompt (a Python set of ints costs near 70), so ten
+    million lines need some 80 MB here; lookups against the array are done a
+    chunk of lines at a time.
+    """
+
+    _MERGE_AT = 1 << 18
+
+    def __init__(self) -> None:
+        self._base = np.empty(0, dtype=np.uint64)
+        self._recent: set[int] = set()
+
+    def __len__(self) -> int:
+        return int(self._base.size) + len(self._recent)
+
+    def add_all(self, digests: list[int]) -> list[bool]:
+        """For each digest in order: True when first seen (it is then added), False for a repeat."""
+        if self._base.size and digests:
+            arr = np.array(digests, dtype=np.uint64)
+            idx = np.minimum(np.searchsorted(self._base, arr), self._base.size - 1)
+            in_base = (self._base[idx] == arr).tolist()
+        else:
+            in_base = [False] * len(digests)
+        out = []
+        recent = self._recent
+        for d, known in zip(digests, in_base):
+            if known or d in recent:
+                out.append(False)
+            else:
+                recent.add(d)
+                out.append(True)
+        if len(recent) >= self._MERGE_AT:
+            self._merge()
+        return out
+
+    def _merge(self) -> None:
+        new = np.fromiter(self._recent, dtype=np.uint64, count=len(self._recent))
+        new.sort()
+        self._base = np.insert(self._base, np.searchsorted(self._base, new), new)
+        self._recent = set()
+
+
+POOL_FACTOR = 4
+"""Cases kept per sampled case: the pool of smallest keys overall holds about this many times a stratum's
+proportional share, so a stratum lacks cases only by a chance far below one in a million once its share
+exceeds `FLOOR`."""
+FLOOR = 8
+"""The smallest keys every stratum keeps for itself (at least the minimum per stratum): its share when
+that share is small, where the pool's chance count is not enough."""
+
+
+class StratifiedSample(Generic[K, T]):
+    """The sample's candidates in bounded memory: the pool of smallest keys, and each stratum's floor."""
+
+    def __init__(self, n: int, minimum: int = 1):
+        self.n = n
+        self.minimum = minimum
+        self._pool_cap = POOL_FACTOR * n
+        self._floor_cap = max(minimum, FLOOR)
+        self._pool: list[tuple[int, int, K, T]] = []
+        self._floors: dict[K, list[tuple[int, int, T]]] = {}
+        self.counts: dict[K, int] = {}
+        """Cases seen per stratum (candidates or not): what allocation is proportional to."""
+
+    def bounds(self) -> tuple[int | None, dict[K, int]]:
+        """(the pool's largest key once full, each full floor's largest key): a case at or above both cannot be sampled.
+
+        Both only ever drop, so a worker that checks a case against bounds
+        read a little earlier never turns away a case the sample would take.
+        """
+        pool = -self._pool[0][0] if len(self._pool) >= self._pool_cap else None
+        return pool, {s: -h[0][0] for s, h in self._floors.items() if len(h) >= self._floor_cap}
+
+    def count(self, stratum: K) -> None:
+        """A case that cannot be sampled (its key is above the bounds): counted, not kept."""
+        self.counts[stratum] = self.counts.get(stratum, 0) + 1
+
+    def offer(self, stratum: K, key: int, seq: int, item: T) -> None:
+        self.count(stratum)
+        entry = (-key, -seq, stratum, item)
+        if len(self._pool) < self._pool_cap:
+            heapq.heappush(self._pool, entry)
+        elif key < -self._pool[0][0]:
+            heapq.heapreplace(self._pool, entry)
+        floor = self._floors.setdefault(stratum, [])
+        if len(floor) < self._floor_cap:
+            heapq.heappush(floor, (-key, -seq, item))
+        elif key < -floor[0][0]:
+            heapq.heapreplace(floor, (-key, -seq, item))
+
+    def take(self) -> list[tuple[int, T]]:
+        """(seq, item) of the sample, in the order the log held them.
+
+        Each stratum's pool cases and floor cases are both its smallest keys;
+        the longer of the two lists is what it can give.
+        """
+        by_stratum: dict[K, dict[int, tuple[int, T]]] = {}
+        for key, seq, stratum, item in self._pool:
+            by_stratum.setdefault(stratum, {})[-seq] = (-key, item)
+        for stratum, floor in self._floors.items():
+            got = by_stratum.setdefault(stratum, {})
+            if len(floor) > len(got):
+                by_stratum[stratum] = {-seq: (-key, item) for key, seq, item in floor}
+        available = {s: len(v) for s, v in by_stratum.items()}
+        out: list[tuple[int, T]] = []
+        for stratum, k in allocate(self.n, self.counts, self.minimum, available).items():
+            kept = sorted(by_stratum[stratum].items(), key=lambda e: (e[1][0], e[0]))[:k]
+            out += [(seq, item) for seq, (_, item) in kept]
+        out.sort(key=lambda e: e[0])
+        return out
+
+
+def allocate(n: int, counts: Mapping[K, int], minimum: int = 1, available: Mapping[K, int] | None = None) -> dict[K, int]:
+    """Cases per stratum: proportional to its size (largest remainders), at least `minimum` where it has them.
+
+    Deterministic (ties go to the larger stratum, then by the stratum's repr).
+    When `n` cannot give every stratum its minimum, the largest strata get
+    theirs first. `available` caps what a stratum can give (what the sample
+    kept of it); a stratum's shortfall goes to the others, largest first.
+    """
+    out = _proportional(n, counts, minimum)
+    if available is None:
+        return out
+    short = 0
+    for s, k in out.items():
+        cap = available.get(s, 0)
+        if k > cap:
+            short += k - cap
+            out[s] = cap
+    for s in sorted(out, key=lambda s: (-counts[s], repr(s))):
+        give = min(short, available.get(s, 0) - out[s])
+        out[s] += give
+        short -= give
+    return {s: k for s, k in out.items() if k}
+
+
+def _proportional(n: int, counts: Mapping[K, int], minimum: int) -> dict[K, int]:
+    strata = sorted((s for s, c in counts.items() if c > 0), key=lambda s: (-counts[s], repr(s)))
+    total = sum(counts[s] for s in strata)
+    if n >= total:
+        return {s: counts[s] for s in strata}
+    floor_of = {s: min(minimum, counts[s]) for s in strata}
+    if sum(floor_of.values()) >= n:
+        out = dict.fromkeys(strata, 0)
+        left = n
+        while left:
+            for s in strata:
+                if left and out[s] < floor_of[s]:
+                    out[s] += 1
+                    left -= 1
+        return {s: k for s, k in out.items() if k}
+    quota = {s: n * counts[s] / total for s in strata}
+    out = {s: int(quota[s]) for s in strata}
+    by_remainder = sorted(strata, key=lambda s: (-(quota[s] - out[s]), -counts[s], repr(s)))
+    left = n - sum(out.values())
+    for s in _cycle(by_remainder):
+        if not left:
+            break
+        if out[s] < counts[s]:
+            out[s] += 1
+            left -= 1
+    deficit = 0
+    for s in strata:
+        if out[s] < floor_of[s]:
+            deficit += floor_of[s] - out[s]
+            out[s] = floor_of[s]
+    while deficit:
+        s = max(strata, key=lambda s: (out[s] - floor_of[s], counts[s], repr(s)))
+        out[s] -= 1
+        deficit -= 1
+    return {s: k for s, k in out.items() if k}
+
+
+def _cycle(items: list[K]) -> Iterable[K]:
+    while items:
+        yield from items
