@@ -10,8 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from qualitycheck.cli._canary import cmd_canary
 from qualitycheck.cli._commands import COMMANDS, EXIT_INCOMPLETE, EXIT_INPUT
-from qualitycheck.cli._options import PREFLIGHT_OPTIONS, REPORT_OPTIONS, RUN_OPTIONS, SWEEP_OPTIONS, TARGET_OPTIONS, add_options
+from qualitycheck.cli._options import (
+    CANARY_COMMAND_OPTIONS,
+    PREFLIGHT_OPTIONS,
+    REPORT_OPTIONS,
+    RUN_OPTIONS,
+    SWEEP_OPTIONS,
+    TARGET_OPTIONS,
+    add_options,
+)
 from qualitycheck.core._errors import QualitycheckError
 
 __all__ = ["build_parser", "main"]
@@ -66,8 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dirs", nargs="+", metavar="DIR")
     p.add_argument("--out", required=True, metavar="DIR", help="new run folder for the merged run")
 
+    p = sub.add_parser("canary", help="watch a live candidate against the guardrails; trip and fall back automatically")
+    add_options(p.add_argument, CANARY_COMMAND_OPTIONS)
+
     p = sub.add_parser("schema", help="print the JSON Schema (Draft 2020-12) of a file qualitycheck writes")
-    p.add_argument("name", choices=("summary",), help="summary: summary.json")
+    p.add_argument("name", choices=("summary", "canary"), help="summary: summary.json; canary: a line of canary.jsonl")
 
     return parser
 
@@ -76,6 +88,11 @@ def cmd_schema(a: argparse.Namespace) -> int:
     """Print the schema users validate their stored files against (docs/schema/ holds the same text)."""
     import json
 
+    if a.name == "canary":
+        from qualitycheck.canary._record import canary_json_schema
+
+        print(json.dumps(canary_json_schema(), indent=2))
+        return 0
     from qualitycheck.verdict._model import summary_json_schema
 
     print(json.dumps(summary_json_schema(), indent=2))
@@ -83,6 +100,7 @@ def cmd_schema(a: argparse.Namespace) -> int:
 
 
 COMMANDS["schema"] = cmd_schema
+COMMANDS["canary"] = cmd_canary
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,8 @@ from typing import Any
 from qualitycheck.core._errors import ConfigError, Problem
 
 __all__ = [
+    "CANARY_COMMAND_OPTIONS",
+    "CANARY_OPTIONS",
     "PREFLIGHT_OPTIONS",
     "REPORT_OPTIONS",
     "RUN_OPTIONS",
@@ -112,12 +114,59 @@ REPORT_OPTIONS = (
 )
 
 
+CANARY_OPTIONS = (
+    Option(
+        "candidate-metrics",
+        "the candidate's Prometheus text endpoint (vLLM or SGLang /metrics)",
+        key="canary.candidate_metrics",
+        metavar="URL",
+    ),
+    Option("baseline-metrics", "the baseline's /metrics, for TPOT p95 over the same window", key="canary.baseline_metrics", metavar="URL"),
+    Option(
+        "shadow-metrics",
+        "the shadow proxy's /qc/metrics, for the error rate of mirrored requests",
+        key="canary.shadow_metrics",
+        metavar="URL",
+    ),
+    Option("dcgm-metrics", "a DCGM exporter's /metrics (GPU utilisation and memory, recorded)", key="canary.dcgm_metrics", metavar="URL"),
+    Option(
+        "prometheus", "a Prometheus server: read the guardrails with the config's canary.promql", key="canary.prometheus", metavar="URL"
+    ),
+    Option("run", "a live shadow or canary run folder: the quality guardrail over the pairs stored in the window", metavar="DIR"),
+    Option("interval", "evaluate a window this often (e.g. 30s; default: canary.interval, 30s)", key="canary.interval", metavar="DURATION"),
+    Option("window", "each evaluation looks this far back (e.g. 5m; default: canary.window, 5m)", key="canary.window", metavar="DURATION"),
+    Option(
+        "trip-after",
+        "consecutive failing windows, each with enough evidence, before a route trips (default 3)",
+        key="canary.trip_after",
+        metavar="N",
+        type=int,
+    ),
+    Option(
+        "listen", "serve the watcher's state on http://HOST:PORT/qc/metrics (default 127.0.0.1:0)", key="canary.listen", metavar="HOST:PORT"
+    ),
+    Option("once", "evaluate one window and exit: 0 healthy, 1 tripped, 3 not enough evidence", action="store_true"),
+    Option("dry-run", "only record the decisions (canary.jsonl); run no action", action="store_true"),
+    Option(
+        "on-fail",
+        "command run once per tripped route (QC_ROUTE, QC_ACTION, QC_GUARDRAIL, QC_OBSERVED, QC_THRESHOLD; event JSON on stdin)",
+        metavar="CMD",
+    ),
+    Option("webhook", "POST the trip event (JSON) here, with retries", metavar="URL"),
+    Option("out", "folder for canary.jsonl and the trip state (default: reports/canary)", metavar="DIR"),
+    Option("rearm", "put a tripped route back on speculation and exit", metavar="ROUTE"),
+)
+"""`canary`: the live watch; with `--config` (the guardrails and the `canary` block)."""
+
+
 def _pick(options: Iterable[Option], *flags: str) -> tuple[Option, ...]:
     by_flag = {o.flag: o for o in options}
     return tuple(by_flag[f] for f in flags)
 
 
 PREFLIGHT_OPTIONS = _pick(TARGET_OPTIONS, "config", "baseline", "candidate", "model", "suite")
+CANARY_COMMAND_OPTIONS = (*_pick(TARGET_OPTIONS, "config"), *CANARY_OPTIONS)
+"""`canary`: the config file (guardrails and the `canary` block), then the watch's own flags."""
 SWEEP_OPTIONS = _pick((*TARGET_OPTIONS, *RUN_OPTIONS), "config", "baseline", "model", "suite", "max-tokens", "repeats", "timeout")
 """`sweep` names its candidates itself (K=URL, or a launch template per k) and sweeps concurrency."""
 

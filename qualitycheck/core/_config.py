@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from qualitycheck.core._canary_config import CanaryConfig
 from qualitycheck.core._errors import ConfigError, Problem
 
 __all__ = ["DEFAULT_CONFIG_NAME", "Config", "JudgeTarget", "RunOptions", "Target", "load_config"]
@@ -153,6 +154,8 @@ class Config(BaseModel):
     allow_not_evaluated: bool = False
     """Let a run pass when some guardrail could not be evaluated."""
     judges_dir: str | None = None
+    canary: CanaryConfig = CanaryConfig()
+    """`qualitycheck canary` only: metric sources, evidence minimums, windows (core/_canary_config.py)."""
     source: str | None = Field(default=None, exclude=True)
 
     def targets(self) -> dict[str, Target]:

@@ -25,6 +25,7 @@ from qualitycheck.core._store import RunStore
 __all__ = [
     "WINDOWS_ARTIFACT",
     "acceptance_from_windows",
+    "acceptance_rates",
     "acceptance_summary",
 ]
 
@@ -84,6 +85,16 @@ def _rates(spec: dict[str, Any]) -> dict[str, Any]:
         "drafts": int(drafts),
         "by_position": [spec["per_position"][p] / drafts if drafts else None for p in positions],
     }
+
+
+def acceptance_rates(drafts: float, draft_tokens: float, accepted_tokens: float, per_position: dict[str, float] | None = None) -> dict[str, Any]:
+    """The acceptance figures (rate, mean accepted length, by position) from counter deltas a caller holds itself.
+
+    The live canary takes its deltas over a sliding window rather than from
+    stored windows; the definitions stay these (module docstring).
+    """
+    spec = {"drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted_tokens, "per_position": dict(per_position or {})}
+    return _rates(spec) if draft_tokens > 0 else _empty()
 
 
 def _empty() -> dict[str, Any]:

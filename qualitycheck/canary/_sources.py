@@ -1,0 +1,268 @@
+"""Where a canary's numbers come from: Prometheus text pages scraped directly, or a Prometheus server's HTTP API.
+
+A scrape becomes a `Snapshot`: the counters, gauges and histograms the
+guardrails read, under engine-neutral keys, so one window computation
+serves vLLM, SGLang, the shadow proxy and a DCGM exporter alike. The names
+each key comes from (docs/stages/canary.md has the table):
+
+- vLLM (as the installed vLLM exposes them): the spec-decode counters
+  through `generation._metrics.parse_metrics` (the offline run's reader),
+  `vllm:request_success_total` by `finished_reason` (`error` counts as a
+  failure), `vllm:kv_cache_usage_perc`, and the TPOT histogram
+  `vllm:request_time_per_output_token_seconds` (else
+  `vllm:inter_token_latency_seconds`);
+- SGLang (`python/sglang/srt/metrics/collector.py`): the gauges
+  `sglang:spec_accept_rate` and `sglang:spec_accept_length` (it exposes no
+  draft counters), `sglang:num_requests_total`,
+  `sglang:num_aborted_requests_total`, `sglang:generation_tokens_total`,
+  `sglang:token_usage` and the histogram `sglang:inter_token_latency_seconds`;
+- the shadow proxy: the two counters named in `canary.shadow_names`;
+- DCGM exporter: `DCGM_FI_DEV_GPU_UTIL` (%), `DCGM_FI_DEV_FB_USED` and
+  `DCGM_FI_DEV_FB_FREE` (MiB), summed or averaged over the GPUs.
+
+Every HTTP call goes through `core._http` (auth, retries, error messages); a
+scrape never raises: a failure is a snapshot with `ok=False`, which the
+window turns into "not evaluated", never into a pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from qualitycheck.core._config import Target
+from qualitycheck.core._http import HttpClient
+from qualitycheck.generation._metrics import parse_metrics
+
+__all__ = [
+    "DEFAULT_PROMQL",
+    "Histogram",
+    "PromResult",
+    "Snapshot",
+    "parse_page",
+    "query_prometheus",
+    "scrape_page",
+]
+
+_SCRAPE_TIMEOUT_S = 10.0
+_RETRIES = 2
+_BACKOFF_S = 0.2
+
+VLLM_TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:inter_token_latency_seconds")
+"""The per-request TPOT histogram first; the per-token ITL histogram when a server lacks it."""
+SGLANG_TPOT = ("sglang:inter_token_latency_seconds",)
+
+_SGLANG_COUNTERS = {
+    "sglang:num_requests_total": "requests",
+    "sglang:num_aborted_requests_total": "errors",
+    "sglang:generation_tokens_total": "generation_tokens",
+}
+_SGLANG_GAUGES = {
+    "sglang:spec_accept_rate": "spec_accept_rate",
+    "sglang:spec_accept_length": "spec_accept_length",
+    "sglang:token_usage": "kv_cache_usage",
+}
+_DCGM = {
+    "DCGM_FI_DEV_GPU_UTIL": ("gpu_utilization", "mean"),
+    "DCGM_FI_DEV_FB_USED": ("gpu_memory_used_mib", "sum"),
+    "DCGM_FI_DEV_FB_FREE": ("gpu_memory_free_mib", "sum"),
+}
+
+DEFAULT_PROMQL: dict[str, str] = {
+    "acceptance_rate": (
+        "sum(increase(vllm:spec_decode_num_accepted_tokens_total[$window])) / sum(increase(vllm:spec_decode_num_draft_tokens_total[$window]))"
+    ),
+    "drafts": "sum(increase(vllm:spec_decode_num_drafts_total[$window]))",
+    "kv_cache_usage": "avg(vllm:kv_cache_usage_perc)",
+    "gpu_utilization": "avg(DCGM_FI_DEV_GPU_UTIL)",
+    "gpu_memory_used_mib": "sum(DCGM_FI_DEV_FB_USED)",
+}
+"""PromQL used when `canary.promql` leaves a key unset: vLLM's and DCGM's names, every series summed.
+
+TPOT, requests and errors have no default: which series are the candidate's
+and which the baseline's depends on the cluster's labels."""
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One histogram's cumulative bucket counts (upper bound → count), summed over its series."""
+
+    buckets: dict[float, float]
+    count: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One scrape of one page: what the guardrails read, under engine-neutral keys."""
+
+    t: float
+    ok: bool
+    error: str | None = None
+    engine: str | None = None
+    """`vllm`, `sglang`, or None (a shadow proxy or DCGM page, or no engine names found)."""
+    counters: dict[str, float] = field(default_factory=dict)
+    """drafts, draft_tokens, accepted_tokens, requests, errors, generation_tokens (those the page has)."""
+    gauges: dict[str, float] = field(default_factory=dict)
+    """spec_accept_rate, spec_accept_length, kv_cache_usage, gpu_utilization, gpu_memory_used_mib, gpu_memory_free_mib."""
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+    """`tpot`: the TPOT (or inter-token latency) histogram, in seconds."""
+    per_position: dict[str, float] = field(default_factory=dict)
+    """vLLM's accepted tokens per draft position (counters)."""
+
+
+def _histogram(samples: list[Any], name: str) -> Histogram | None:
+    buckets: dict[float, float] = {}
+    count = 0.0
+    seen = False
+    for s in samples:
+        if s.name == name + "_bucket":
+            le = float(s.labels.get("le", "inf").replace("+Inf", "inf"))
+            buckets[le] = buckets.get(le, 0.0) + s.value
+            seen = True
+        elif s.name == name + "_count":
+            count += s.value
+    if not seen:
+        return None
+    return Histogram(dict(sorted(buckets.items())), count or buckets.get(float("inf"), 0.0))
+
+
+def parse_page(
+    text: str, t: float, *, engine: str = "auto", model: str | None = None, shadow_names: tuple[str, str] | None = None
+) -> Snapshot:
+    """A Prometheus text page → a `Snapshot`; `ValueError` when it is not Prometheus text.
+
+    `engine` forces the names read (`vllm`, `sglang`); `auto` takes whichever
+    the page carries. `shadow_names` (requests, errors) reads a shadow proxy's
+    counters instead.
+    """
+    samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+    names = {s.name for s in samples}
+    counters: dict[str, float] = {}
+    gauges: dict[str, float] = {}
+    histograms: dict[str, Histogram] = {}
+    per_position: dict[str, float] = {}
+    if shadow_names is not None:
+        for key, name in zip(("requests", "errors"), shadow_names, strict=True):
+            if name in names:
+                counters[key] = sum(s.value for s in samples if s.name == name)
+        return Snapshot(t, True, counters=counters)
+    if engine == "auto":
+        engine = "vllm" if any(n.startswith("vllm:") for n in names) else "sglang" if any(n.startswith("sglang:") for n in names) else ""
+    if engine == "vllm":
+        if model and any(s.labels.get("model_name") == model for s in samples):
+            samples = [s for s in samples if s.labels.get("model_name") in (model, None)]
+        base = parse_metrics(text, model)
+        spec = base.get("spec") or {}
+        for key in ("drafts", "draft_tokens", "accepted_tokens"):
+            if key in spec:
+                counters[key] = float(spec[key])
+        per_position = {str(k): float(v) for k, v in (spec.get("per_position") or {}).items()}
+        if "generation_tokens" in base:
+            counters["generation_tokens"] = float(base["generation_tokens"])
+        success = [s for s in samples if s.name == "vllm:request_success_total"]
+        if success:
+            counters["requests"] = sum(s.value for s in success)
+            counters["errors"] = sum(s.value for s in success if s.labels.get("finished_reason") == "error")
+        kv = [s.value for s in samples if s.name == "vllm:kv_cache_usage_perc"]
+        if kv:
+            gauges["kv_cache_usage"] = sum(kv) / len(kv)
+        for name in VLLM_TPOT:
+            if (h := _histogram(samples, name)) is not None:
+                histograms["tpot"] = h
+                break
+    elif engine == "sglang":
+        for name, key in _SGLANG_COUNTERS.items():
+            if name in names:
+                counters[key] = sum(s.value for s in samples if s.name == name)
+        for name, key in _SGLANG_GAUGES.items():
+            values = [s.value for s in samples if s.name == name]
+            if values:
+                gauges[key] = sum(values) / len(values)
+        for name in SGLANG_TPOT:
+            if (h := _histogram(samples, name)) is not None:
+                histograms["tpot"] = h
+                break
+        if "requests" in counters:  # SGLang counts finished and aborted requests apart
+            counters["requests"] += counters.get("errors", 0.0)
+    for name, (key, how) in _DCGM.items():
+        values = [s.value for s in samples if s.name == name]
+        if values:
+            gauges[key] = sum(values) / len(values) if how == "mean" else sum(values)
+    return Snapshot(t, True, None, engine or None, counters, gauges, histograms, per_position)
+
+
+def _target(url: str) -> Target:
+    """A metrics URL as the HTTP layer's target (the model name is not used by a scrape)."""
+    return Target(url=url, model="metrics")
+
+
+async def scrape_page(
+    url: str, t: float, *, engine: str = "auto", model: str | None = None, shadow_names: tuple[str, str] | None = None
+) -> Snapshot:
+    """Scrape one page; never raises: a failure is a snapshot with `ok=False` and the reason."""
+    http = HttpClient(_target(url), timeout_s=_SCRAPE_TIMEOUT_S, retries=_RETRIES, backoff_s=_BACKOFF_S)
+    try:
+        out = await http.get_text(url)
+    finally:
+        await http.aclose()
+    if out.error is not None:
+        return Snapshot(t, False, f"{url}: {out.error.message}")
+    try:
+        return parse_page(out.value or "", t, engine=engine, model=model, shadow_names=shadow_names)
+    except ValueError as exc:
+        return Snapshot(t, False, f"{url}: not Prometheus text: {exc}")
+
+
+@dataclass(frozen=True)
+class PromResult:
+    """One PromQL query's answer: a value, or why there is none."""
+
+    value: float | None
+    error: str | None = None
+
+
+async def query_prometheus(base_url: str, exprs: dict[str, str], window_s: float) -> dict[str, PromResult]:
+    """Evaluate each expression at this instant with `/api/v1/query`; `$window` becomes the window in seconds.
+
+    An expression must answer one sample (a scalar, or a vector of one
+    series): several series are refused rather than guessed at, no series
+    at all means no data in the window.
+    """
+    http = HttpClient(_target(base_url), timeout_s=_SCRAPE_TIMEOUT_S, retries=_RETRIES, backoff_s=_BACKOFF_S)
+    out: dict[str, PromResult] = {}
+    try:
+        for key, expr in exprs.items():
+            q = expr.replace("$window", f"{round(window_s)}s")
+            res = await http.get_json(f"{base_url}/api/v1/query?{urlencode({'query': q, 'time': f'{time.time():.3f}'})}")
+            out[key] = _prom_value(res.value, res.error.message if res.error else None, q)
+    finally:
+        await http.aclose()
+    return out
+
+
+def _prom_value(body: Any, error: str | None, q: str) -> PromResult:
+    if error is not None:
+        return PromResult(None, f"Prometheus query failed ({error}): {q}")
+    if not isinstance(body, dict) or body.get("status") != "success":
+        why = body.get("error", "no status") if isinstance(body, dict) else "not a JSON object"
+        return PromResult(None, f"Prometheus refused the query ({why}): {q}")
+    data = body.get("data") or {}
+    kind: Any = data.get("resultType")
+    result: Any = data.get("result")
+    try:
+        if kind == "scalar":
+            return PromResult(float(result[1]))
+        if kind == "vector":
+            if not result:
+                return PromResult(None, f"no series in the window: {q}")
+            if len(result) > 1:
+                return PromResult(None, f"{len(result)} series answered (aggregate with sum() or avg()): {q}")
+            value = float(result[0]["value"][1])
+            return PromResult(None if value != value else value, f"NaN (nothing in the window): {q}" if value != value else None)
+    except (TypeError, KeyError, IndexError, ValueError):
+        return PromResult(None, f"unexpected answer shape: {q}")
+    return PromResult(None, f"expected a vector or scalar, got {kind!r}: {q}")
