@@ -23,6 +23,14 @@ def write_suite(path: Path, cases: list[dict[str, Any]]) -> Path:
     return path
 
 
+def run_argv(
+    baseline: str, candidate: str, suite: Path, out: Path, *extra: str, model: str = "test-model", preflight: bool = False
+) -> list[str]:
+    """`qualitycheck run` arguments for two server URLs (preflight off unless asked: most tests script no /tokenize drift)."""
+    argv = ["run", "--baseline", baseline, "--candidate", candidate, "--model", model, "--suite", str(suite), "--out", str(out)]
+    return [*argv, *([] if preflight else ["--no-preflight"]), *extra]
+
+
 def qa_cases(n: int, category: str = "qa", **extra: Any) -> list[dict[str, Any]]:
     return [
         {"id": f"{category}-{i}", "category": category, "messages": [{"role": "user", "content": f"question {category} {i}?"}], **extra}

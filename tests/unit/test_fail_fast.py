@@ -11,26 +11,11 @@ from qualitycheck.core._records import ErrorInfo, Response
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation._runner import FAIL_FAST_ANSWERS, _FailFast
 from qualitycheck.testserver import Fault, TestServer
-from tests.helpers import qa_cases, write_suite
+from tests.helpers import qa_cases, run_argv, write_suite
 
 
 def _args(b: TestServer, c: TestServer, suite: Path, out: Path) -> list[str]:
-    return [
-        "run",
-        "--baseline",
-        b.url,
-        "--candidate",
-        c.url,
-        "--model",
-        "test-model",
-        "--suite",
-        str(suite),
-        "--out",
-        str(out),
-        "--no-preflight",
-        "--concurrency",
-        "4",
-    ]
+    return run_argv(b.url, c.url, suite, out, "--concurrency", "4")
 
 
 def test_a_target_refusing_every_request_alike_stops_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

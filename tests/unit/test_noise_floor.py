@@ -10,27 +10,11 @@ import pytest
 
 from qualitycheck.cli import main
 from qualitycheck.testserver import TestServer
-from tests.helpers import qa_cases, write_suite
+from tests.helpers import qa_cases, run_argv, write_suite
 
 
 def _run(b: TestServer, c: TestServer, suite: Path, out: Path, *flags: str) -> int:
-    return main(
-        [
-            "run",
-            "--baseline",
-            b.url,
-            "--candidate",
-            c.url,
-            "--model",
-            "test-model",
-            "--suite",
-            str(suite),
-            "--out",
-            str(out),
-            "--no-preflight",
-            *flags,
-        ]
-    )
+    return main(run_argv(b.url, c.url, suite, out, *flags))
 
 
 def _asked(srv: TestServer) -> list[str]:

@@ -16,25 +16,11 @@ import pytest
 from qualitycheck.cli._main import main
 from qualitycheck.core._store import RunStore, load_run
 from qualitycheck.testserver import Fault, TestServer
-from tests.helpers import qa_cases, write_suite
+from tests.helpers import qa_cases, run_argv, write_suite
 
 
 def run_args(b: TestServer, c: TestServer, suite: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "run",
-        "--baseline",
-        b.url,
-        "--candidate",
-        c.url,
-        "--model",
-        "m",
-        "--suite",
-        str(suite),
-        "--out",
-        str(out),
-        "--no-preflight",
-        *extra,
-    ]
+    return run_argv(b.url, c.url, suite, out, *extra, model="m")
 
 
 def run_cli(b: TestServer, c: TestServer, suite: Path, out: Path, *extra: str) -> int:

@@ -11,13 +11,11 @@ from qualitycheck.cli._main import main
 from qualitycheck.core._store import RunStore
 from qualitycheck.serving import acceptance_summary, latency_summary, slices_summary
 from qualitycheck.testserver import TestServer
-from tests.helpers import qa_cases, write_suite
+from tests.helpers import qa_cases, run_argv, write_suite
 
 
 def _run(b: TestServer, c: TestServer, suite: Path, out: Path, *extra: str) -> int:
-    return main(
-        ["run", "--baseline", b.url, "--candidate", c.url, "--model", "test-model", "--suite", str(suite), "--out", str(out), *extra]
-    )
+    return main(run_argv(b.url, c.url, suite, out, *extra, preflight=True))
 
 
 def test_run_records_preflight_windows_per_category_and_summaries(tmp_path: Path) -> None:
