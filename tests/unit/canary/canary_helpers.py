@@ -112,12 +112,10 @@ def sglang_page(**values: float) -> str:
 def config(**canary: Any) -> Config:
     guardrails = canary.pop("guardrails", {"min_acceptance_rate": 0.55, "fallback_action": "disable_speculative_decoding_for_route"})
     routes = canary.pop("routes_overrides", {})
+    run = canary.pop("run", {})
+    evidence = {"min_drafts": 10, "min_requests": 5, **canary.pop("evidence", {})}
     return Config.model_validate(
-        {
-            "speculative_decoding_guardrails": guardrails,
-            "routes": routes,
-            "canary": {"evidence": {"min_drafts": 10, "min_requests": 5}, **canary},
-        }
+        {"speculative_decoding_guardrails": guardrails, "routes": routes, "run": run, "canary": {"evidence": evidence, **canary}}
     )
 
 

@@ -324,3 +324,31 @@ def test_gpu_facts_are_recorded_beside_the_guardrails(tmp_path: Path) -> None:
     assert facts.kv_cache_usage == 0.6
     assert facts.gpu_utilization == 70.0 and facts.gpu_memory_used_mib == 39000.0 and facts.gpu_memory_free_mib == 5000.0
     assert rec.status == "healthy"
+
+
+def test_quality_from_a_live_run_folder_counts_the_pairs_stored_in_the_window(tmp_path: Path) -> None:
+    import time
+
+    from qualitycheck.cli._main import main
+    from tests.helpers import qa_cases, write_suite
+
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(6, checks={"exact": True}))
+    with TestServer(default="same") as b, TestServer(default="same", answers={"qa 2?": "changed", "qa 3?": "other"}) as c:
+        args = ["run", "--baseline", b.url, "--candidate", c.url, "--model", "m", "--suite", str(suite), "--no-preflight"]
+        assert main([*args, "--out", str(tmp_path / "run"), "--no-noise-floor"]) == 1
+    cfg = config(
+        window="1h",
+        guardrails={"max_quality_regression_cases": 0},
+        evidence={"min_pairs": 5},
+        routes=["qa"],
+        run={"noise_floor": "none"},
+    )
+    now = Clock(time.time() + 1)
+    rec = asyncio.run(watcher(cfg, tmp_path / "out", now, run_dir=tmp_path / "run").step())
+    (g,) = rec.guardrails
+    assert g.result.route == "qa" and g.result.passed is False and g.result.observed == 2
+    assert "qa-2 (exact)" in g.result.message and "qa-3 (exact)" in g.result.message
+    assert g.evidence == {"pairs": 6}
+    before = Clock(now.t - 7200)  # a window that ended before anything was stored
+    rec = asyncio.run(watcher(cfg, tmp_path / "out2", before, run_dir=tmp_path / "run").step())
+    assert rec.guardrails[0].result.passed is None and "0 pairs stored in the window (minimum 5)" in rec.guardrails[0].result.message
