@@ -13,7 +13,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qualitycheck.cli._options import REPORT_OPTIONS, RUN_OPTIONS, SWEEP_OPTIONS, TARGET_OPTIONS, config_overrides
+from qualitycheck.cli._options import (
+    REPORT_OPTIONS,
+    RUN_OPTIONS,
+    SHADOW_OPTIONS,
+    SHADOW_TARGET_OPTIONS,
+    SWEEP_OPTIONS,
+    TARGET_OPTIONS,
+    config_overrides,
+)
 from qualitycheck.core._errors import ConfigError, Problem
 
 __all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_INCOMPLETE", "EXIT_INPUT", "EXIT_PASS"]
@@ -152,6 +160,39 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+def _listen(value: str | None) -> tuple[str, int]:
+    """`--listen HOST:PORT` (an IPv6 host in brackets)."""
+    host, sep, port = (value or "").rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError([Problem("command line", None, "--listen", f"expected HOST:PORT (e.g. 0.0.0.0:8080), got {value!r}")])
+    return host, int(port)
+
+
+def cmd_shadow(a: argparse.Namespace) -> int:
+    from qualitycheck.core._config import load_config
+    from qualitycheck.shadow._proxy import AS_REQUESTED
+    from qualitycheck.shadow._serve import run_shadow
+    from qualitycheck.traffic._rules import load_rules
+
+    host, port = _listen(a.listen)
+    if not a.out:
+        raise ConfigError([Problem("command line", None, "--out", "required: the run folder to record into")])
+    overrides = config_overrides(vars(a), (*SHADOW_TARGET_OPTIONS, *SHADOW_OPTIONS))
+    try:
+        cfg = load_config(a.config, overrides)
+    except ConfigError as exc:  # a target without a model forwards whatever model each caller names
+        if a.model or not exc.problems or any(not p.field.endswith(".model") for p in exc.problems):
+            raise
+        cfg = load_config(a.config, {**overrides, "model": AS_REQUESTED})
+    missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
+    if missing:
+        raise ConfigError(
+            [Problem(cfg.source or "command line", None, n, f"no {n} target (--{n} URL or `{n}:` in the config)") for n in missing]
+        )
+    return run_shadow(cfg, Path(a.out), load_rules(a.rules), host=host, port=port)
+
+
 COMMANDS = {
     "run": cmd_run,
     "validate": cmd_validate,
@@ -162,4 +203,5 @@ COMMANDS = {
     "sweep": cmd_sweep,
     "demo": cmd_demo,
     "merge": cmd_merge,
+    "shadow": cmd_shadow,
 }

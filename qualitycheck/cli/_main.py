@@ -17,6 +17,8 @@ from qualitycheck.cli._options import (
     PREFLIGHT_OPTIONS,
     REPORT_OPTIONS,
     RUN_OPTIONS,
+    SHADOW_OPTIONS,
+    SHADOW_TARGET_OPTIONS,
     SWEEP_OPTIONS,
     TARGET_OPTIONS,
     add_options,
@@ -74,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("merge", help="combine the run folders of --shard jobs into one run (same targets, disjoint cases)")
     p.add_argument("dirs", nargs="+", metavar="DIR")
     p.add_argument("--out", required=True, metavar="DIR", help="new run folder for the merged run")
+
+    p = sub.add_parser("shadow", help="a proxy: callers get the baseline's answers, a sample is mirrored to the candidate and recorded")
+    add_options(p.add_argument, (*SHADOW_TARGET_OPTIONS, *SHADOW_OPTIONS))
 
     p = sub.add_parser("canary", help="watch a live candidate against the guardrails; trip and fall back automatically")
     add_options(p.add_argument, CANARY_COMMAND_OPTIONS)

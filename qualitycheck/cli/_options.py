@@ -24,6 +24,8 @@ __all__ = [
     "PREFLIGHT_OPTIONS",
     "REPORT_OPTIONS",
     "RUN_OPTIONS",
+    "SHADOW_OPTIONS",
+    "SHADOW_TARGET_OPTIONS",
     "SWEEP_OPTIONS",
     "TARGET_OPTIONS",
     "Option",
@@ -159,6 +161,36 @@ CANARY_OPTIONS = (
 """`canary`: the live watch; with `--config` (the guardrails and the `canary` block)."""
 
 
+SHADOW_OPTIONS = (
+    Option("listen", "address the proxy listens on, e.g. 0.0.0.0:8080 (port 0: any free port)", metavar="HOST:PORT"),
+    Option("out", "run folder (with --rotate-every: the folder that holds one run folder per period)", metavar="DIR"),
+    Option("sample", "share of chat and completions requests mirrored to the candidate (default 0.1)", key="shadow.sample", metavar="P", type=float),
+    Option(
+        "max-inflight",
+        "mirrored pairs pending at once; beyond it requests are not mirrored, and counted as dropped (default 256)",
+        key="shadow.max_inflight",
+        metavar="N",
+        type=int,
+    ),
+    Option("rules", "rules file (YAML) naming categories and the judge, as for replay", metavar="FILE"),
+    Option(
+        "rotate-every",
+        "close the run folder and start the next after N pairs or a duration (90s, 30m, 6h, 1d, 1w)",
+        key="shadow.rotate_every",
+        metavar="N|DURATION",
+    ),
+    Option("keep-pii", "store prompts and answers as sent (not redacted)", key="shadow.keep_pii", action="store_true", value=True),
+    Option(
+        "drain-timeout",
+        "on SIGTERM, seconds in-flight requests and mirrors may take to finish (default 30)",
+        key="shadow.drain_timeout_s",
+        metavar="S",
+        type=float,
+    ),
+)
+"""`shadow`: the proxy; with `--config`, `--baseline`, `--candidate`, `--model`, `--timeout` and `--no-noise-floor`."""
+
+
 def _pick(options: Iterable[Option], *flags: str) -> tuple[Option, ...]:
     by_flag = {o.flag: o for o in options}
     return tuple(by_flag[f] for f in flags)
@@ -167,6 +199,8 @@ def _pick(options: Iterable[Option], *flags: str) -> tuple[Option, ...]:
 PREFLIGHT_OPTIONS = _pick(TARGET_OPTIONS, "config", "baseline", "candidate", "model", "suite")
 CANARY_COMMAND_OPTIONS = (*_pick(TARGET_OPTIONS, "config"), *CANARY_OPTIONS)
 """`canary`: the config file (guardrails and the `canary` block), then the watch's own flags."""
+SHADOW_TARGET_OPTIONS = _pick((*TARGET_OPTIONS, *RUN_OPTIONS), "config", "baseline", "candidate", "model", "timeout", "no-noise-floor")
+"""The endpoints of `shadow` (a target without a model forwards the model each caller names)."""
 SWEEP_OPTIONS = _pick((*TARGET_OPTIONS, *RUN_OPTIONS), "config", "baseline", "model", "suite", "max-tokens", "repeats", "timeout")
 """`sweep` names its candidates itself (K=URL, or a launch template per k) and sweeps concurrency."""
 

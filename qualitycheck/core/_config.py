@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from qualitycheck.core._canary_config import CanaryConfig
 from qualitycheck.core._errors import ConfigError, Problem
 
-__all__ = ["DEFAULT_CONFIG_NAME", "Config", "JudgeTarget", "RunOptions", "Target", "load_config"]
+__all__ = ["DEFAULT_CONFIG_NAME", "Config", "JudgeTarget", "RunOptions", "ShadowOptions", "Target", "load_config", "parse_rotation"]
 
 DEFAULT_CONFIG_NAME = "qualitycheck.yaml"
 TARGET_NAMES = ("baseline", "candidate", "control")
@@ -136,6 +136,75 @@ class RunOptions(BaseModel):
     """Cases report.html embeds in full, the most important first; all of them stay in the store."""
 
 
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"})
+
+
+def parse_rotation(value: str | int) -> tuple[int | None, float | None]:
+    """`--rotate-every`: a number of stored pairs (`100000`) or a duration (`90s`, `30m`, `6h`, `1d`, `1w`).
+
+    Returns (pairs, seconds), one of them None; raises ValueError with the accepted forms.
+    """
+    text = str(value).strip().lower()
+    if text.isdigit() and int(text) > 0:
+        return int(text), None
+    if len(text) > 1 and text[-1] in _UNITS:
+        try:
+            n = float(text[:-1])
+        except ValueError:
+            n = 0.0
+        if n > 0:
+            return None, n * _UNITS[text[-1]]
+    raise ValueError(f"expected a number of pairs (e.g. 100000) or a duration (90s, 30m, 6h, 1d, 1w), got {value!r}")
+
+
+class ShadowOptions(BaseModel):
+    """`qualitycheck shadow`: how much live traffic is mirrored to the candidate and where it is recorded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sample: float = Field(default=0.1, ge=0.0, le=1.0)
+    """Share of chat and completions requests mirrored to the candidate and recorded."""
+    max_inflight: int = Field(default=256, ge=1, le=100_000)
+    """Mirrored pairs pending at once (answering, or waiting to be stored); more are dropped and counted."""
+    tag_headers: dict[str, str] = Field(default_factory=lambda: {"X-Route": "route", "X-Tenant": "tenant"})
+    """Request header → case tag (`route` names the route the gate and the fallback plan speak of)."""
+    rotate_every: str | None = None
+    """Close the run folder and start the next after this many stored pairs, or this long (`6h`, `1d`)."""
+    keep_pii: bool = False
+    """Store prompts and answers as sent, not redacted (the replay privacy rules otherwise)."""
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+    """On SIGTERM: how long in-flight requests and mirrors may take to finish."""
+    scrape_every_s: float = Field(default=60.0, ge=0)
+    """How often the candidate's (and baseline's) /metrics are scraped into an acceptance window; 0: only when a
+    folder opens and closes."""
+    summarize_rotated: bool = True
+    """Score a rotated folder and write its summary.json in a child process (at low priority)."""
+    max_body_mb: float = Field(default=64.0, gt=0)
+    """Largest request body accepted (the proxy reads a body whole to mirror it)."""
+
+    @field_validator("rotate_every", mode="before")
+    @classmethod
+    def _rotation(cls, v: Any) -> Any:
+        if v is not None:
+            parse_rotation(v)
+            return str(v).strip()
+        return v
+
+    @field_validator("tag_headers")
+    @classmethod
+    def _no_secret_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = sorted(h for h in v if h.lower() in _SECRET_HEADERS)
+        if bad:
+            raise ValueError(f"{', '.join(bad)} carry credentials and are never stored as tags")
+        return v
+
+    @property
+    def rotation(self) -> tuple[int | None, float | None]:
+        """(pairs, seconds) after which a folder is closed; (None, None): never."""
+        return parse_rotation(self.rotate_every) if self.rotate_every else (None, None)
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -156,6 +225,8 @@ class Config(BaseModel):
     judges_dir: str | None = None
     canary: CanaryConfig = CanaryConfig()
     """`qualitycheck canary` only: metric sources, evidence minimums, windows (core/_canary_config.py)."""
+    shadow: ShadowOptions = ShadowOptions()
+    """`qualitycheck shadow` only."""
     source: str | None = Field(default=None, exclude=True)
 
     def targets(self) -> dict[str, Target]:

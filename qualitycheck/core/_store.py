@@ -204,6 +204,20 @@ class RunStore:
                 [Score.model_validate_json(b) for b in sc.take(case.id)],
             )
 
+    def put_case(self, case: Case, idx: int, responses: Iterable[Response] = ()) -> None:
+        """Add one case at position `idx`, with its answers, in one transaction: for a run whose cases arrive as it goes.
+
+        The shadow proxy stores each mirrored request this way the moment both
+        answers are in, so a killed proxy never leaves a case without its pair.
+        The caller numbers the cases (from `case_count()`): looking the next
+        position up here would scan the table on every insert.
+        """
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("INSERT INTO cases VALUES (?,?,?,?)", (idx, case.id, case.category, json.dumps(_case_body(case))))
+            for r in responses:
+                self.put_response(r)
+
     # ------------------------------------------------------------ responses
     def put_response(self, r: Response) -> None:
         """Store one outcome durably; a success is never replaced by a later error."""

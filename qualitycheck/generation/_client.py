@@ -25,10 +25,20 @@ from pydantic import ValidationError
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import RunOptions, Target
-from qualitycheck.core._http import HttpClient, bad_response, error_event, first_line, json_body, malformed, stream_cut
-from qualitycheck.core._records import Response, ToolCall, Usage
+from qualitycheck.core._http import (
+    HttpClient,
+    HttpError,
+    bad_response,
+    error_event,
+    first_line,
+    json_body,
+    malformed,
+    status_error,
+    stream_cut,
+)
+from qualitycheck.core._records import ErrorInfo, Response, ToolCall, Usage
 
-__all__ = ["Endpoint", "RequestPlan", "build_request"]
+__all__ = ["AnswerReader", "Endpoint", "RequestPlan", "build_request"]
 
 _DRAIN_S = 0.25
 
@@ -189,12 +199,16 @@ class Endpoint:
     # ------------------------------------------------------------ sending
     async def send(self, case: Case, repeat: int = 0, plan: RequestPlan | None = None) -> Response:
         plan = plan or build_request(case, self.target, self.opts, repeat)
+        return await self.send_plan(case.id, plan, repeat)
+
+    async def send_plan(self, case_id: str, plan: RequestPlan, repeat: int = 0) -> Response:
+        """Send an exact request body: the shadow proxy's mirrors are its callers' bodies, not built from a case."""
         started = time.time()
 
         async def once(attempt: int) -> Response:
             try:
                 acc, e2e = await self._attempt(plan)
-                return self._from_acc(case, repeat, plan, acc, started, attempt, e2e)
+                return _response(acc, case_id, self.name, repeat, plan.fingerprint, started, attempt, e2e)
             except (ValidationError, TypeError, ValueError) as exc:  # an answer our records cannot hold
                 raise bad_response(exc) from None
 
@@ -202,7 +216,7 @@ class Endpoint:
         if out.value is not None:
             return out.value
         return Response(
-            case_id=case.id,
+            case_id=case_id,
             target=self.name,
             repeat=repeat,
             fingerprint=plan.fingerprint,
@@ -232,28 +246,30 @@ class Endpoint:
         acc.feed(body, t0 + t_end, chat)
         return acc, t_end
 
-    def _from_acc(
-        self, case: Case, repeat: int, plan: RequestPlan, acc: _Accumulator, started: float, attempts: int, e2e: float | None = None
-    ) -> Response:
-        end = e2e if e2e is not None else (acc.done_at or time.perf_counter()) - acc.t0
-        u = acc.usage or {}
-        return Response(
-            case_id=case.id,
-            target=self.name,
-            repeat=repeat,
-            fingerprint=plan.fingerprint,
-            text="".join(acc.text),
-            tool_calls=acc.tool_calls(),
-            token_ids=acc.token_ids if acc.has_token_ids else None,
-            finish_reason=acc.finish_reason,
-            usage=Usage(prompt_tokens=u.get("prompt_tokens"), completion_tokens=u.get("completion_tokens")),
-            ttft_s=acc.chunk_times[0] if acc.chunk_times else None,
-            chunk_times=acc.chunk_times,
-            chunk_tokens=acc.chunk_tokens if acc.has_token_ids else None,
-            e2e_s=end,
-            started_at=started,
-            attempts=attempts,
-        )
+
+def _response(
+    acc: _Accumulator, case_id: str, target: str, repeat: int, fingerprint: str, started: float, attempts: int, e2e: float | None = None
+) -> Response:
+    """The answer an accumulator assembled, as the record the store keeps."""
+    end = e2e if e2e is not None else (acc.done_at or time.perf_counter()) - acc.t0
+    u = acc.usage or {}
+    return Response(
+        case_id=case_id,
+        target=target,
+        repeat=repeat,
+        fingerprint=fingerprint,
+        text="".join(acc.text),
+        tool_calls=acc.tool_calls(),
+        token_ids=acc.token_ids if acc.has_token_ids else None,
+        finish_reason=acc.finish_reason,
+        usage=Usage(prompt_tokens=u.get("prompt_tokens"), completion_tokens=u.get("completion_tokens")),
+        ttft_s=acc.chunk_times[0] if acc.chunk_times else None,
+        chunk_times=acc.chunk_times,
+        chunk_tokens=acc.chunk_tokens if acc.has_token_ids else None,
+        e2e_s=end,
+        started_at=started,
+        attempts=attempts,
+    )
 
 
 def _feed_line(line: bytes | str, now: float, acc: _Accumulator, chat: bool) -> bool:
@@ -280,28 +296,52 @@ def _feed_line(line: bytes | str, now: float, acc: _Accumulator, chat: bool) -> 
     return False
 
 
-async def _read_sse_stream(content: aiohttp.StreamReader, acc: _Accumulator, chat: bool) -> None:
-    """Split the body into lines ourselves: no line-length limit (MB-sized chunks), one clock read per network read."""
-    pending: list[bytes] = []
-    async for data in content.iter_any():
-        now = time.perf_counter()
+class _SseLines:
+    """Splits an SSE body into lines as its bytes arrive and feeds each to the accumulator.
+
+    Lines are split here rather than by aiohttp: no line-length limit
+    (MB-sized chunks), one clock read per network read. The client's reader
+    and `AnswerReader` (the bytes the shadow proxy forwards) share it.
+    """
+
+    __slots__ = ("_pending", "acc", "chat")
+
+    def __init__(self, acc: _Accumulator, chat: bool):
+        self.acc = acc
+        self.chat = chat
+        self._pending: list[bytes] = []
+
+    def feed(self, data: bytes, now: float) -> bool:
+        """One network read; True once `[DONE]` arrived (what follows it in `data` is not looked at)."""
         start = 0
         while True:
             nl = data.find(b"\n", start)
             if nl < 0:
                 if start < len(data):
-                    pending.append(data[start:])
-                break
+                    self._pending.append(data[start:])
+                return False
             line = data[start:nl]
-            if pending:
-                pending.append(line)
-                line = b"".join(pending)
-                pending = []
+            if self._pending:
+                self._pending.append(line)
+                line = b"".join(self._pending)
+                self._pending = []
             start = nl + 1
-            if line and _feed_line(line, now, acc, chat):
-                return
-    if pending:
-        _feed_line(b"".join(pending), time.perf_counter(), acc, chat)
+            if line and _feed_line(line, now, self.acc, self.chat):
+                return True
+
+    def end(self, now: float) -> None:
+        """The body ended: a last line without its newline still counts."""
+        if self._pending:
+            line, self._pending = b"".join(self._pending), []
+            _feed_line(line, now, self.acc, self.chat)
+
+
+async def _read_sse_stream(content: aiohttp.StreamReader, acc: _Accumulator, chat: bool) -> None:
+    lines = _SseLines(acc, chat)
+    async for data in content.iter_any():
+        if lines.feed(data, time.perf_counter()):
+            return
+    lines.end(time.perf_counter())
 
 
 async def _drain(content: aiohttp.StreamReader) -> None:
@@ -319,3 +359,74 @@ async def _drain(content: aiohttp.StreamReader) -> None:
                 pass
     except (TimeoutError, aiohttp.ClientError, OSError):
         pass  # the connection is closed instead of reused; the answer is complete
+
+
+_MAX_ERROR_BODY = 64 * 1024
+
+
+class AnswerReader:
+    """An answer's bytes, read by someone else, turned into a `Response` by this module's parser.
+
+    The shadow proxy forwards a baseline's bytes to its caller unchanged and
+    hands each read here after passing it on, so the recorded answer is parsed
+    and timed exactly as the client parses and times its own requests: chunk
+    times from `t0`, the moment the request went out. `sse` says how the body
+    is framed (the answer's Content-Type, not what the request asked for). A
+    fault in the bytes (a status other than 200, malformed JSON, an error
+    event, a stream that ends before [DONE]) becomes the Response's `error`,
+    as it does for the client, and the rest of the body is ignored.
+    """
+
+    __slots__ = ("_acc", "_body", "_error", "_lines", "_retry_after", "_status", "chat", "sse")
+
+    def __init__(self, kind: str, *, sse: bool, t0: float, status: int = 200, retry_after: str | None = None):
+        self.chat = kind == "chat"
+        self.sse = sse and status == 200
+        self._acc = _Accumulator(t0)
+        self._lines = _SseLines(self._acc, self.chat) if self.sse else None
+        self._body: list[bytes] = []
+        self._status = status
+        self._retry_after = retry_after
+        self._error: ErrorInfo | None = None
+
+    @property
+    def done(self) -> bool:
+        """The stream's `[DONE]` arrived (or it failed): what follows is not the answer."""
+        return self._acc.done or self._error is not None
+
+    def feed(self, data: bytes, now: float) -> None:
+        if self._error is not None or self._acc.done:
+            return
+        if self._lines is None:
+            if self._status == 200 or sum(map(len, self._body)) < _MAX_ERROR_BODY:
+                self._body.append(data)
+            return
+        try:
+            self._lines.feed(data, now)
+        except HttpError as exc:
+            self._error = exc.info
+
+    def response(self, *, case_id: str, target: str, fingerprint: str, started_at: float, now: float) -> Response:
+        """The answer once its body ended at `now` (perf_counter); an incomplete one is a `stream_cut`."""
+        acc = self._acc
+        try:
+            if self._error is None:
+                if self._status != 200:
+                    raise status_error(self._status, b"".join(self._body)[:_MAX_ERROR_BODY], self._retry_after)
+                if self._lines is not None:
+                    if not acc.done:
+                        self._lines.end(now)
+                    if not acc.done:
+                        raise stream_cut()
+                    return _response(acc, case_id, target, 0, fingerprint, started_at, 1)
+                raw = b"".join(self._body)
+                body = json_body(raw)
+                if not isinstance(body, dict):
+                    raise malformed(f"answer is not a JSON object: {raw[:80]!r}")
+                acc.feed(body, now, self.chat)
+                return _response(acc, case_id, target, 0, fingerprint, started_at, 1, now - acc.t0)
+        except HttpError as exc:
+            self._error = exc.info
+        except (ValidationError, TypeError, ValueError) as exc:  # an answer our records cannot hold
+            self._error = bad_response(exc).info
+        return Response(case_id=case_id, target=target, fingerprint=fingerprint, started_at=started_at, error=self._error)

@@ -1,0 +1,343 @@
+"""The shadow proxy's run folders: each mirrored pair stored as a case with its answers, as it completes.
+
+A folder is a run folder like any other (`core._store.RunStore`: manifest,
+stored config, cases, responses, /metrics windows), so `qualitycheck
+score/report/gate DIR` and `merge` read it as they read a `run`. Its cases
+arrive with the traffic: each pair is turned into a case by replay's own
+function (`traffic.case_from_request`: category from the rules file, checks
+from the request, PII redacted) and committed with its answers in one
+transaction (`RunStore.put_case`), so a `kill -9` loses at most the pairs in
+flight.
+
+All of that runs on a writer thread of its own, as the runner's writer does:
+SQLite's commits wait on the disk, and a wait on the event loop would delay
+the bytes of every stream the proxy is forwarding. The thread receives pairs,
+windows and rotations through one queue, in order; a rotation closes the
+folder (its period record, the noise-floor record, `shadow.json`) and opens
+the next.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from qualitycheck.core._cases import Case
+from qualitycheck.core._config import Config
+from qualitycheck.core._records import ErrorInfo, Response, ToolCall
+from qualitycheck.core._store import RunStore
+from qualitycheck.generation._metrics import record_window
+from qualitycheck.generation._noise import NOISE_FLOOR_ARTIFACT
+from qualitycheck.shadow._tally import PERIODS_ARTIFACT, DrainRecord, ShadowMetrics, ShadowPeriod
+from qualitycheck.traffic._redact import Conversation, Redactor
+from qualitycheck.traffic._rules import Rules, case_from_request
+
+__all__ = ["SUMMARY_FILE", "PairRecord", "Recorder", "folder_name"]
+
+SUMMARY_FILE = "shadow.json"
+"""The folder's period record, as a file for people (the store holds the same under the `shadow` artifact)."""
+
+
+@dataclass(slots=True)
+class PairRecord:
+    """One mirrored request with its answers, handed from the event loop to the writer."""
+
+    case_id: str
+    raw: bytes
+    """The request body as the caller sent it (the redactor's hint of which scans it needs)."""
+    body: dict[str, Any]
+    tags: dict[str, str]
+    responses: list[Response]
+    """baseline, candidate, and `control` when the baseline was asked again."""
+    release: Callable[[], None]
+    """Frees the pair's slot under `max_inflight` once it is stored (or given up)."""
+
+
+@dataclass(slots=True)
+class _Written:
+    """The writer's own tally for the open folder: what it stored, and what it could not."""
+
+    stored: int = 0
+    not_a_case: int = 0
+    store_failed: int = 0
+    baseline_errors: dict[str, int] = field(default_factory=dict)
+    candidate_errors: dict[str, int] = field(default_factory=dict)
+    compared: int = 0
+    identical: int = 0
+    asked_again: int = 0
+    redactions: dict[str, int] = field(default_factory=dict)
+
+
+def folder_name(replica: str, seq: int, now: float | None = None) -> str:
+    """A rotated folder's name: UTC start time first, so a listing is in time order."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + f"-{replica}-{seq:04d}"
+
+
+def _add(counts: dict[str, int], more: dict[str, int]) -> None:
+    for k, v in more.items():
+        counts[k] = counts.get(k, 0) + v
+
+
+def _redacted(r: Response, conv: Conversation) -> Response:
+    """An answer with its text, tool-call arguments and error message redacted in the pair's conversation."""
+    update: dict[str, Any] = {}
+    if r.text:
+        update["text"] = conv.text(r.text)
+    if r.tool_calls:
+        update["tool_calls"] = [ToolCall(name=c.name, arguments=conv.text(c.arguments), id=c.id) for c in r.tool_calls]
+    if r.error is not None:
+        update["error"] = ErrorInfo(kind=r.error.kind, message=conv.text(r.error.message), status=r.error.status)
+    return r.model_copy(update=update) if update else r
+
+
+class Recorder:
+    """The run folders of one proxy process and the thread that writes them.
+
+    Without rotation the folder is `out` itself (a restarted proxy appends to
+    it: the manifest matches and case ids are unique per process); with
+    `rotate_every` each period gets `out/<UTC start>-<replica>-<seq>`.
+    `open` runs before the proxy listens, so a folder holding another run is
+    refused (exit 2) before any client is served.
+    """
+
+    _STOP = object()
+
+    def __init__(
+        self,
+        cfg: Config,
+        out: Path,
+        rules: Rules,
+        *,
+        replica: str,
+        listen: str,
+        metrics: ShadowMetrics,
+        log: Callable[[str], None],
+        noise_floor: bool,
+    ):
+        self.cfg = cfg
+        self.out = Path(out)
+        self.rules = rules
+        self.replica = replica
+        self.listen = listen
+        self.metrics = metrics
+        self.log = log
+        self.noise_floor = noise_floor
+        self._rotating = cfg.shadow.rotate_every is not None
+        self._redactor = None if cfg.shadow.keep_pii else Redactor()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._store: RunStore | None = None
+        self._period: ShadowPeriod | None = None
+        self._written = _Written()
+        self._next_idx = 0
+        self._floor_base = (0, 0)
+        self._seq = 0
+        self.folders: list[Path] = []
+        self._children: list[subprocess.Popen[bytes]] = []
+        self.failure: BaseException | None = None
+
+    # ------------------------------------------------------------ called from the event loop
+    @property
+    def folder(self) -> Path:
+        return self.folders[-1]
+
+    def open(self) -> Path:
+        """Open the first folder and start the writer thread."""
+        self._open_folder()
+        self._thread = threading.Thread(target=self._run, name="qc-shadow-writer", daemon=True)
+        self._thread.start()
+        return self.folder
+
+    def put_pair(self, pair: PairRecord) -> None:
+        self._queue.put(pair)
+
+    def put_window(self, w: dict[str, Any]) -> None:
+        self._queue.put(("window", w))
+
+    def rotate(self, period: ShadowPeriod) -> None:
+        """Close the folder with the loop's tally of its period, and open the next (in the writer, after what is queued)."""
+        self._queue.put(("rotate", period))
+
+    def close(self, period: ShadowPeriod, drain: DrainRecord | None) -> None:
+        """Store what is queued, close the last folder and stop the thread (blocks: call it off the loop)."""
+        self._queue.put(("close", period, drain))
+        self._queue.put(self._STOP)
+        if self._thread is not None:
+            self._thread.join()
+
+    def backlog(self) -> int:
+        return self._queue.qsize()
+
+    def new_period(self) -> ShadowPeriod:
+        s = self.cfg.shadow
+        return ShadowPeriod(replica=self.replica, listen=self.listen, sample=s.sample, max_inflight=s.max_inflight, started_at=time.time())
+
+    # ------------------------------------------------------------ the writer thread
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is self._STOP:
+                return
+            try:
+                if isinstance(item, PairRecord):
+                    self._store_pair(item)
+                elif item[0] == "window":
+                    assert self._store is not None
+                    record_window(self._store, item[1])
+                    self._checkpoint()
+                elif item[0] == "rotate":
+                    self._close_folder(item[1], "rotation", None)
+                    self._open_folder()
+                elif item[0] == "close":
+                    self._close_folder(item[1], "stopped", item[2])
+            except Exception as exc:  # a disk or store failure: keep serving, say so once per kind
+                if self.failure is None:
+                    self.log(f"the run store failed ({type(exc).__name__}: {str(exc)[:200]}); pairs are dropped until it recovers")
+                self.failure = exc
+
+    def _store_pair(self, p: PairRecord) -> None:
+        w = self._written
+        try:
+            drafted = case_from_request(p.body, p.tags, self.rules, self._redactor, case_id=p.case_id, raw=p.raw)
+            if isinstance(drafted, str):
+                w.not_a_case += 1
+                self.metrics.dropped["not_a_case"].inc()
+                return
+            try:
+                case = Case.model_validate(drafted.case)
+            except ValidationError:
+                w.not_a_case += 1
+                self.metrics.dropped["not_a_case"].inc()
+                return
+            responses = p.responses
+            conv = self._redactor.conversation() if self._redactor is not None else None
+            if conv is not None:  # one conversation for the answers: the same value reads the same in all of them
+                responses = [_redacted(r, conv) for r in responses]
+            assert self._store is not None
+            try:
+                self._store.put_case(case, self._next_idx, responses)
+            except Exception:
+                w.store_failed += 1
+                self.metrics.dropped["store_failed"].inc()
+                raise
+            self._next_idx += 1
+            w.stored += 1
+            self.metrics.stored.inc()
+            _add(w.redactions, drafted.redactions or {})
+            if conv is not None:
+                _add(w.redactions, conv.counts)
+            by_target = {r.target: r for r in p.responses}
+            b, c = by_target.get("baseline"), by_target.get("candidate")
+            for side, r in (("baseline", b), ("candidate", c)):
+                if r is not None and r.error is not None:
+                    errs = w.baseline_errors if side == "baseline" else w.candidate_errors
+                    errs[r.error.kind] = errs.get(r.error.kind, 0) + 1
+            if b is not None and c is not None and b.ok and c.ok:
+                w.compared += 1
+                w.identical += b.answer == c.answer
+            if "control" in by_target:
+                w.asked_again += 1
+        finally:
+            p.release()
+
+    def _manifest(self) -> dict[str, Any]:
+        from qualitycheck.pipeline._run import manifest_for
+
+        cfg = self.cfg.model_copy(update={"control": None})
+        manifest = manifest_for([], cfg, [])
+        manifest["suite_fingerprint"] = "shadow"  # never the fingerprint of a suite: `run --out` refuses the folder
+        manifest["shadow"] = {"listen": self.listen, "sample": self.cfg.shadow.sample}
+        return manifest
+
+    def _open_folder(self) -> None:
+        from qualitycheck.pipeline._run import redacted_config
+
+        self._seq += 1
+        folder = self.out / folder_name(self.replica, self._seq) if self._rotating else self.out
+        store = RunStore.create(folder, self._manifest(), [])
+        store.put_artifact("config", redacted_config(self.cfg))
+        self._store = store
+        self._next_idx = store.case_count()
+        nf = store.artifact(NOISE_FLOOR_ARTIFACT) or {}  # a restarted proxy appending to the folder counts on
+        self._floor_base = (int(nf.get("cases", 0)), int(nf.get("of_cases", 0)))
+        self._period = self.new_period()
+        self._written = _Written()
+        self.folders.append(folder)
+
+    def _checkpoint(self) -> None:
+        """Keep the folder's manifest count and noise-floor record current, for a folder a `kill -9` leaves behind."""
+        store = self._store
+        assert store is not None
+        manifest = store.manifest
+        manifest["cases"] = store.case_count()
+        store.set_meta("manifest", manifest)
+        if self.noise_floor:  # what `generation._noise` records for a run, so the summary reads the floor the same way
+            asked, of_cases = self._floor_base[0] + self._written.asked_again, self._floor_base[1] + self._written.compared
+            store.put_artifact(NOISE_FLOOR_ARTIFACT, {"source": "baseline_again", "cases": asked, "requests": asked, "of_cases": of_cases})
+
+    def _close_folder(self, loop_period: ShadowPeriod, because: str, drain: DrainRecord | None) -> None:
+        store, w = self._store, self._written
+        assert store is not None
+        self._checkpoint()
+        dropped = dict(loop_period.dropped)
+        for reason, n in (("not_a_case", w.not_a_case), ("store_failed", w.store_failed)):
+            if n:
+                dropped[reason] = dropped.get(reason, 0) + n
+        assert self._period is not None
+        period = loop_period.model_copy(
+            update={
+                "started_at": self._period.started_at,
+                "closed_at": time.time(),
+                "closed_because": because,
+                "dropped": dropped,
+                "stored": w.stored,
+                "baseline_errors": w.baseline_errors,
+                "candidate_errors": w.candidate_errors,
+                "compared": w.compared,
+                "identical": w.identical,
+                "asked_again": w.asked_again,
+                "redactions": w.redactions,
+                "drain": drain,
+            }
+        )
+        periods = store.artifact(PERIODS_ARTIFACT, [])
+        periods.append(period.model_dump(mode="json"))
+        store.put_artifact(PERIODS_ARTIFACT, periods)
+        folder = store.folder
+        store.close()
+        self._store = None
+        (folder / SUMMARY_FILE).write_text(json.dumps(periods if len(periods) > 1 else periods[0], indent=2) + "\n", encoding="utf-8")
+        self.log(
+            f"{folder}: closed ({because}): {w.stored} pairs stored, {w.identical}/{w.compared} identical, "
+            f"candidate errors {sum(w.candidate_errors.values())}, dropped {sum(dropped.values())}"
+        )
+        if because == "rotation" and self.cfg.shadow.summarize_rotated:
+            self._summarize(folder)
+
+    def _summarize(self, folder: Path) -> None:
+        """Score the closed folder and write its summary in a child process at low priority, off the proxy's core time."""
+        self._children = [c for c in self._children if c.poll() is None]
+        with (folder / "summary.log").open("wb") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "qualitycheck", "score", str(folder)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "NO_COLOR": "1"},
+            )
+        try:
+            os.setpriority(os.PRIO_PROCESS, child.pid, 10)
+        except OSError:  # gone already, or not permitted: it only runs at normal priority
+            pass
+        self._children.append(child)

@@ -1,0 +1,99 @@
+"""`qualitycheck shadow`: serve until SIGTERM, drain, then write the last folder's summary.
+
+The order on a stop is what keeps acknowledged pairs: stop listening and let
+in-flight requests and mirrors finish (within `shadow.drain_timeout_s`),
+store every finished pair, record the last /metrics window, close the folder
+(`shadow.json`), and only then score and summarise it as `qualitycheck run`
+does (summary.json, report.html, signoff.md): the proxy serves nobody by
+then, so that work never touches a caller's latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from qualitycheck.core._config import Config
+from qualitycheck.core._store import RunStore
+from qualitycheck.shadow._proxy import ShadowProxy
+from qualitycheck.shadow._recorder import Recorder
+from qualitycheck.shadow._tally import DrainRecord, ShadowMetrics
+from qualitycheck.traffic._rules import Rules
+
+__all__ = ["log", "run_loop", "run_shadow"]
+
+T = TypeVar("T")
+
+
+def log(message: str) -> None:
+    """The proxy's log line: events and counts, never a request or an answer."""
+    print(f"qualitycheck shadow: {message}", file=sys.stderr, flush=True)
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run on uvloop when it is installed (a faster event loop for the same aiohttp code), else on asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+def run_shadow(
+    cfg: Config,
+    out: Path,
+    rules: Rules,
+    *,
+    host: str,
+    port: int,
+    summarize: bool = True,
+    on_listening: Callable[[str], None] | None = None,
+) -> int:
+    """Serve the proxy until SIGTERM or SIGINT; returns the last folder's verdict exit code (0 when not summarised)."""
+    metrics = ShadowMetrics()
+    noise_floor = cfg.run.noise_floor != "none"
+    recorder = Recorder(
+        cfg, out, rules, replica=secrets.token_hex(3), listen=f"{host}:{port}", metrics=metrics, log=log, noise_floor=noise_floor
+    )
+    recorder.open()  # a folder holding another run is refused (exit 2) before anyone is served
+
+    async def main() -> DrainRecord:
+        proxy = ShadowProxy(cfg, recorder, metrics, host=host, port=port, noise_floor=noise_floor, log=log)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            url = await proxy.start()
+        except BaseException:
+            await asyncio.to_thread(recorder.close, proxy.period, None)
+            raise
+        assert cfg.baseline is not None and cfg.candidate is not None
+        s = cfg.shadow
+        log(
+            f"listening on {url}: baseline {cfg.baseline.public_url}, candidate {cfg.candidate.public_url}, "
+            f"sample {s.sample:g}, max in flight {s.max_inflight}"
+            + (f", rotating every {s.rotate_every}" if s.rotate_every else "")
+            + f" → {recorder.folder}"
+        )
+        if on_listening is not None:
+            on_listening(url)
+        await stop.wait()
+        log(f"stopping: draining for up to {s.drain_timeout_s:g}s")
+        drain = await proxy.drain()
+        await asyncio.to_thread(recorder.close, proxy.period, drain)
+        log(f"drained in {drain.seconds:.1f}s: {drain.finished} of {drain.in_flight} pairs in flight finished, {drain.cancelled} cancelled")
+        return drain
+
+    run_loop(main())
+    if not summarize:
+        return 0
+    from qualitycheck.pipeline._run import finish
+
+    with RunStore.open(recorder.folder) as store:
+        return finish(store, cfg)
