@@ -23,6 +23,7 @@ from qualitycheck.cli._options import (
     TARGET_OPTIONS,
     add_options,
 )
+from qualitycheck.cli._review import add_review_command, cmd_review
 from qualitycheck.core._errors import QualitycheckError
 
 __all__ = ["build_parser", "main"]
@@ -83,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("canary", help="watch a live candidate against the guardrails; trip and fall back automatically")
     add_options(p.add_argument, CANARY_COMMAND_OPTIONS)
 
+    add_review_command(sub)
+
     p = sub.add_parser("schema", help="print the JSON Schema (Draft 2020-12) of a file qualitycheck writes")
     p.add_argument("name", choices=("summary", "canary"), help="summary: summary.json; canary: a line of canary.jsonl")
 
@@ -105,6 +108,7 @@ def cmd_schema(a: argparse.Namespace) -> int:
 
 
 COMMANDS["schema"] = cmd_schema
+COMMANDS["review"] = cmd_review
 COMMANDS["canary"] = cmd_canary
 
 

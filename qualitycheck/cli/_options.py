@@ -23,6 +23,7 @@ __all__ = [
     "CANARY_OPTIONS",
     "PREFLIGHT_OPTIONS",
     "REPORT_OPTIONS",
+    "REVIEW_OPTIONS",
     "RUN_OPTIONS",
     "SHADOW_OPTIONS",
     "SHADOW_TARGET_OPTIONS",
@@ -189,6 +190,22 @@ SHADOW_OPTIONS = (
     ),
 )
 """`shadow`: the proxy; with `--config`, `--baseline`, `--candidate`, `--model`, `--timeout` and `--no-noise-floor`."""
+
+
+REVIEW_OPTIONS = (
+    Option(
+        "sample", "divergent pairs on review.html, stratified by category (default 40); attention checks come on top", metavar="N", type=int
+    ),
+    Option("per-category", "at most N divergent pairs per category", metavar="N", type=int),
+    Option("seed", "seed of the sample and of the answer order (same run and seed: same page)", metavar="S", type=int),
+    Option(
+        "import",
+        "labels exported from review.html: un-blind and fold into the run (repeatable, one file per reviewer)",
+        metavar="LABELS.json",
+        action="append",
+    ),
+)
+"""`review DIR`: the blinded spot-check page, and the import of its labels."""
 
 
 def _pick(options: Iterable[Option], *flags: str) -> tuple[Option, ...]:

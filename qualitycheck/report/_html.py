@@ -27,6 +27,7 @@ from markupsafe import Markup
 from qualitycheck.core._store import RunStore
 from qualitycheck.report._charts import SIDE_COLOURS, histogram_svg
 from qualitycheck.report._data import MAX_CASES, ReportData, collect, percentiles, run_date
+from qualitycheck.report._human_view import human_view, judge_calibration_view
 from qualitycheck.verdict._gate import ALL_ROUTES, GuardrailResult
 from qualitycheck.verdict._model import Acceptance, Latency, LatencySide, Summary
 from qualitycheck.verdict._status import STATUS_ORDER
@@ -364,6 +365,8 @@ def _context(data: ReportData, nonce: str) -> dict[str, Any]:
         "facts": _facts(data),
         "errors": _errors(s),
         "categories": _categories(data),
+        "human": human_view(s),
+        "judge_calibration": judge_calibration_view(s),
         "latency": _latency(data),
         "latency_by_category": _latency_by_category(data),
         "latency_approx": _latency_approx(s),

@@ -7,6 +7,7 @@ unchecked box is never rendered as a ticked one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from qualitycheck.verdict._model import LatencySide, Percentiles, Summary
@@ -30,6 +31,56 @@ def _ms(side: LatencySide | None, metric: str) -> str:
     pc: Percentiles = getattr(side, metric)
     values = {"p50": pc.p50, "p95": pc.p95, "p99": pc.p99}
     return " / ".join(f"{p} {v:.1f}" for p, v in values.items() if v is not None) or "n/a"
+
+
+def _judge_calibration(s: Summary, w: Callable[[str], None]) -> None:
+    """The judge's A/A floor and position bias, when the run measured them."""
+    floors = [
+        (cat, c.checks["judge"])
+        for cat, c in s.categories.items()
+        if "judge" in c.checks and "aa_pairs" in c.checks["judge"].model_fields_set
+    ]
+    if not floors and not s.judge_position_bias:
+        return
+    w("Judge calibration:")
+    for cat, j in floors:
+        w(
+            f"- {cat}: the judge lost {j.aa_losses} of {j.aa_pairs} A/A pairs (noise floor {_pct(j.aa_loss_rate)}); "
+            f"candidate losses {j.losses}, of which {len(j.tolerated)} explained by the floor"
+        )
+    for name, b in s.judge_position_bias.items():
+        w(
+            f"- position bias of judge `{name}`: first position chosen in {_pct(b.first_position_rate)} of decisive verdicts "
+            f"(50% is unbiased); {b.same_position_pairs} of {b.pairs} pairs decided by position"
+        )
+    w("")
+
+
+def _human_review(s: Summary, w: Callable[[str], None]) -> None:
+    """Human spot-checks, when labels were imported: preference, agreement, and the losses that count."""
+    hr = s.human_review
+    if hr is None:
+        return
+    w(f"Human spot-checks (blinded; reviewers {', '.join(hr.reviewers)}; {hr.labels} labels): {hr.note}.")
+    for cat, c in s.categories.items():
+        h = c.human_review
+        if h is None:
+            continue
+        pref = ", ".join(
+            f"{k.replace('_', ' ')} {v.count} ({_pct(v.rate)}" + (f", CI {_pct(v.ci[0])}–{_pct(v.ci[1])})" if v.ci else ")")
+            for k, v in h.preference.items()
+        )
+        agree = f"; reviewers agree on {_pct(h.reviewer_agreement.rate)} of {h.reviewer_agreement.pairs}" if h.reviewer_agreement else ""
+        judge = ""
+        if h.judge_agreement is not None:
+            kappa = h.judge_agreement.kappa
+            judge = f"; judge agrees on {_pct(h.judge_agreement.rate)} (kappa {'n/a' if kappa is None else f'{kappa:.2f}'})"
+        sign = "n/a" if h.sign_test_p is None else f"{h.sign_test_p:.3g}"
+        w(f"- {cat}: {h.pairs} pairs; preferred {pref}; sign test p {sign}{agree}{judge}")
+        check = c.checks.get("human")
+        if check is not None and check.regressions:
+            w(f"  - human-reported losses: counted {', '.join(check.counted) or 'none'}; tolerated {', '.join(check.tolerated) or 'none'}")
+    w("")
 
 
 def render_signoff(s: Summary) -> str:
@@ -153,6 +204,8 @@ def render_signoff(s: Summary) -> str:
     else:
         w("Format drift: no feature changed beyond the noise floor.")
     w("")
+    _judge_calibration(s, w)
+    _human_review(s, w)
 
     w("## 4. Guardrails")
     for g in s.guardrails:

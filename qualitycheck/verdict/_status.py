@@ -47,6 +47,7 @@ from qualitycheck.verdict._model import CheckSummary, Summary
 from qualitycheck.verdict._stats import CaseOutcome, CheckStats, NoiseFloor, check_stats, regression_allowance
 
 __all__ = [
+    "HUMAN_CHECK",
     "STATUS_ORDER",
     "CaseStatus",
     "Status",
@@ -65,6 +66,8 @@ STATUS_ORDER: tuple[Status, ...] = ("regression", "tolerated", "error", "improve
 """What needs a look first: a case's primary status is the first of its statuses in this order."""
 
 _QUALITY_RULE = "max_quality_regression_cases"
+HUMAN_CHECK = "human"
+"""The check human spot-checks become (`human_check_stats`)."""
 
 
 # ------------------------------------------------------------------ what counts (the summary's side)
@@ -74,7 +77,16 @@ def add_regression_evidence(ev: Evidence, stats: Mapping[str, Mapping[str, Check
     A cell's allowance is shared among its routes in proportion to its
     regressions there. Regressions within the allowance are still listed,
     so the guardrail's message can name them as tolerated.
+
+    A human-reported loss (`human` check) is evidence that its divergence is
+    a real loss, so the machine checks' floor cannot explain it away: in a
+    route with human regressions, the machine allowance covers only cases
+    no human reported, and the reviewers' own allowance (attention checks)
+    covers theirs.
     """
+    machine: dict[str, int] = {}
+    human: dict[str, int] = {}
+    human_cases: dict[str, set[str]] = {}
     for cells in stats.values():
         for s in cells.values():
             if not s.regressions:
@@ -84,7 +96,18 @@ def add_regression_evidence(ev: Evidence, stats: Mapping[str, Mapping[str, Check
                 for i in ids:
                     per.setdefault(i, []).append(s.check)
                 share = s.allowance if len(s.routes) == 1 else s.allowance * len(ids) // len(s.regressions)
-                ev.allowances[route] = max(ev.allowances.get(route, 0), share)
+                if s.check == HUMAN_CHECK:
+                    human[route] = max(human.get(route, 0), share)
+                    human_cases.setdefault(route, set()).update(ids)
+                else:
+                    machine[route] = max(machine.get(route, 0), share)
+    for route in machine.keys() | human.keys():
+        if route not in human_cases:
+            ev.allowances[route] = max(ev.allowances.get(route, 0), machine[route])
+            continue
+        machine_only = len(set(ev.regressions.get(route, {})) - human_cases[route])
+        own = min(machine.get(route, 0), machine_only) + min(human.get(route, 0), len(human_cases[route]))
+        ev.allowances[route] = max(ev.allowances.get(route, 0), own)
 
 
 def failed_quality_routes(results: Iterable[GuardrailResult], routes_in_run: set[str]) -> set[str]:
@@ -156,7 +179,7 @@ def human_check_stats(
         )
         for cid, votes in sorted(per_case.items())
     ]
-    stats = check_stats(category, "human", outcomes, seed=seed)
+    stats = check_stats(category, HUMAN_CHECK, outcomes, seed=seed)
     if not attention_labels:
         return stats
     floor = NoiseFloor("attention_checks", attention_labels, attention_picked)  # type: ignore[arg-type]  # the human floor's own source
