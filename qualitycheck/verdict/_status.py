@@ -163,8 +163,9 @@ def human_check_stats(
     a reviewer picking a side between identical answers is noise with no
     change behind it, at twice the rate noise alone would make a loss (either
     side), which is the A/A model of `regression_allowance`. So only losses
-    beyond what that noise explains count, and a run without attention
-    labels has no floor: every human loss counts.
+    beyond what that noise explains count; reviewers who never picked a side
+    there showed no noise, and a run without attention labels has no floor:
+    in both cases every human loss counts.
     """
     per_case: dict[str, list[PairVotes]] = {}
     for pv in pairs:
@@ -183,7 +184,10 @@ def human_check_stats(
     if not attention_labels:
         return stats
     floor = NoiseFloor("attention_checks", attention_labels, attention_picked)  # type: ignore[arg-type]  # the human floor's own source
-    return dataclasses.replace(stats, noise=floor, allowance=regression_allowance(len(outcomes), floor))
+    # A reviewer's loss label is direct evidence, not a flip of a noisy check: when the reviewers never
+    # picked a side between identical answers, no noise was seen and every loss counts.
+    allowance = regression_allowance(len(outcomes), floor) if attention_picked else 0
+    return dataclasses.replace(stats, noise=floor, allowance=allowance)
 
 
 # ------------------------------------------------------------------ per case (the readers' side)

@@ -212,3 +212,13 @@ def test_statistics() -> None:
     assert cohen_kappa(["a", "b", "a", "b"], ["a", "b", "a", "b"]) == 1.0
     assert cohen_kappa(["a", "a", "b", "b"], ["a", "b", "a", "b"]) == 0.0
     assert cohen_kappa([], []) is None
+
+
+def test_reviewers_who_never_pick_a_side_on_attention_checks_tolerate_nothing(review_run: Path, tmp_path: Path) -> None:
+    _write_page(review_run, "--sample", "4")
+    attention = [p["case_id"] for p in key_of(review_run)["pairs"] if p["attention"]]
+    f = labels_file(tmp_path / "calm.json", review_run, "dee", {cid: "tie" for cid in attention} | {"sum-1": "baseline"})
+    assert main(["review", str(review_run), "--import", str(f)]) == 1
+    human = read_summary(review_run / "summary.json").categories["summaries"].checks["human"]
+    assert human.noise_floor.measured_by == "attention_checks" and human.noise_floor.flip_rate == 0.0
+    assert human.counted == ["sum-1"] and human.regression_allowance == 0
