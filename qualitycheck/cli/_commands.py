@@ -160,6 +160,30 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+def cmd_replay(a: argparse.Namespace) -> int:
+    from qualitycheck.traffic._replay import ReplayOptions, replay, summary_lines
+    from qualitycheck.traffic._rules import load_rules
+
+    if not a.out:
+        raise ConfigError([Problem("command line", None, "--out", "required: the suite folder to write")])
+    for flag, value in (("--sample", a.sample), ("--workers", a.workers)):
+        if value is not None and value < 1:
+            raise ConfigError([Problem("command line", None, flag, f"expected a whole number of at least 1, got {value}")])
+    rules = load_rules(a.rules)
+    if rules.judge is not None:  # an unknown judge is refused now, not when the suite is run
+        from qualitycheck.judge._judge import judge_dirs, load_judges
+
+        known = load_judges(judge_dirs())
+        if rules.judge.mode not in known:
+            raise ConfigError(
+                [Problem(a.rules, None, "judge.mode", f"unknown judge {rules.judge.mode!r} (known: {', '.join(sorted(known))})")]
+            )
+    options = ReplayOptions(sample=a.sample, seed=a.seed or 0, rules=rules, keep_pii=a.keep_pii, workers=a.workers)
+    manifest = replay(a.logs, a.out, options)
+    print("\n".join(summary_lines(manifest, a.out)))
+    return EXIT_PASS
+
+
 def _listen(value: str | None) -> tuple[str, int]:
     """`--listen HOST:PORT` (an IPv6 host in brackets)."""
     host, sep, port = (value or "").rpartition(":")
@@ -204,4 +228,5 @@ COMMANDS = {
     "demo": cmd_demo,
     "merge": cmd_merge,
     "shadow": cmd_shadow,
+    "replay": cmd_replay,
 }

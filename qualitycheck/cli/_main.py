@@ -15,6 +15,7 @@ from qualitycheck.cli._commands import COMMANDS, EXIT_INCOMPLETE, EXIT_INPUT
 from qualitycheck.cli._options import (
     CANARY_COMMAND_OPTIONS,
     PREFLIGHT_OPTIONS,
+    REPLAY_OPTIONS,
     REPORT_OPTIONS,
     RUN_OPTIONS,
     SHADOW_OPTIONS,
@@ -78,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dirs", nargs="+", metavar="DIR")
     p.add_argument("--out", required=True, metavar="DIR", help="new run folder for the merged run")
 
+    p = sub.add_parser("replay", help="turn request logs (Batch API, request/response JSONL, CSV, Parquet) into a suite")
+    p.add_argument(
+        "logs", nargs="+", metavar="LOG", help="log files (gzip is read as such); Batch API output files are joined by custom_id"
+    )
+    add_options(p.add_argument, REPLAY_OPTIONS)
+
     p = sub.add_parser("shadow", help="a proxy: callers get the baseline's answers, a sample is mirrored to the candidate and recorded")
     add_options(p.add_argument, (*SHADOW_TARGET_OPTIONS, *SHADOW_OPTIONS))
 
@@ -87,7 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_review_command(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema (Draft 2020-12) of a file qualitycheck writes")
-    p.add_argument("name", choices=("summary", "canary"), help="summary: summary.json; canary: a line of canary.jsonl")
+    p.add_argument(
+        "name",
+        choices=("summary", "replay", "canary"),
+        help="summary: summary.json; replay: a replayed suite's replay.json; canary: a line of canary.jsonl",
+    )
 
     return parser
 
@@ -96,6 +107,11 @@ def cmd_schema(a: argparse.Namespace) -> int:
     """Print the schema users validate their stored files against (docs/schema/ holds the same text)."""
     import json
 
+    if a.name == "replay":
+        from qualitycheck.traffic._manifest import replay_json_schema
+
+        print(json.dumps(replay_json_schema(), indent=2))
+        return 0
     if a.name == "canary":
         from qualitycheck.canary._record import canary_json_schema
 

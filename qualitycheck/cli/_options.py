@@ -22,6 +22,7 @@ __all__ = [
     "CANARY_COMMAND_OPTIONS",
     "CANARY_OPTIONS",
     "PREFLIGHT_OPTIONS",
+    "REPLAY_OPTIONS",
     "REPORT_OPTIONS",
     "REVIEW_OPTIONS",
     "RUN_OPTIONS",
@@ -115,6 +116,19 @@ REPORT_OPTIONS = (
         type=int,
     ),
 )
+
+
+REPLAY_OPTIONS = (
+    Option("out", "suite folder to write: one .jsonl per category and replay.json (new, or an earlier replay's)", metavar="SUITE_DIR"),
+    Option(
+        "sample", "keep N cases, stratified (category × answer length × temperature × prompt length × system prompt)", metavar="N", type=int
+    ),
+    Option("rules", "rules file (YAML): categories, CSV/Parquet columns, the judge for open-ended requests", metavar="FILE"),
+    Option("seed", "seed of the sample (same log and seed: same cases)", metavar="S", type=int),
+    Option("keep-pii", "write e-mails, phone and card numbers, IBANs, IPs and keys as logged (not redacted)", action="store_true"),
+    Option("workers", "processes that parse and redact (default: 2 for logs over 8 MB, else none)", metavar="N", type=int),
+)
+"""`replay`: request logs → a suite. No config keys: a replay reads logs, not endpoints."""
 
 
 CANARY_OPTIONS = (

@@ -1,0 +1,317 @@
+"""`qualitycheck replay` end to end: logs of every format in, a suite out that validates, runs and gates, with no PII in it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from qualitycheck.cli._main import main
+from qualitycheck.core._cases import load_suite
+from qualitycheck.core._errors import InputError
+from qualitycheck.testserver import TestServer, ToolReply
+from qualitycheck.traffic._manifest import ReplayManifest, read_replay_manifest, replay_json_schema
+from qualitycheck.traffic._replay import ReplayOptions, replay, summary_lines
+from qualitycheck.traffic._rules import load_rules
+
+pytest_plugins = ["pytester"]
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "replay"
+SCHEMA_FILE = Path(__file__).resolve().parents[3] / "docs" / "schema" / "replay.schema.json"
+LOGS = [FIXTURES / n for n in ("requests.jsonl", "batch_input.jsonl", "batch_output.jsonl", "traffic.csv")]
+PLANTED: dict[str, list[str]] = json.loads((FIXTURES / "planted.json").read_text(encoding="utf-8"))
+
+
+def planted_forms() -> list[str]:
+    """Each planted value as written, and the digits alone of the number-shaped ones."""
+    out = [v for vs in PLANTED.values() for v in vs]
+    out += ["".join(ch for ch in v if ch.isdigit()) for k in ("card", "iban", "phone") for v in PLANTED[k]]
+    return out
+
+
+def assert_no_pii(folder: Path, *texts: str) -> None:
+    """Search every byte written (and any captured output) for every planted value."""
+    written = [(str(p), p.read_bytes()) for p in folder.rglob("*") if p.is_file()] + [("output", t.encode()) for t in texts]
+    assert written
+    for where, data in written:
+        for value in planted_forms():
+            assert value.encode() not in data, f"{value!r} written to {where}"
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    rc = main(args)
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ReplayManifest]:
+    out = tmp_path_factory.mktemp("replayed") / "suite"
+    manifest = replay(LOGS, out, ReplayOptions(rules=load_rules(FIXTURES / "rules.yaml")))
+    return out, manifest
+
+
+def test_every_format_is_read_and_nothing_planted_is_written(
+    replayed: tuple[Path, ReplayManifest], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, m = replayed
+    assert [s.format for s in m.sources] == ["request_response", "batch_input", "csv", "batch_output"]
+    assert m.sources[-1].joined == 8  # every answered batch request found its answer
+    assert all(n > 0 for n in m.redactions.values()), m.redactions  # every kind was planted and found
+    assert_no_pii(out)
+    # and through the command: its terminal output and error stream hold none either
+    rc, stdout, stderr = run_cli(["replay", *map(str, LOGS), "--rules", str(FIXTURES / "rules.yaml"), "--out", str(tmp_path / "s")], capsys)
+    assert rc == 0 and "cases in 6 categories" in stdout
+    assert_no_pii(tmp_path / "s", stdout, stderr)
+    assert all(len(line) <= 80 for line in stdout.splitlines()), stdout
+
+
+def test_the_manifest_counts_add_up(replayed: tuple[Path, ReplayManifest]) -> None:
+    out, m = replayed
+    n = m.lines
+    assert n.read == n.used + n.skipped + n.duplicates + n.not_sampled
+    assert n.read == sum(s.lines for s in m.sources if s.format != "batch_output") == 58
+    assert (n.used, n.skipped, n.duplicates, n.not_sampled) == (48, 9, 1, 0)
+    assert m.skipped.count == n.skipped == len(m.skipped.reasons) == sum(m.skipped.by_reason.values())
+    assert sum(c.cases for c in m.categories.values()) == n.used == sum(s.written for s in m.strata.values())
+    assert sum(s.lines for s in m.strata.values()) == n.used + n.not_sampled
+    written = {p.stem: len(p.read_text(encoding="utf-8").splitlines()) for p in out.glob("*.jsonl")}
+    assert written == {c: cc.cases for c, cc in m.categories.items()}
+    assert m.cases_without_check == 0  # the fixture rules name a judge
+    assert read_replay_manifest(out / "replay.json") == m
+
+
+def test_skipped_lines_are_listed_by_file_and_line_without_their_content(replayed: tuple[Path, ReplayManifest]) -> None:
+    _, m = replayed
+    req = str(FIXTURES / "requests.jsonl")
+    assert f"{req}:31: message 0 has a role a case cannot send" in m.skipped.reasons  # that line holds an e-mail address
+    assert f"{FIXTURES / 'batch_input.jsonl'}:11: url is not /v1/chat/completions or /v1/completions" in m.skipped.reasons
+    assert f"{FIXTURES / 'traffic.csv'}:14: the prompt column is empty" in m.skipped.reasons
+    assert all(r.count(": ") >= 1 and r.split(":")[1].isdigit() for r in m.skipped.reasons)
+
+
+def test_the_suite_validates_and_carries_the_requests_own_settings(
+    replayed: tuple[Path, ReplayManifest], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, m = replayed
+    rc, stdout, _ = run_cli(["validate", str(out)], capsys)
+    assert rc == 0 and stdout.startswith(f"{m.lines.used} cases OK in 6 categories")
+    cases = {c.id: c for c in load_suite([out])}
+    sql = [c for c in cases.values() if c.category == "sql" and c.params.get("stop")]
+    assert sql and all(c.params["stop"] == [";"] and c.params["seed"] == 7 and c.params["temperature"] == 0 for c in sql)
+    assert all(c.checks.exact is not None for c in sql)
+    tools = [c for c in cases.values() if c.category == "tool_call"]
+    assert tools and all(c.params["tools"] and c.checks.tool_calls is not None for c in tools)
+    assert any(c.prompt is not None for c in cases.values())  # completions stay completions
+    # ids are the log's own where it has one (batch custom_id, CSV request_id), else file and line
+    assert {"req-000", "row-0", "code-0", "requests-1"} <= set(cases) and "requests-7" not in cases  # line 7 repeats line 3
+    assert "batch_input-10" in cases and not any("@" in cid for cid in cases)  # a custom_id holding an address is not the id
+
+
+def test_one_conversation_keeps_one_placeholder_per_value(replayed: tuple[Path, ReplayManifest]) -> None:
+    out, _ = replayed
+    support = [json.loads(line) for line in (out / "support.jsonl").read_text(encoding="utf-8").splitlines()]
+    first = next(c for c in support if "<EMAIL_2>" in json.dumps(c))
+    texts = [m["content"] for m in first["messages"]]
+    assert "<EMAIL_1>" in texts[1] and "<EMAIL_1>" in texts[3] and "<EMAIL_2>" in texts[3]
+    refund = next(json.loads(line) for line in (out / "tool_call.jsonl").read_text(encoding="utf-8").splitlines() if "IBAN" in line)
+    user, call, tool = refund["messages"]
+    assert "<IBAN_1>" in user["content"] and "<CARD_1>" in user["content"]
+    assert json.loads(call["tool_calls"][0]["function"]["arguments"])["iban"] == "<IBAN_1>"
+    assert json.loads(tool["content"])["iban"] == "<IBAN_1>"
+
+
+def _answer(body: dict[str, Any]) -> str | ToolReply:
+    if body.get("tools"):
+        return ToolReply((("lookup_order", '{"order_id": "88231"}'),))
+    if body.get("response_format"):
+        return '{"name": "Jane Doe", "email": "<EMAIL_1>"}'
+    return "SELECT count(*) FROM singer" if "SQL" in json.dumps(body.get("messages")) else "A short answer."
+
+
+def _changed_call(body: dict[str, Any]) -> str | ToolReply:
+    if body.get("tools"):
+        return ToolReply((("lookup_order", '{"order_id": "88232"}'),))
+    return _answer(body)
+
+
+def test_the_suite_runs_and_gates(replayed: tuple[Path, ReplayManifest], tmp_path: Path, pytester: pytest.Pytester) -> None:
+    out, _ = replayed
+    cfg = tmp_path / "qc.yaml"
+    cfg.write_text("run:\n  preflight: false\n  noise_floor: none\n")
+    with TestServer(default=_answer) as b, TestServer(default=_answer) as same, TestServer(default=_changed_call) as broken:
+        common = ["--baseline", b.url, "--model", "m", "--suite", str(out), "-c", str(cfg)]
+        assert main(["run", *common, "--candidate", same.url, "--out", str(tmp_path / "same")]) == 0
+        assert main(["run", *common, "--candidate", broken.url, "--out", str(tmp_path / "broken")]) == 1
+        sent = [r["body"] for r in b.requests("/chat/completions")]
+    assert any(s.get("tools") and s.get("tool_choice") == "auto" for s in sent)
+    summary = json.loads((tmp_path / "broken" / "summary.json").read_text(encoding="utf-8"))
+    regressions = summary["categories"]["tool_call"]["checks"]["tool_calls_same_as_baseline"]["regressions"]
+    assert len(regressions) == 2
+    res = pytester.runpytest("--qc-run", str(tmp_path / "same"))
+    assert res.ret == 0
+    res = pytester.runpytest("--qc-run", str(tmp_path / "broken"))
+    assert res.ret == 1
+    res.stdout.fnmatch_lines(["*qualitycheck::regression::tool_call::tool_calls_same_as_baseline::*"])
+
+
+def test_sampling_is_deterministic_and_stratified(tmp_path: Path) -> None:
+    rules = load_rules(FIXTURES / "rules.yaml")
+    runs = {}
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        runs[name] = replay(LOGS, tmp_path / name, ReplayOptions(sample=20, seed=seed, rules=rules))
+    files = {name: {p.name: p.read_bytes() for p in (tmp_path / name).glob("*.jsonl")} for name in runs}
+    assert files["a"] == files["b"] and files["a"] != files["c"]
+    m = runs["a"]
+    assert m.lines.used == 20 and m.lines.read == m.lines.used + m.lines.skipped + m.lines.duplicates + m.lines.not_sampled
+    assert m.options.sample == 20 and m.options.seed == 3
+    # every stratum with cases is represented when the sample can afford one each
+    strata = [s for s in m.strata.values() if s.lines]
+    if len(strata) <= 20:
+        assert all(s.written >= 1 for s in strata)
+    assert all(s.written <= s.lines for s in m.strata.values())
+
+
+def test_two_workers_write_what_one_writes(tmp_path: Path) -> None:
+    rules = load_rules(FIXTURES / "rules.yaml")
+    one = replay(LOGS, tmp_path / "one", ReplayOptions(sample=25, rules=rules, workers=1))
+    two = replay(LOGS, tmp_path / "two", ReplayOptions(sample=25, rules=rules, workers=2))
+    assert one.model_dump() == two.model_dump()
+    for p in (tmp_path / "one").glob("*.jsonl"):
+        assert (tmp_path / "two" / p.name).read_bytes() == p.read_bytes()
+
+
+def test_gzip_and_parquet_logs_give_the_same_cases(tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    zipped = tmp_path / "requests.jsonl"  # gzip under the plain name: recognised by its bytes
+    zipped.write_bytes(gzip.compress((FIXTURES / "requests.jsonl").read_bytes()))
+    parquet = tmp_path / "traffic.parquet"
+    pd.read_csv(FIXTURES / "traffic.csv", dtype=str, keep_default_na=False).to_parquet(parquet)
+    rules = load_rules(FIXTURES / "rules.yaml")
+    plain = replay([FIXTURES / "requests.jsonl", FIXTURES / "traffic.csv"], tmp_path / "plain", ReplayOptions(rules=rules))
+    other = replay([zipped, parquet], tmp_path / "other", ReplayOptions(rules=rules))
+    assert [(s.format, s.compressed) for s in other.sources] == [("request_response", True), ("parquet", False)]
+    assert other.lines == plain.lines and other.redactions == plain.redactions
+
+    def cases(folder: Path) -> list[dict[str, Any]]:  # `source` names the file and line: a CSV counts its header as line 1
+        return [{k: v for k, v in json.loads(line).items() if k != "source"} for p in sorted(folder.glob("*.jsonl")) for line in p.open()]
+
+    assert cases(tmp_path / "other") == cases(tmp_path / "plain")
+    assert_no_pii(tmp_path / "other")
+
+
+def test_keep_pii_writes_what_was_logged(tmp_path: Path) -> None:
+    m = replay([FIXTURES / "requests.jsonl"], tmp_path / "s", ReplayOptions(keep_pii=True))
+    assert m.options.keep_pii and set(m.redactions.values()) == {0}
+    assert PLANTED["email"][0] in "".join(p.read_text(encoding="utf-8") for p in (tmp_path / "s").glob("*.jsonl"))
+    assert "off (--keep-pii)" in "\n".join(summary_lines(m, tmp_path / "s"))
+
+
+def test_open_requests_without_a_judge_are_counted(tmp_path: Path) -> None:
+    m = replay([FIXTURES / "requests.jsonl"], tmp_path / "s")
+    assert m.cases_without_check > 0 and m.categories["qa"].checks.get("none", 0) > 0
+    assert "no check" in "\n".join(summary_lines(m, tmp_path / "s"))
+
+
+# ------------------------------------------------------------------ bad input: exit 2, nothing written
+
+
+def test_a_missing_log_is_an_input_error_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = run_cli(["replay", str(tmp_path / "nope.jsonl"), str(FIXTURES / "requests.jsonl"), "--out", str(tmp_path / "s")], capsys)
+    assert rc == 2 and f"{tmp_path / 'nope.jsonl'}: no such file" in err and "Traceback" not in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_file_with_nothing_usable_is_an_input_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    lines = (FIXTURES / "requests.jsonl").read_text(encoding="utf-8").splitlines()
+    bad.write_text("\n".join(lines[27:33]) + "\n", encoding="utf-8")  # the fixture's six unusable lines
+    rc, _, err = run_cli(["replay", str(bad), str(FIXTURES / "batch_input.jsonl"), "--out", str(tmp_path / "s")], capsys)
+    assert rc == 2 and f"{bad}: nothing usable: all 6 requests were skipped (first: {bad}:1: not JSON" in err
+    assert "maria" not in err and not (tmp_path / "s").exists()
+
+
+def test_bad_rules_and_columns_are_input_errors_with_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  - match: {rout: a}\n    category: a\n", encoding="utf-8")
+    rc, _, err = run_cli(["replay", str(FIXTURES / "requests.jsonl"), "--rules", str(rules), "--out", str(tmp_path / "s")], capsys)
+    assert rc == 2 and f"{rules}:2: rules.0.match.rout: unknown key" in err
+    rules.write_text("columns:\n  prompt: question\n  response: reply\n", encoding="utf-8")
+    rc, _, err = run_cli(["replay", str(FIXTURES / "traffic.csv"), "--rules", str(rules), "--out", str(tmp_path / "s")], capsys)
+    assert rc == 2 and f"{rules}:3: columns.response: no column 'reply' in {FIXTURES / 'traffic.csv'}" in err
+    rc, _, err = run_cli(["replay", str(FIXTURES / "traffic.csv"), "--out", str(tmp_path / "s")], capsys)
+    assert rc == 2 and "no `messages` or `prompt` column" in err
+    rules.write_text("judge: nosuchjudge\n", encoding="utf-8")
+    rc, _, err = run_cli(["replay", str(FIXTURES / "requests.jsonl"), "--rules", str(rules), "--out", str(tmp_path / "s")], capsys)
+    assert rc == 2 and "judge.mode: unknown judge 'nosuchjudge'" in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = run_cli(["replay", str(FIXTURES / "requests.jsonl")], capsys)
+    assert rc == 2 and "--out: required" in err
+    rc, _, err = run_cli(["replay", str(FIXTURES / "requests.jsonl"), "--out", str(tmp_path / "s"), "--sample", "0"], capsys)
+    assert rc == 2 and "--sample: expected a whole number of at least 1" in err
+    rc, _, err = run_cli(["replay", str(FIXTURES / "batch_output.jsonl"), "--out", str(tmp_path / "s")], capsys)
+    assert rc == 2 and "holds Batch API answers only" in err
+
+
+def test_the_suite_folder_must_be_new_or_an_earlier_replay(tmp_path: Path) -> None:
+    out = tmp_path / "s"
+    out.mkdir()
+    (out / "mine.jsonl").write_text("{}\n")
+    with pytest.raises(InputError, match=r"holds no replay\.json"):
+        replay([FIXTURES / "requests.jsonl"], out)
+    assert sorted(p.name for p in out.iterdir()) == ["mine.jsonl"]
+    shutil.rmtree(out)
+    first = replay([FIXTURES / "requests.jsonl", FIXTURES / "traffic.csv"], out, ReplayOptions(rules=load_rules(FIXTURES / "rules.yaml")))
+    second = replay([FIXTURES / "requests.jsonl"], out)  # replaces the earlier replay's files, stale categories included
+    assert set(first.categories) != set(second.categories)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*(c.file for c in second.categories.values()), "replay.json"])
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="did not write"):
+        replay([FIXTURES / "requests.jsonl"], out)
+
+
+def test_a_damaged_gzip_is_reported_not_a_crash(tmp_path: Path) -> None:
+    data = gzip.compress((FIXTURES / "requests.jsonl").read_bytes() * 3)
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    m = replay([cut], tmp_path / "s")
+    assert m.lines.read == m.lines.used + m.lines.skipped + m.lines.duplicates + m.lines.not_sampled
+    assert any("the rest of the file cannot be read" in r for r in m.skipped.reasons)
+
+
+def test_the_manifest_schema_is_published(replayed: tuple[Path, ReplayManifest], capsys: pytest.CaptureFixture[str]) -> None:
+    out, _ = replayed
+    rc, printed, _ = run_cli(["schema", "replay"], capsys)
+    assert rc == 0 and printed == SCHEMA_FILE.read_text(encoding="utf-8"), (
+        "run `qualitycheck schema replay > docs/schema/replay.schema.json`"
+    )
+    assert json.loads(printed) == replay_json_schema()
+    data = json.loads((out / "replay.json").read_text(encoding="utf-8"))
+    assert not list(Draft202012Validator(json.loads(printed)).iter_errors(data))
+    assert data["format_version"] == 1
+
+
+def test_a_large_log_is_sampled_in_bounded_memory(tmp_path: Path) -> None:
+    """10,000 distinct requests through the parallel path: the counts add up and the sample holds N cases."""
+    log = tmp_path / "big.jsonl"
+    base = [json.loads(line) for line in (FIXTURES / "requests.jsonl").read_text(encoding="utf-8").splitlines()[:20]]
+    with log.open("w", encoding="utf-8") as f:
+        for i in range(10_000):
+            line = dict(base[i % 20])
+            req = dict(line["request"])
+            req["messages"] = [*req.get("messages", [])[:-1], {"role": "user", "content": f"request {i}: maria.keller@example.com"}]
+            line["request"] = req
+            f.write(json.dumps(line) + "\n")
+    m = replay([log], tmp_path / "s", ReplayOptions(sample=100, workers=2))
+    assert m.lines.read == 10_000 == m.lines.used + m.lines.skipped + m.lines.duplicates + m.lines.not_sampled
+    assert m.lines.used == 100 and m.lines.duplicates == 0 and m.redactions["email"] >= 100
+    assert_no_pii(tmp_path / "s")
