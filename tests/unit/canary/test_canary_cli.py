@@ -14,6 +14,8 @@ from qualitycheck.cli._main import main
 from tests.helpers import raw_server
 from tests.unit.canary.canary_helpers import actions, recorder, records, vllm_page
 
+SCHEMA_FILE = Path(__file__).resolve().parents[3] / "docs" / "schema" / "canary.schema.json"
+
 
 @contextmanager
 def growing_page(text: Callable[[int], str]) -> Iterator[str]:
@@ -63,6 +65,9 @@ def test_once_healthy_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "healthy" in capsys.readouterr().out
     (rec,) = records(tmp_path / "out")
     assert rec["guardrails"][0]["result"]["passed"] is True
+    from jsonschema import Draft202012Validator
+
+    assert not list(Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).iter_errors(rec))  # a line is what the schema says
 
 
 def test_once_tripped_exits_1_and_runs_the_action(tmp_path: Path) -> None:
@@ -108,9 +113,11 @@ def test_bad_guardrail_and_bad_flags_exit_2(tmp_path: Path, capsys: pytest.Captu
     assert "nothing to watch" in capsys.readouterr().err
 
 
-def test_schema_canary_describes_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_schema_canary_describes_a_line_and_is_published(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema", "canary"]) == 0
-    schema = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    assert printed == SCHEMA_FILE.read_text(encoding="utf-8"), "run `qualitycheck schema canary > docs/schema/canary.schema.json`"
+    schema = json.loads(printed)
     assert schema["title"] == "qualitycheck canary.jsonl line"
     assert {"format_version", "status", "guardrails", "routes", "actions", "alerts", "gpu"} <= set(schema["properties"])
 
