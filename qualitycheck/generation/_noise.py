@@ -23,11 +23,14 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
 from qualitycheck.core._store import RunStore
-from qualitycheck.generation._runner import Progress, RunStats, generate
+
+if TYPE_CHECKING:  # the runner brings the HTTP stack; the summary reads NOISE_FLOOR_ARTIFACT without it
+    from qualitycheck.generation._runner import Progress, RunStats
 
 __all__ = ["NOISE_FLOOR_ARTIFACT", "ask_baseline_again", "noise_floor_source"]
 
@@ -81,6 +84,8 @@ def ask_baseline_again(store: RunStore, cfg: Config, *, progress: Progress | Non
     Resumable like generation: answers already stored are not asked again.
     Prints what it costs, and records it in the `noise_floor` artifact.
     """
+    from qualitycheck.generation._runner import RunStats, generate
+
     assert cfg.baseline is not None
     ids, both = divergent_case_ids(store)
     total = store.case_count()

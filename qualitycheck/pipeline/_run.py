@@ -16,11 +16,6 @@ from qualitycheck.core._cases import Case, SuiteCases, scan_suite, suite_fingerp
 from qualitycheck.core._config import Config
 from qualitycheck.core._errors import RunIncompleteError
 from qualitycheck.core._store import RunStore, StoredCases
-from qualitycheck.generation._measure import measured_generate
-from qualitycheck.generation._noise import ask_baseline_again, noise_floor_source
-from qualitycheck.generation._preflight import check_served_models
-from qualitycheck.generation._progress import RichProgress
-from qualitycheck.generation._runner import in_shard
 
 if TYPE_CHECKING:
     from qualitycheck.verdict._compare import CaseConsumer
@@ -69,6 +64,12 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
     reads the cases back from the store. Memory does not grow with the
     number of cases.
     """
+    from qualitycheck.generation._measure import measured_generate  # the HTTP stack: only a run that generates pays for it
+    from qualitycheck.generation._noise import ask_baseline_again, noise_floor_source
+    from qualitycheck.generation._preflight import check_served_models
+    from qualitycheck.generation._progress import RichProgress
+    from qualitycheck.generation._runner import in_shard
+
     shard = cfg.run.shard
     scan = scan_suite(suites, keep=lambda c: in_shard(c.id, shard))
     cases = SuiteCases(suites, keep=lambda c: in_shard(c.id, shard), count=scan.count)

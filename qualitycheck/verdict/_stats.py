@@ -9,25 +9,33 @@ once, with its pass rate), so a sampled case cannot outvote a greedy one.
   the exact sign test on per-case pass-rate changes (scipy), its generalisation
 - non-inferiority: the CI against a margin per check
 - minimum detectable effect: paired t-test power (statsmodels) for this N
-- Holm across every (category, check) cell (statsmodels)
+- Holm across every (category, check) cell (statsmodels' arithmetic, in numpy)
 - noise floor: how often the baseline disagrees with itself (control target
   or repeats); cases that do are *flaky* and kept apart from regressions,
   and the regression count is judged against the flips noise alone would
   produce (a binomial allowance at level alpha)
+
+scipy and statsmodels are imported by the computations that need them, never
+with this module: importing them costs more than a second, more than
+summarising a 10,000-case run. Those computations are pure functions of
+small inputs, so a `StatsMemo` can hand back what a previous summary of the
+same run computed (see its docstring): `qualitycheck report` and `gate` on a
+run whose statistics are unchanged never import either.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeGuard
+from pathlib import Path
+from typing import Any, Literal, TypeGuard, TypeVar
 
 import numpy as np
-from scipy import stats as sps
-from statsmodels.stats.contingency_tables import mcnemar
-from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.power import TTestPower
 
 from qualitycheck.verdict._compare import CaseComparison
 
@@ -38,12 +46,14 @@ __all__ = [
     "CheckStats",
     "DriftSamples",
     "NoiseFloor",
+    "StatsMemo",
     "add_case_outcomes",
     "add_drift",
     "check_stats",
     "classify_cases",
     "format_drift",
     "holm",
+    "mcnemar_exact_p",
     "minimum_detectable_effect",
     "noise_floor",
     "non_inferiority",
@@ -62,6 +72,100 @@ BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_BATCH_VALUES = 250_000
 """Resampled values held at once by the bootstrap (2 MB of float64; scipy keeps a few such arrays)."""
 DECIDED = ("pass", "fail")
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------- memo of the scipy/statsmodels results
+class StatsMemo:
+    """What this module's scipy and statsmodels computations returned, keyed by their whole input.
+
+    Each such computation is a pure function of a few counts or of packed
+    values (McNemar and sign tests of discordant counts, the noise allowance,
+    the t-test effect for N cases, the bootstrap and the signed-rank test of
+    one array), so a summary rebuilt from an unchanged run asks the same
+    questions again. Active (`active()`), the memo answers those from what it
+    holds and computes only the rest; `qualitycheck report` and `gate` keep it
+    with the run (`to_json`/`from_json`). Arrays enter a key as a digest of
+    their bytes. The salt holds the versions of numpy, scipy and statsmodels
+    and a digest of this module's source, so a memo written by other code is
+    discarded whole, never half-trusted.
+    """
+
+    def __init__(self, entries: Mapping[str, Any] | None = None):
+        self.entries: dict[str, Any] = dict(entries or {})
+        self.added = 0
+
+    @classmethod
+    def from_json(cls, data: Any) -> StatsMemo:
+        """The memo as `to_json` wrote it; an empty one when it was written under another salt (or is not one)."""
+        if isinstance(data, dict) and data.get("salt") == memo_salt() and isinstance(data.get("entries"), dict):
+            return cls(data["entries"])
+        return cls()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"salt": memo_salt(), "entries": self.entries}
+
+    @contextmanager
+    def active(self) -> Iterator[StatsMemo]:
+        """Answer this module's computations from the memo (and record new ones) inside the block."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+    def get_or_compute(self, key: str, compute: Callable[[], T]) -> T:
+        if key in self.entries:
+            return self.entries[key]  # type: ignore[no-any-return]
+        value = self.entries[key] = compute()
+        self.added += 1
+        return value
+
+
+_ACTIVE: ContextVar[StatsMemo | None] = ContextVar("qualitycheck_stats_memo", default=None)
+_SALT: list[str] = []
+
+
+def memo_salt() -> str:
+    """Library versions and this module's source: what the memo's values depend on besides their keys."""
+    if not _SALT:
+        from importlib.metadata import PackageNotFoundError, version
+
+        parts = []
+        for dist in ("numpy", "scipy", "statsmodels"):
+            try:
+                parts.append(f"{dist}={version(dist)}")
+            except PackageNotFoundError:
+                parts.append(f"{dist}=?")
+        parts.append(hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16])
+        _SALT.append(";".join(parts))
+    return _SALT[0]
+
+
+def _remembered(kind: str, key: Sequence[Any], compute: Callable[[], T]) -> T:
+    """`compute()`, or its value from the active memo under (kind, key); computed as is without one."""
+    memo = _ACTIVE.get()
+    if memo is None:
+        return compute()
+    return memo.get_or_compute(f"{kind}:{json.dumps(list(key))}", compute)
+
+
+def _digest(values: np.ndarray) -> str:
+    """An array as a memo key: its length and a digest of its float64 bytes."""
+    raw = np.ascontiguousarray(values, dtype=np.float64).tobytes()
+    return f"{len(values)}/{hashlib.sha256(raw).hexdigest()}"
+
+
+def mcnemar_exact_p(down: int, up: int) -> float:
+    """McNemar's exact two-sided p-value of a 2×2 table's discordant cells (statsmodels; the concordant cells do not enter it)."""
+
+    def compute() -> float:
+        from statsmodels.stats.contingency_tables import mcnemar
+
+        return float(mcnemar([[0, down], [up, 0]], exact=True).pvalue)
+
+    return _remembered("mcnemar", (down, up), compute)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,13 +290,19 @@ def regression_allowance(eligible: int, floor: NoiseFloor, alpha: float = ALPHA)
     """
     if floor.measured_by is None or eligible <= 0 or floor.pairs <= 0:
         return 0
-    p0 = eligible / (eligible + 2 * floor.pairs)
-    allowed = 0
-    for r in range(1, eligible + 1):
-        if sps.binomtest(r, r + floor.disagreements, p0, alternative="greater").pvalue < alpha:
-            break
-        allowed = r
-    return allowed
+
+    def compute() -> int:
+        from scipy import stats as sps
+
+        p0 = eligible / (eligible + 2 * floor.pairs)
+        allowed = 0
+        for r in range(1, eligible + 1):
+            if sps.binomtest(r, r + floor.disagreements, p0, alternative="greater").pvalue < alpha:
+                break
+            allowed = r
+        return allowed
+
+    return _remembered("allowance", (eligible, floor.pairs, floor.disagreements, alpha), compute)
 
 
 # ---------------------------------------------------------------- tests
@@ -215,17 +325,24 @@ def paired_bootstrap_ci(
     # resampled in batches of at most ~BOOTSTRAP_BATCH_VALUES values: 2000 resamples of 100,000 cases
     # at once would take 1.6 GB. The generator draws the same indices however they are batched.
     batch = max(1, min(resamples, BOOTSTRAP_BATCH_VALUES // len(d)))
-    res = sps.bootstrap(
-        (d,),
-        np.mean,
-        n_resamples=resamples,
-        confidence_level=level,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-        vectorized=True,
-        batch=batch,
-    )
-    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+    def compute() -> list[float]:
+        from scipy import stats as sps
+
+        res = sps.bootstrap(
+            (d,),
+            np.mean,
+            n_resamples=resamples,
+            confidence_level=level,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+            vectorized=True,
+            batch=batch,
+        )
+        return [float(res.confidence_interval.low), float(res.confidence_interval.high)]
+
+    low, high = _remembered("bootstrap", (_digest(d), seed, level, resamples), compute)
+    return (low, high)
 
 
 def paired_p_value(outcomes: Sequence[CaseOutcome]) -> float | None:
@@ -241,10 +358,14 @@ def paired_p_value(outcomes: Sequence[CaseOutcome]) -> float | None:
     if down + up == 0:
         return 1.0
     if all(len(o.baseline) == 1 and len(o.candidate) == 1 for o in outcomes):
-        both = sum(o.baseline[0] and o.candidate[0] for o in outcomes)
-        neither = sum(not o.baseline[0] and not o.candidate[0] for o in outcomes)
-        return float(mcnemar([[both, down], [up, neither]], exact=True).pvalue)
-    return float(sps.binomtest(down, down + up, 0.5).pvalue)
+        return mcnemar_exact_p(down, up)
+
+    def compute() -> float:
+        from scipy import stats as sps
+
+        return float(sps.binomtest(down, down + up, 0.5).pvalue)
+
+    return _remembered("sign", (down, up), compute)
 
 
 def minimum_detectable_effect(n: int, discordance: float, alpha: float = ALPHA, power: float = POWER) -> float | None:
@@ -257,8 +378,13 @@ def minimum_detectable_effect(n: int, discordance: float, alpha: float = ALPHA, 
     """
     if n < 2:
         return None
-    d = TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative="two-sided")
-    k2 = float(d) ** 2
+
+    def compute() -> float:
+        from statsmodels.stats.power import TTestPower
+
+        return float(TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative="two-sided"))
+
+    k2 = _remembered("ttest_effect", (n, alpha, power), compute) ** 2
     delta = (k2 + np.sqrt(k2 * k2 + 4 * k2 * discordance)) / 2
     return float(min(delta, 1.0))
 
@@ -275,11 +401,23 @@ def non_inferiority(ci: tuple[float, float], margin: float | None) -> str | None
 
 
 def holm(p_values: Sequence[float | None], alpha: float = ALPHA) -> list[float | None]:
-    """Holm-adjusted p-values, None where the input is None."""
+    """Holm-adjusted p-values, None where the input is None.
+
+    statsmodels' `multipletests(method="holm")` step for step (the same
+    argsort, products and running maximum, so the same floats), without
+    importing statsmodels; `alpha` decides rejections there, never the
+    adjusted values, and is kept for the callers.
+    """
     idx = [i for i, p in enumerate(p_values) if p is not None]
     out: list[float | None] = [None] * len(p_values)
     if idx:
-        adj = multipletests([p_values[i] for i in idx], alpha=alpha, method="holm")[1]
+        pvals = np.asarray([p_values[i] for i in idx])
+        order = np.argsort(pvals)
+        ranked = np.take(pvals, order)
+        adjusted = np.maximum.accumulate(ranked * np.arange(len(ranked), 0, -1))
+        adjusted[adjusted > 1] = 1
+        adj = np.empty_like(adjusted)
+        adj[order] = adjusted
         for i, p in zip(idx, adj, strict=True):
             out[i] = float(p)
     return out
@@ -520,11 +658,18 @@ def _paired_feature_p(b: np.ndarray, c: np.ndarray, boolean: bool) -> float | No
         up = int(np.sum((b == 0) & (c == 1)))
         if down + up == 0:
             return 1.0
-        return float(mcnemar([[0, down], [up, 0]], exact=True).pvalue)
+        return mcnemar_exact_p(down, up)
     d = c - b
     if np.all(d == 0):
         return 1.0
-    return float(sps.wilcoxon(b, c, zero_method="wilcox", method=wilcoxon_method(d)).pvalue)
+    method = wilcoxon_method(d)
+
+    def compute() -> float:
+        from scipy import stats as sps
+
+        return float(sps.wilcoxon(b, c, zero_method="wilcox", method=method).pvalue)
+
+    return _remembered("wilcoxon", (method, _digest(b), _digest(c)), compute)
 
 
 WILCOXON_EXACT_MAX = 50

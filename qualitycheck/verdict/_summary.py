@@ -43,12 +43,14 @@ from qualitycheck.verdict._model import (
     Summary,
     TargetInfo,
 )
-from qualitycheck.verdict._stats import CheckStats, format_drift, quality_stats
+from qualitycheck.verdict._stats import CheckStats, StatsMemo, format_drift, mcnemar_exact_p, quality_stats
 from qualitycheck.verdict._status import add_regression_evidence, category_verdict, failed_quality_routes, tolerated_regressions
 
 __all__ = ["SUMMARY_NAME", "build_summary", "write_summary"]
 
 SUMMARY_NAME = "summary.json"
+STATS_MEMO_ARTIFACT = "stats_memo"
+"""The run's `StatsMemo`: the scipy/statsmodels results of its last summary, keyed by their inputs."""
 
 
 def _targets(store: RunStore) -> dict[str, TargetInfo]:
@@ -138,11 +140,9 @@ def _category_noise(t: TextTally, cells: dict[str, CheckStats]) -> CategoryNoise
         check_flip_rates={n: s.noise.flip_rate for n, s in cells.items() if s.noise.measured_by},
     )
     if t.paired:
-        from statsmodels.stats.contingency_tables import mcnemar
-
         cand_only, ctrl_only = t.candidate_only, t.control_only
         floor.candidate_divergence_rate = t.paired_candidate_diverged / t.paired
-        floor.divergence_p_value = float(mcnemar([[0, cand_only], [ctrl_only, 0]], exact=True).pvalue) if cand_only + ctrl_only else 1.0
+        floor.divergence_p_value = mcnemar_exact_p(cand_only, ctrl_only) if cand_only + ctrl_only else 1.0
     return floor
 
 
@@ -220,18 +220,23 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
 
     compare_run(store, each=[tally, *also])
     noise = _noise_floor(store, digest.text)
-    stats = quality_stats(
-        digest.outcomes,
-        margins=cfg.non_inferiority_margin,
-        seed=cfg.run.seed,
-        noise_source="baseline_again" if noise.source == "baseline_again" else None,
-    )
-    drift = format_drift(digest.drift)
-    text = digest.text
+    memo = StatsMemo.from_json(store.artifact(STATS_MEMO_ARTIFACT))
+    with memo.active():  # a rebuild of an unchanged run computes nothing with scipy, and never imports it
+        stats = quality_stats(
+            digest.outcomes,
+            margins=cfg.non_inferiority_margin,
+            seed=cfg.run.seed,
+            noise_source="baseline_again" if noise.source == "baseline_again" else None,
+        )
+        drift = format_drift(digest.drift)
+        judge = judge_tally.summary()
+        text = digest.text
+        category_noise = {cat: _category_noise(t, stats.get(cat, {})) for cat, t in text.items()}
+    if memo.added:
+        store.put_artifact(STATS_MEMO_ARTIFACT, memo.to_json())
     errors = error_tally.summary(store)
     latency = latency_tally.summary()
     acceptance = acceptance_summary(store)
-    judge = judge_tally.summary()
 
     case_counts = store.category_routes()
     category_routes = {cat: set(routes) for cat, routes in case_counts.items()}
@@ -285,7 +290,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
             cases=sum(case_counts[cat].values()),
             routes=sorted(category_routes[cat]),
             **figures,
-            noise_floor=_category_noise(text.get(cat) or TextTally(), cells),
+            noise_floor=category_noise.get(cat) or _category_noise(TextTally(), cells),
             checks=checks,
             format_drift={name: FormatDrift.model_validate(d) for name, d in drift.get(cat, {}).items()},
             verdict=cat_verdict,
