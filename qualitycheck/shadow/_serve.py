@@ -58,7 +58,7 @@ def run_shadow(
     metrics = ShadowMetrics()
     noise_floor = cfg.run.noise_floor != "none"
     recorder = Recorder(
-        cfg, out, rules, replica=secrets.token_hex(3), listen=f"{host}:{port}", metrics=metrics, log=log, noise_floor=noise_floor
+        cfg, out, rules, replica=secrets.token_hex(4), listen=f"{host}:{port}", metrics=metrics, log=log, noise_floor=noise_floor
     )
     recorder.open()  # a folder holding another run is refused (exit 2) before anyone is served
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,7 +40,14 @@ class Proxy:
         self.logs: list[str] = []
         self.metrics = ShadowMetrics()
         self.recorder = Recorder(
-            cfg, out, rules or Rules(), replica="t1", listen="test", metrics=self.metrics, log=self.logs.append, noise_floor=noise_floor
+            cfg,
+            out,
+            rules or Rules(),
+            replica=secrets.token_hex(4),
+            listen="test",
+            metrics=self.metrics,
+            log=self.logs.append,
+            noise_floor=noise_floor,
         )
         self.noise_floor = noise_floor
         self.loop = asyncio.new_event_loop()

@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation._client import AnswerReader, Endpoint, RequestPlan
-from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.shadow._proxy import HOP_BY_HOP
 from qualitycheck.testserver import TestServer, ToolReply
 
@@ -22,12 +22,16 @@ VARYING = {"date"}
 """Set by the server per answer: the proxy passes the baseline's own, which may tick between two calls."""
 
 
-def call(base: str, path: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def call(
+    base: str, path: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
     u = urlsplit(base)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
     try:
         data = json.dumps(body).encode() if body is not None else None
-        conn.request("POST" if body is not None else "GET", path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+        conn.request(
+            "POST" if body is not None else "GET", path, body=data, headers={"Content-Type": "application/json", **(headers or {})}
+        )
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
     finally:
@@ -185,7 +189,9 @@ def test_the_answer_reader_parses_forwarded_bytes_as_the_client_parses_its_own()
     )
     cut = AnswerReader("chat", sse=True, t0=time.perf_counter())
     cut.feed(raw[: raw.rindex(b"\n\n", 0, len(raw) // 2) + 2], time.perf_counter())  # whole events, then nothing
-    assert cut.response(case_id="c1", target="baseline", fingerprint="fp", started_at=1.0, now=time.perf_counter()).error.kind == "stream_cut"  # type: ignore[union-attr]
+    assert (
+        cut.response(case_id="c1", target="baseline", fingerprint="fp", started_at=1.0, now=time.perf_counter()).error.kind == "stream_cut"
+    )  # type: ignore[union-attr]
     failed = AnswerReader("chat", sse=False, t0=0.0, status=503)
     failed.feed(b'{"error": {"message": "overloaded"}}', 1.0)
     err = failed.response(case_id="c1", target="baseline", fingerprint="fp", started_at=1.0, now=2.0).error

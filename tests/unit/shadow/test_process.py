@@ -1,0 +1,282 @@
+"""`qualitycheck shadow` as a process: SIGTERM drains, `kill -9` loses only pairs in flight, no key or PII reaches disk or logs."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qualitycheck.core._store import RunStore
+from qualitycheck.testserver import TestServer
+
+from .test_forwarding import call, chat
+
+CALLER_KEY = "sk-callerkey0123456789abcdefXYZ"
+CANDIDATE_KEY = "sk-candidatekey9876543210zyxwvUT"
+PII = {
+    "email": "jane.doe.4711@example.org",
+    "phone": "+44 20 7946 0958",
+    "card": "4111 1111 1111 1111",
+    "iban": "DE89 3704 0044 0532 0130 00",
+    "ip": "10.23.45.67",
+    "secret": "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+}
+PII_FORMS = [*PII.values(), "4111111111111111", "DE89370400440532013000", "jane.doe.4711"]
+
+
+class ShadowProcess:
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path):
+        self.proc, self.url, self.log = proc, url, log
+
+    def metric(self, name: str, **labels: str) -> float:
+        text = call(self.url, "/qc/metrics")[2].decode()
+        want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+        for line in text.splitlines():
+            if line.startswith(want + " "):
+                return float(line.split()[-1])
+        return 0.0
+
+    def wait_metric(self, name: str, value: float, timeout: float = 30, **labels: str) -> None:
+        deadline = time.monotonic() + timeout
+        while self.metric(name, **labels) != value:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name}{labels} never reached {value} (now {self.metric(name, **labels)})")
+            time.sleep(0.02)
+
+
+@contextmanager
+def shadow_process(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[ShadowProcess]:
+    log = tmp_path / "proxy.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "qualitycheck", "shadow", "--listen", "127.0.0.1:0", *args],
+            stdout=err,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})},
+        )
+    try:
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None:
+            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text(errors="replace"))
+            if m:
+                url = m.group(1)
+            elif proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the proxy did not start (exit {proc.poll()}):\n{log.read_text(errors='replace')}")
+            else:
+                time.sleep(0.05)
+        yield ShadowProcess(proc, url, log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def stream_in_thread(url: str, body: dict[str, Any], results: list[Any], headers: dict[str, str] | None = None) -> threading.Thread:
+    def go() -> None:
+        try:
+            results.append(call(url, "/v1/chat/completions", body, headers))
+        except (OSError, http.client.HTTPException) as exc:  # the proxy was killed under it
+            results.append(exc)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def qc(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "qualitycheck", *args], capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"}
+    )
+
+
+def test_sigterm_stops_accepting_drains_in_flight_requests_and_writes_the_summary(tmp_path: Path) -> None:
+    words = " ".join(f"w{i}" for i in range(12))
+    with TestServer(default=words, itl_s=0.1) as base, TestServer(default=words, itl_s=0.1) as cand:
+        out = tmp_path / "run"
+        with shadow_process(tmp_path, "--baseline", base.url, "--candidate", cand.url, "--out", str(out), "--sample", "1") as sp:
+            body = chat("drain me", stream=True, temperature=0)
+            results: list[Any] = []
+            threads = [stream_in_thread(sp.url, body, results) for _ in range(3)]
+            deadline = time.monotonic() + 20
+            while len(base.requests("/chat/completions")) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            sp.proc.send_signal(signal.SIGTERM)
+            for t in threads:
+                t.join(30)
+            code = sp.proc.wait(60)
+        direct = call(base.url, "/v1/chat/completions", body)
+    assert [r[0] for r in results] == [200, 200, 200]
+    assert all(r[2] == direct[2] for r in results)  # whole answers, not cut by the stop
+    log = sp.log.read_text()
+    assert code in (0, 1), log
+    assert "stopping: draining" in log and "3 of 3 pairs in flight finished" in log
+    period = json.loads((out / "shadow.json").read_text())
+    assert period["closed_because"] == "stopped" and period["stored"] == 3
+    assert period["drain"]["in_flight"] == 3 and period["drain"]["cancelled"] == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cases"] == 3 and summary["verdict"] in ("pass", "inconclusive", "fail")
+
+
+def test_kill_9_loses_at_most_the_pairs_in_flight(tmp_path: Path) -> None:
+    with TestServer(default="a b c d", itl_s=0.0) as base, TestServer(default="a b c d") as cand:
+        out = tmp_path / "run"
+        with shadow_process(tmp_path, "--baseline", base.url, "--candidate", cand.url, "--out", str(out), "--sample", "1") as sp:
+            for i in range(4):
+                assert call(sp.url, "/v1/chat/completions", chat(f"acknowledged {i}", temperature=0))[0] == 200
+            sp.wait_metric("qc_shadow_stored_total", 4.0)  # acknowledged: stored
+            base.itl_s = 0.5
+            results: list[Any] = []
+            for i in range(2):
+                stream_in_thread(sp.url, chat(f"in flight {i}", stream=True), results)
+            sp.wait_metric("qc_shadow_inflight", 2.0)
+            sp.proc.kill()
+            sp.proc.wait(10)
+    with RunStore.open(out) as store:
+        cases = store.cases()
+        responses = list(store.responses())
+    assert sorted(c.messages[0]["content"] for c in cases if c.messages) == [f"acknowledged {i}" for i in range(4)]
+    assert len(responses) == 8
+    gate = qc("gate", str(out))
+    assert gate.returncode in (0, 1), gate.stderr
+    assert json.loads((out / "summary.json").read_text())["cases"] == 4
+
+
+def test_no_key_and_no_planted_pii_in_any_file_of_the_run_folder_or_the_log(tmp_path: Path) -> None:
+    answer = f"Sure, I will write to {PII['email']} and charge {PII['card']}."
+    cfg = tmp_path / "qualitycheck.yaml"
+    cfg.write_text(
+        "candidate:\n  api_key_env: QC_SHADOW_TEST_KEY\n"
+        "speculative_decoding_guardrails:\n  max_error_rate: '1%'\n  max_quality_regression_cases: 0\n",
+        encoding="utf-8",
+    )
+    with TestServer(default=answer) as base, TestServer(default=answer) as cand:
+        out = tmp_path / "run"
+        args = (
+            "-c",
+            str(cfg),
+            "--baseline",
+            base.url,
+            "--candidate",
+            cand.url,
+            "--model",
+            "test-model",
+            "--out",
+            str(out),
+            "--sample",
+            "1",
+        )
+        with shadow_process(tmp_path, *args, env={"QC_SHADOW_TEST_KEY": CANDIDATE_KEY}) as sp:
+            for kind, value in PII.items():
+                body = chat(f"My {kind} is {value}, please help.", temperature=0, stream=kind != "ip")
+                status, _, _ = call(
+                    sp.url, "/v1/chat/completions", body, headers={"Authorization": f"Bearer {CALLER_KEY}", "X-Route": "support"}
+                )
+                assert status == 200
+            sp.wait_metric("qc_shadow_stored_total", float(len(PII)))
+            sp.proc.send_signal(signal.SIGTERM)
+            assert sp.proc.wait(120) in (0, 1), sp.log.read_text()
+        assert {e["auth"] for e in base.requests("/chat/completions")} == {f"Bearer {CALLER_KEY}"}
+        assert {e["auth"] for e in cand.requests("/chat/completions")} == {f"Bearer {CANDIDATE_KEY}"}
+    report = qc("report", str(out))
+    assert report.returncode in (0, 1), report.stderr
+    files = [f for f in out.rglob("*") if f.is_file()]
+    assert {"run.sqlite", "summary.json", "shadow.json", "report.html", "signoff.md"} <= {f.name for f in files}
+    haystacks = {str(f): f.read_bytes() for f in files}
+    haystacks["proxy log"] = sp.log.read_bytes()
+    haystacks["report output"] = (report.stdout + report.stderr).encode()
+    for where, data in haystacks.items():
+        for secret in (CALLER_KEY, CANDIDATE_KEY, *PII_FORMS):
+            assert secret.encode() not in data, f"{secret!r} found in {where}"
+    with RunStore.open(out) as store:
+        cases = store.cases()
+        period = store.artifact("shadow")[0]
+        texts = [r.text for r in store.responses()]
+    assert len(cases) == len(PII) and all(c.route == "support" for c in cases)
+    assert "<EMAIL_1>" in texts[0] and "<CARD_1>" in texts[0]
+    assert set(period["redactions"]) == set(PII)
+
+
+def test_keep_pii_stores_prompts_as_sent_but_never_a_key(tmp_path: Path) -> None:
+    with TestServer(default="ok") as base, TestServer(default="ok") as cand:
+        out = tmp_path / "run"
+        with shadow_process(
+            tmp_path, "--baseline", base.url, "--candidate", cand.url, "--out", str(out), "--keep-pii", "--sample", "1"
+        ) as sp:
+            call(sp.url, "/v1/chat/completions", chat(f"mail {PII['email']}"), headers={"Authorization": f"Bearer {CALLER_KEY}"})
+            sp.wait_metric("qc_shadow_stored_total", 1.0)
+            sp.proc.send_signal(signal.SIGTERM)
+            sp.proc.wait(120)
+    data = b"".join(f.read_bytes() for f in out.rglob("*") if f.is_file())
+    assert PII["email"].encode() in data and CALLER_KEY.encode() not in data
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--listen", "nonsense"], "--listen: expected HOST:PORT"),
+        (["--sample", "2"], "shadow.sample"),
+        (["--rotate-every", "5x"], "shadow.rotate_every"),
+        (["--max-inflight", "0"], "shadow.max_inflight"),
+    ],
+)
+def test_bad_flags_exit_2_with_the_field_named(tmp_path: Path, args: list[str], message: str) -> None:
+    base = [
+        "--listen",
+        "127.0.0.1:0",
+        "--baseline",
+        "http://127.0.0.1:9",
+        "--candidate",
+        "http://127.0.0.1:9",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    r = qc("shadow", *base, *args)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_a_tag_header_that_carries_credentials_is_refused(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("shadow:\n  tag_headers: {Authorization: user}\n", encoding="utf-8")
+    r = qc(
+        "shadow",
+        "-c",
+        str(cfg),
+        "--listen",
+        "127.0.0.1:0",
+        "--baseline",
+        "http://x:1",
+        "--candidate",
+        "http://x:2",
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert r.returncode == 2 and "shadow.tag_headers" in r.stderr and "credentials" in r.stderr
+
+
+def test_a_folder_holding_another_run_is_refused_before_listening(tmp_path: Path) -> None:
+    RunStore.create(tmp_path / "taken", {"suite_fingerprint": "abc", "targets": {}, "repeats": 1}, []).close()
+    r = qc(
+        "shadow",
+        "--listen",
+        "127.0.0.1:0",
+        "--baseline",
+        "http://127.0.0.1:9",
+        "--candidate",
+        "http://127.0.0.1:9",
+        "--out",
+        str(tmp_path / "taken"),
+    )
+    assert r.returncode == 2 and "holds a different run" in r.stderr and "listening" not in r.stderr
