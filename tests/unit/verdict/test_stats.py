@@ -131,3 +131,14 @@ def test_baseline_again_weighs_regressions_against_the_cases_asked_again():
     assert cls.regressions == ["broke"]
     assert cls.allowance >= 1  # five A/A disagreements among ten cases explain one regression among them
     assert classify_cases(asked + quiet).allowance > cls.allowance  # all 210 cases as eligible would explain more
+
+
+def test_holm_gives_statsmodels_own_floats_without_importing_it():
+    import numpy as np
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 40):
+        p = rng.random(n).round(3).tolist()  # rounded: ties, as identical cells produce
+        p[: n // 3] = [1.0] * (n // 3)
+        assert holm(p) == [float(x) for x in multipletests(p, alpha=0.05, method="holm")[1]]
