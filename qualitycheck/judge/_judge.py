@@ -598,6 +598,30 @@ def _aa_score(case: Case, repeat: int, outcome: dict[str, Any]) -> Score:
     return Score(case_id=case.id, target="control", repeat=repeat, check="judge", status=status, value=value, detail=detail)
 
 
+def _repeat_aa_score(case: Case, repeat: int, outcome: dict[str, Any]) -> Score:
+    """Without a control, the baseline's later repeat judged against its first answer: stored as that repeat's baseline score.
+
+    The baseline is the reference side, so its judge score is `pass`,
+    except where this A/A judgement says the repeat lost to the baseline's
+    own first answer: `fail`. The case then disagrees with itself across
+    repeats, which is what the statistics' repeats floor measures (flaky
+    case, disagreement count). It replaces the reference score the
+    candidate's pair wrote for this repeat (written after it). A failed
+    A/A call leaves the reference `pass` and records the error in
+    `detail.error` (the A/A figures count it as an A/A error).
+    """
+    value, err = outcome["value"], outcome["error"]
+    detail = {**outcome["detail"], "aa": True, "aa_against_repeat": 0}
+    if err is not None:
+        detail["error"] = err
+    status: ScoreStatus = "fail" if err is None and value == "loss" else "pass"
+    return Score(case_id=case.id, target="baseline", repeat=repeat, check="judge", status=status, value=value, detail=detail)
+
+
+async def _identical(judge: JudgeDefinition) -> dict[str, Any]:
+    return {"value": "tie", "error": None, "detail": {"judge": judge.name, "kind": judge.kind, "identical": True}}
+
+
 def _pair_scores(case: Case, repeat: int, outcome: dict[str, Any]) -> list[Score]:
     value, err, detail = outcome["value"], outcome["error"], outcome["detail"]
     statuses: tuple[ScoreStatus, ScoreStatus]
@@ -631,7 +655,7 @@ class _JudgeCounts:
     identical: int = 0
     no_answer: int = 0
     aa_pairs: int = 0
-    """A/A pairs (baseline against control) that diverged and went to the judge."""
+    """A/A pairs (baseline against control, or a later baseline repeat against the first) that diverged and went to the judge."""
 
 
 def _judged_scores(
@@ -651,7 +675,9 @@ def _judged_scores(
     Where the run has a control (`--control`, or the baseline asked again:
     `generation._noise`), the judge also judges the baseline against it:
     an identical A/A pair is a tie without a call, a divergent one is
-    judged like any pair and stored on the control (`_aa_score`).
+    judged like any pair and stored on the control (`_aa_score`). Without
+    a control, a case's later baseline repeats are judged against its
+    first answer (`_repeat_aa_score`).
     """
     batch: list[tuple[Case, int, str, str, str]] = []
 
@@ -662,12 +688,22 @@ def _judged_scores(
         batch.clear()
 
         async def judged() -> list[Any]:
-            return list(await asyncio.gather(*(_judge_pair(caller, judges[c.checks.judge.mode], c, b, k) for c, _, b, k, _ in jobs)))
+            return list(
+                await asyncio.gather(
+                    *(
+                        _identical(judges[c.checks.judge.mode]) if b == k else _judge_pair(caller, judges[c.checks.judge.mode], c, b, k)
+                        for c, _, b, k, _ in jobs
+                    )
+                )
+            )
 
         outcomes = runner.run(judged())
         out: list[Score] = []
         for (case, rep, _, _, side), res in zip(jobs, outcomes, strict=True):
-            out.extend(_pair_scores(case, rep, res) if side == "candidate" else [_aa_score(case, rep, res)])
+            if side == "candidate":
+                out.extend(_pair_scores(case, rep, res))
+            else:
+                out.append(_aa_score(case, rep, res) if side == "control" else _repeat_aa_score(case, rep, res))
         return out
 
     for rec in store.by_case(scores=False, judged_only=True):
@@ -676,6 +712,8 @@ def _judged_scores(
         pairs: dict[int, dict[str, Response]] = {}
         for r in rec.responses:
             pairs.setdefault(r.repeat, {})[r.target] = r
+        has_control = any(r.target == "control" for r in rec.responses)
+        first = pairs.get(0, {}).get("baseline")  # without a control, the A/A reference of the later repeats
         for rep, pair in sorted(pairs.items()):
             b, c, k = pair.get("baseline"), pair.get("candidate"), pair.get("control")
             missing = _no_answer(b, "baseline") or _no_answer(c, "candidate")
@@ -724,6 +762,12 @@ def _judged_scores(
                 )
             else:
                 batch.append((case, rep, b.answer, c.answer, "candidate"))  # type: ignore[union-attr]
+                if len(batch) >= window:
+                    yield from flush()
+            if not has_control and rep > 0 and first is not None and first.ok and b is not None and b.ok:
+                # Queued after this repeat's pair, so its score replaces the reference score written above.
+                counts.aa_pairs += b.answer != first.answer
+                batch.append((case, rep, first.answer, b.answer, "repeat"))
                 if len(batch) >= window:
                     yield from flush()
     yield from flush()

@@ -1,4 +1,4 @@
-"""Reports of a finished run: report.html and the terminal summary.
+"""Reports of a finished run: report.html and the terminal summary; review.html for blinded human spot-checks.
 
 Both read only summary.json and the run store (through `collect`), so
 `qualitycheck report DIR` rebuilds them without calling an endpoint.
@@ -11,21 +11,25 @@ from pathlib import Path
 from qualitycheck.core._store import RunStore
 from qualitycheck.report._data import MAX_CASES, ReportData, RowCollector, collect
 from qualitycheck.report._html import REPORT_NAME, render_html, write_html, write_report
+from qualitycheck.report._review import REVIEW_NAME, import_labels, write_review
 from qualitycheck.report._terminal import print_summary, summary_renderables
 from qualitycheck.verdict._model import Summary
 
 __all__ = [
     "MAX_CASES",
     "REPORT_NAME",
+    "REVIEW_NAME",
     "ReportData",
     "RowCollector",
     "collect",
+    "import_labels",
     "print_summary",
     "publish",
     "render_html",
     "summary_renderables",
     "write_html",
     "write_report",
+    "write_review",
 ]
 
 

@@ -65,20 +65,20 @@ class JudgeTally:
         b["same_position"] += positions[0] == positions[1] != "tie"
 
     def _add_aa(self, s: Score, category: str) -> None:
-        """A/A pair (baseline vs control): identical ones count as pairs the judge could not lose."""
+        """A/A pair (baseline vs control, or a later baseline repeat vs the first): identical ones are pairs the judge could not lose."""
         a = self._aa.setdefault(category, dict.fromkeys(_AA_KEYS, 0))
         a["aa_pairs"] += 1
         if s.detail.get("identical"):
             return
         self._add_positions(s.detail)
-        if s.status == "error":
+        if s.status == "error" or s.detail.get("error"):
             a["aa_errors"] += 1
             return
         a["aa_judged"] += 1
         a["aa_losses"] += s.value == "loss"
 
     def add_score(self, s: Score, category: str) -> None:
-        if s.check == "judge" and s.target == "control" and s.detail.get("aa"):
+        if s.check == "judge" and s.target in ("control", "baseline") and s.detail.get("aa"):
             self._add_aa(s, category)
             return
         if s.check != "judge" or s.target != "candidate" or s.detail.get("not_configured"):

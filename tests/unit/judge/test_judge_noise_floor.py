@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from qualitycheck.core._cases import Case
 from qualitycheck.core._records import Response
 from qualitycheck.core._store import RunStore
 from qualitycheck.judge._judge import score_judge
+from qualitycheck.report import write_report
+from qualitycheck.report._signoff import render_signoff
 from qualitycheck.testserver import TestServer
 from qualitycheck.verdict._summary import build_summary
 
@@ -44,6 +47,10 @@ def test_aa_judge_losses_explain_the_candidates_losses(tmp_path: Path) -> None:
     assert cell.noise_floor.measured_by == "control" and cell.noise_floor.flip_rate == 0.4
     assert cell.regressions == ["c4", "c5"] and cell.tolerated == ["c4", "c5"] and cell.regression_allowance >= 2
     assert with_floor.verdict == "pass"
+    report = write_report(store, with_floor).read_text(encoding="utf-8")
+    assert 'id="judge-calibration"' in report and "Judge noise floor" in report and "40.0%" in report
+    signoff = render_signoff(with_floor)
+    assert "the judge lost 4 of 10 A/A pairs (noise floor 40.0%)" in signoff and "position bias of judge `pairwise`" in signoff
 
     # The same losses without the A/A judgements: nothing explains them, and the verdict flips.
     store.replace_scores(
@@ -94,4 +101,45 @@ def test_no_position_bias_field_without_pairwise_calls(tmp_path: Path) -> None:
         score_judge(store, cfg)
     s = build_summary(store, cfg)
     assert s.judge_position_bias == {} and "judge_position_bias" not in s.to_json_text()
+    store.close()
+
+
+def test_with_repeats_the_later_baseline_answers_are_judged_against_the_first(tmp_path: Path) -> None:
+    """No control: repeat 1 of the baseline against its repeat 0 is the A/A pair; its losses explain the candidate's."""
+    cases = [
+        Case(id=f"c{i}", category="summaries", messages=[{"role": "user", "content": f"Summarise {i}."}], checks={"judge": "pairwise"})
+        for i in range(10)
+    ]
+    store = RunStore.create(tmp_path / "run", {"targets": {}, "repeats": 2, "suite_fingerprint": "t"}, cases)
+    for i in range(10):
+        for rep in (0, 1):
+            base = f"meh again {i}" if rep == 1 and i < 4 else f"GOOD answer {i}"
+            cand = f"meh answer {i}" if i in (4, 5, 6) else f"GOOD answer {i}"
+            store.put_response(Response(case_id=f"c{i}", target="baseline", repeat=rep, fingerprint="f", text=base))
+            store.put_response(Response(case_id=f"c{i}", target="candidate", repeat=rep, fingerprint="f", text=cand))
+    with TestServer(default=prefer("GOOD")) as srv:
+        cfg = judge_config(srv.url)
+        stage = score_judge(store, cfg)
+    assert stage["aa_pairs"] == 4
+    base = {(s.case_id, s.repeat): s for s in store.scores() if s.check == "judge" and s.target == "baseline"}
+    assert {k for k, s in base.items() if s.status == "fail"} == {(f"c{i}", 1) for i in range(4)}
+    assert all(base[(f"c{i}", 0)].status == "pass" for i in range(10)) and all(base[(f"c{i}", 1)].detail["aa"] for i in range(10))
+    with_floor = build_summary(store, cfg)
+    cell = with_floor.categories["summaries"].checks["judge"]
+    assert cell.noise_floor.measured_by == "repeats" and cell.aa_pairs == 10 and cell.aa_losses == 4
+    assert cell.regressions == ["c4", "c5", "c6"] and cell.tolerated == ["c4", "c5", "c6"]
+    assert cell.flaky == ["c0", "c1", "c2", "c3"] and with_floor.verdict == "pass"
+
+    # Without the A/A judgements the baseline never disagrees with itself: three losses are beyond the floor.
+    store.replace_scores(
+        [
+            s.model_copy(update={"status": "pass", "detail": {"judge": "pairwise", "kind": "pairwise"}}) if s.target == "baseline" else s
+            for s in store.scores()
+            if s.check == "judge"
+        ],
+        checks=["judge"],
+    )
+    without = build_summary(store, cfg)
+    bare = without.categories["summaries"].checks["judge"]
+    assert bare.regressions == ["c4", "c5", "c6"] and bare.tolerated == [] and without.verdict == "fail"
     store.close()
