@@ -175,7 +175,7 @@ def _shape_problem(case: dict[str, Any]) -> str | None:
     few shapes of those (the same tools, schemas and settings) over and over:
     each distinct shape is validated once.
     """
-    memo = json.dumps([case["params"], case.get("checks")], sort_keys=True)
+    memo = repr((case["params"], case.get("checks")))  # a cache key, not a canonical form: faster than json.dumps
     if memo not in _SHAPE_CACHE:
         if len(_SHAPE_CACHE) >= _LOAD_CACHE_MAX:
             _SHAPE_CACHE.clear()
@@ -423,7 +423,12 @@ class _Staging:
 
 
 class _Writer:
-    """Appends cases to `<category>.jsonl`, refusing a repeated id; tallies what it wrote."""
+    """Appends cases to `<category>.jsonl` and tallies what it wrote.
+
+    A log's own ids can repeat (two Batch API files that both number their
+    requests `request-1`, ...): a repeated id becomes `<file>-<line>`, and
+    only when that is taken too is the case refused.
+    """
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -435,10 +440,14 @@ class _Writer:
         self.no_check = 0
         self.by_stratum: Counter[_StratumT] = Counter()
 
-    def write(self, c: _CaseOut) -> bool:
+    def write(self, c: _CaseOut, fallback_id: str) -> bool:
         _, stratum, _, _, case_id, line, redactions, checks = c
         if case_id in self.ids:
-            return False
+            if fallback_id in self.ids:
+                return False
+            case = json.loads(line)
+            case["id"] = case_id = fallback_id
+            line = json.dumps(case, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         self.ids.add(case_id)
         category = stratum[0]
         f = self.files.get(category)
@@ -483,6 +492,9 @@ class _Tally:
         )
         self.seq = 0
 
+    def _fallback_id(self, src: int, line: int) -> str:
+        return f"{_stem(self.requests[src].path.name)}-{line}"
+
     def skip(self, src: int, line: int, reason: str) -> None:
         self.skipped += 1
         self.by_reason[reason] += 1
@@ -509,7 +521,7 @@ class _Tally:
                     self.sampler.offer(c[1], c[3], self.seq, (src, c))
                 else:  # the worker found its key above the sample's bounds
                     self.sampler.count(c[1])
-            elif not self.writer.write(c):
+            elif not self.writer.write(c, self._fallback_id(src, c[0])):
                 self.skip(src, c[0], "its id repeats an earlier request's")
 
     def finish(self) -> int:
@@ -518,7 +530,7 @@ class _Tally:
             return 0
         taken = self.sampler.take()
         for _, (src, c) in taken:
-            if not self.writer.write(c):
+            if not self.writer.write(c, self._fallback_id(src, c[0])):
                 self.skip(src, c[0], "its id repeats an earlier request's")
         return self.new - len(taken)
 

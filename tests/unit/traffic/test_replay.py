@@ -279,6 +279,16 @@ def test_the_suite_folder_must_be_new_or_an_earlier_replay(tmp_path: Path) -> No
         replay([FIXTURES / "requests.jsonl"], out)
 
 
+def test_ids_repeated_across_logs_fall_back_to_file_and_line(tmp_path: Path) -> None:
+    second = tmp_path / "batch_rerun.jsonl"  # another batch numbering its requests the same way
+    lines = (FIXTURES / "batch_input.jsonl").read_text(encoding="utf-8").splitlines()
+    second.write_text("\n".join(line.replace("Reply to", "Please reply to") for line in lines[:3]) + "\n", encoding="utf-8")
+    m = replay([FIXTURES / "batch_input.jsonl", second], tmp_path / "s")
+    ids = [c.id for c in load_suite([tmp_path / "s"])]
+    assert len(ids) == len(set(ids)) and "req-001" in ids and "batch_rerun-2" in ids
+    assert m.lines.duplicates == 2 and m.lines.skipped == 2  # the unchanged prompts repeat; GET and embeddings as before
+
+
 def test_a_damaged_gzip_is_reported_not_a_crash(tmp_path: Path) -> None:
     data = gzip.compress((FIXTURES / "requests.jsonl").read_bytes() * 3)
     cut = tmp_path / "cut.jsonl.gz"
