@@ -359,7 +359,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions and cases (under ten minutes)")
     ap.add_argument("--peers", action="store_true", help="also drive lm-eval, promptfoo and inspect-ai when installed")
     ap.add_argument(
-        "--only", action="append", help="run only these sections (overhead, cpu, error, rss, sandbox, judge, report, gate, peers)"
+        "--only",
+        action="append",
+        help="run only these sections (overhead, cpu, error, rss, sandbox, judge, report, gate, shadow, peers)",
     )
     a = ap.parse_args()
     from bench import figures_scoring
@@ -370,7 +372,9 @@ def main() -> int:
         f"python {platform.python_version()}, {'quick' if a.quick else 'full'} mode",
         flush=True,
     )
-    sections = set(a.only or ["overhead", "cpu", "error", "rss", "sandbox", "judge", "report", "gate"] + (["peers"] if a.peers else []))
+    sections = set(
+        a.only or ["overhead", "cpu", "error", "rss", "sandbox", "judge", "report", "gate", "shadow"] + (["peers"] if a.peers else [])
+    )
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="qc-bench-") as td:
         tmp = Path(td)
@@ -390,6 +394,10 @@ def main() -> int:
             figures_scoring.report_build(figure, skipped, tmp, 10000)
         if "gate" in sections:
             figures_scoring.gate_power(figure, skipped, 200 if a.quick else 1000)
+        if "shadow" in sections:
+            from bench import figures_shadow
+
+            figures_shadow.run(figure, skipped, tmp, bench_server, a.quick)
         if "peers" in sections:
             from bench import peers
 

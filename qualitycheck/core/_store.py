@@ -205,18 +205,24 @@ class RunStore:
             )
 
     def put_case(self, case: Case, idx: int, responses: Iterable[Response] = ()) -> None:
-        """Add one case at position `idx`, with its answers, in one transaction: for a run whose cases arrive as it goes.
+        """Add one case at position `idx`, with its answers, in one transaction: for a run whose cases arrive as it goes."""
+        self.put_cases([(case, idx, responses)])
 
-        The shadow proxy stores each mirrored request this way the moment both
-        answers are in, so a killed proxy never leaves a case without its pair.
-        The caller numbers the cases (from `case_count()`): looking the next
-        position up here would scan the table on every insert.
+    def put_cases(self, items: Iterable[tuple[Case, int, Iterable[Response]]]) -> None:
+        """Add cases (each at its position, with its answers) in one transaction.
+
+        The shadow proxy stores mirrored requests this way as their answers
+        come in (whatever arrived while the last commit ran goes in the next),
+        so a killed proxy never leaves a case without its pair. The caller
+        numbers the cases (from `case_count()`): looking the next position up
+        here would scan the table on every insert.
         """
         with self._db:
             self._db.execute("BEGIN")
-            self._db.execute("INSERT INTO cases VALUES (?,?,?,?)", (idx, case.id, case.category, json.dumps(_case_body(case))))
-            for r in responses:
-                self.put_response(r)
+            for case, idx, responses in items:
+                self._db.execute("INSERT INTO cases VALUES (?,?,?,?)", (idx, case.id, case.category, json.dumps(_case_body(case))))
+                for r in responses:
+                    self.put_response(r)
 
     # ------------------------------------------------------------ responses
     def put_response(self, r: Response) -> None:

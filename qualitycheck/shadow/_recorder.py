@@ -65,6 +65,19 @@ class PairRecord:
 
 
 @dataclass(slots=True)
+class _Prepared:
+    pair: PairRecord
+    case: Case
+    responses: list[Response]
+    """Redacted (unless keep_pii); the pair keeps the answers as given, for the tallies."""
+    redactions: dict[str, int]
+
+
+_BATCH = 256
+"""Pairs at most in one commit: what arrived while the previous commit ran (one pair when the writer keeps up)."""
+
+
+@dataclass(slots=True)
 class _Written:
     """The writer's own tally for the open folder: what it stored, and what it could not."""
 
@@ -185,71 +198,107 @@ class Recorder:
 
     # ------------------------------------------------------------ the writer thread
     def _run(self) -> None:
+        pending: Any = None
         while True:
-            item = self._queue.get()
-            if item is self._STOP:
+            item = pending if pending is not None else self._queue.get()
+            pending = None
+            if isinstance(item, PairRecord):  # with it, whatever else is queued: one commit for all of them
+                batch = [item]
+                while len(batch) < _BATCH:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if not isinstance(nxt, PairRecord):
+                        pending = nxt
+                        break
+                    batch.append(nxt)
+                self._guarded(self._store_pairs, batch)
+            elif item is self._STOP:
                 return
-            try:
-                if isinstance(item, PairRecord):
-                    self._store_pair(item)
-                elif item[0] == "window":
-                    assert self._store is not None
-                    record_window(self._store, item[1])
-                    self._checkpoint()
-                elif item[0] == "rotate":
-                    self._close_folder(item[1], "rotation", None)
-                    self._open_folder()
-                elif item[0] == "close":
-                    self._close_folder(item[1], "stopped", item[2])
-            except Exception as exc:  # a disk or store failure: keep serving, say so once per kind
-                if self.failure is None:
-                    self.log(f"the run store failed ({type(exc).__name__}: {str(exc)[:200]}); pairs are dropped until it recovers")
-                self.failure = exc
+            else:
+                self._guarded(self._control, item)
 
-    def _store_pair(self, p: PairRecord) -> None:
-        w = self._written
+    def _guarded(self, step: Callable[[Any], None], arg: Any) -> None:
         try:
-            drafted = case_from_request(p.body, p.tags, self.rules, self._redactor, case_id=p.case_id, raw=p.raw)
-            if isinstance(drafted, str):
-                w.not_a_case += 1
-                self.metrics.dropped["not_a_case"].inc()
-                return
+            step(arg)
+        except Exception as exc:  # a disk or store failure: keep serving, say so once
+            if self.failure is None:
+                self.log(f"the run store failed ({type(exc).__name__}: {str(exc)[:200]}); pairs are dropped until it recovers")
+            self.failure = exc
+
+    def _control(self, item: tuple[Any, ...]) -> None:
+        if item[0] == "window":
+            assert self._store is not None
+            record_window(self._store, item[1])
+            self._checkpoint()
+        elif item[0] == "rotate":
+            self._close_folder(item[1], "rotation", None)
+            self._open_folder()
+        elif item[0] == "close":
+            self._close_folder(item[1], "stopped", item[2])
+
+    def _prepare(self, p: PairRecord) -> _Prepared | None:
+        """The pair as a case (replay's rules and checks, redacted) with its redacted answers; None when it cannot be a case."""
+        drafted = case_from_request(p.body, p.tags, self.rules, self._redactor, case_id=p.case_id, raw=p.raw)
+        if not isinstance(drafted, str):
             try:
                 case = Case.model_validate(drafted.case)
             except ValidationError:
-                w.not_a_case += 1
-                self.metrics.dropped["not_a_case"].inc()
-                return
-            responses = p.responses
-            conv = self._redactor.conversation() if self._redactor is not None else None
-            if conv is not None:  # one conversation for the answers: the same value reads the same in all of them
-                responses = [_redacted(r, conv) for r in responses]
+                pass
+            else:
+                responses = p.responses
+                redactions = dict(drafted.redactions or {})
+                if self._redactor is not None:  # one conversation for the answers: the same value reads the same in each
+                    conv = self._redactor.conversation()
+                    responses = [_redacted(r, conv) for r in responses]
+                    _add(redactions, conv.counts)
+                return _Prepared(p, case, responses, redactions)
+        self._written.not_a_case += 1
+        self.metrics.dropped["not_a_case"].inc()
+        return None
+
+    def _store_pairs(self, batch: list[PairRecord]) -> None:
+        try:
+            ready = [x for x in map(self._prepare, batch) if x is not None]
             assert self._store is not None
+            store = self._store
             try:
-                self._store.put_case(case, self._next_idx, responses)
-            except Exception:
-                w.store_failed += 1
-                self.metrics.dropped["store_failed"].inc()
-                raise
-            self._next_idx += 1
-            w.stored += 1
-            self.metrics.stored.inc()
-            _add(w.redactions, drafted.redactions or {})
-            if conv is not None:
-                _add(w.redactions, conv.counts)
-            by_target = {r.target: r for r in p.responses}
-            b, c = by_target.get("baseline"), by_target.get("candidate")
-            for side, r in (("baseline", b), ("candidate", c)):
-                if r is not None and r.error is not None:
-                    errs = w.baseline_errors if side == "baseline" else w.candidate_errors
-                    errs[r.error.kind] = errs.get(r.error.kind, 0) + 1
-            if b is not None and c is not None and b.ok and c.ok:
-                w.compared += 1
-                w.identical += b.answer == c.answer
-            if "control" in by_target:
-                w.asked_again += 1
+                store.put_cases((x.case, self._next_idx + i, x.responses) for i, x in enumerate(ready))
+                stored = ready
+            except Exception:  # one bad pair must not cost the others: store them one at a time
+                stored = []
+                for x in ready:
+                    try:
+                        store.put_case(x.case, self._next_idx + len(stored), x.responses)
+                        stored.append(x)
+                    except Exception:
+                        self._written.store_failed += 1
+                        self.metrics.dropped["store_failed"].inc()
+                        if len(stored) + self._written.store_failed == len(ready):
+                            raise
+            self._next_idx += len(stored)
+            for x in stored:
+                self._count(x)
         finally:
-            p.release()
+            for p in batch:
+                p.release()
+
+    def _count(self, x: _Prepared) -> None:
+        w = self._written
+        w.stored += 1
+        self.metrics.stored.inc()
+        _add(w.redactions, x.redactions)
+        by_target = {r.target: r for r in x.pair.responses}
+        b, c = by_target.get("baseline"), by_target.get("candidate")
+        for errs, r in ((w.baseline_errors, b), (w.candidate_errors, c)):
+            if r is not None and r.error is not None:
+                errs[r.error.kind] = errs.get(r.error.kind, 0) + 1
+        if b is not None and c is not None and b.ok and c.ok:
+            w.compared += 1
+            w.identical += b.answer == c.answer
+        if "control" in by_target:
+            w.asked_again += 1
 
     def _manifest(self) -> dict[str, Any]:
         from qualitycheck.pipeline._run import manifest_for

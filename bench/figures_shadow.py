@@ -1,0 +1,202 @@
+"""Benchmark figures for the shadow proxy: added latency, requests per second on one core, memory with rotation.
+
+Everything runs against bench/server.py (the local streaming server) pinned
+to one core, with the proxy (`qualitycheck shadow`, a whole process) pinned
+to the other; the load generator (bench/shadow_load.py, 64 concurrent
+streaming clients) shares the server's core. Direct and proxied runs
+alternate in one invocation and the medians are kept, because the machine
+may be shared: the added latency is the proxied percentile minus the direct
+percentile of the neighbouring run.
+
+- latency: the real-server mode (50 ms to the first chunk, 2 ms between 20
+  chunks), at the default `--sample 0.1` and at `--sample 1.0`;
+- throughput: the instant server, `--sample 1.0` (every request mirrored and
+  stored); requests/s is what the load generator saw, and the proxy's own CPU
+  time per request says what one core sustains when it is the bottleneck;
+- memory: the proxy's RSS over a long run with `--rotate-every`, sampled as
+  it goes (flat means nothing grows with the number of requests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+PY = sys.executable
+PROXY_CPU, SERVER_CPU = 0, 1
+REAL = {"ttft": 0.05, "itl": 0.002, "chunks": 20}
+INSTANT = {"ttft": 0.0, "itl": 0.0, "chunks": 20}
+
+Figure = Callable[..., None]
+
+
+def _pin(cpu: int) -> list[str]:
+    if shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
+        return ["taskset", "-c", str(cpu)]
+    return []
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and all its threads, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+@contextmanager
+def proxy(baseline: str, out: Path, sample: float, *extra: str, config: dict[str, Any] | None = None) -> Iterator[tuple[str, int]]:
+    """`qualitycheck shadow` pinned to its core, in front of `baseline` (also its candidate); yields (URL, pid)."""
+    cfg = out.parent / f"{out.name}.yaml"
+    cfg.write_text(json.dumps({"shadow": {"summarize_rotated": False, **(config or {})}}), encoding="utf-8")
+    log = out.parent / f"{out.name}.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "NO_COLOR": "1"}
+    root = baseline.removesuffix("/v1")
+    cmd = [*_pin(PROXY_CPU), PY, "-m", "qualitycheck", "shadow", "-c", str(cfg), "--listen", "127.0.0.1:0"]
+    cmd += ["--baseline", root, "--candidate", root, "--model", "bench", "--out", str(out), "--sample", str(sample), *extra]
+    with log.open("wb") as err:
+        proc = subprocess.Popen(cmd, stdout=err, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not (m := re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text(errors="replace"))):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the proxy did not start: {log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.05)
+        yield m.group(1) + "/v1", proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(600)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _load_run(url: str, n: int, c: int = 64) -> dict[str, Any]:
+    out = subprocess.run(
+        [*_pin(SERVER_CPU), PY, str(BENCH / "shadow_load.py"), url, str(n), str(c)], capture_output=True, text=True, timeout=3600
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"load generator failed: {out.stderr[-2000:]}")
+    data: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return data
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def added_latency(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) -> None:
+    med = statistics.median
+    with bench_server(REAL) as url:
+        for sample, suffix in ((0.1, ""), (1.0, "_sample1")):
+            out = tmp / f"shadow-latency-{sample}"
+            added: dict[str, list[float]] = {k: [] for k in ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")}
+            direct_p50: list[float] = []
+            with proxy(url, out, sample) as (purl, _):
+                _load_run(purl, 256)  # warm: connections, caches
+                _load_run(url, 256)
+                for _ in range(reps):
+                    d = _load_run(url, n)
+                    p = _load_run(purl, n)
+                    if d["errors"] or p["errors"]:
+                        raise RuntimeError(f"errors: direct {d['errors']}, proxied {p['errors']}")
+                    for key in ("ttft", "e2e"):
+                        for q, name in ((0.5, "p50"), (0.99, "p99")):
+                            added[f"{key}_{name}"].append(_pct(p[f"{key}_ms"], q) - _pct(d[f"{key}_ms"], q))
+                    direct_p50.append(_pct(d["ttft_ms"], 0.5))
+            shutil.rmtree(out, ignore_errors=True)
+            note = (
+                f"proxied minus direct, c=64, N={n} per run, median of {reps} alternating pairs, --sample {sample}; "
+                f"server 50 ms TTFT + 2 ms x 20 chunks (direct TTFT p50 {med(direct_p50):.1f} ms); {_load()}"
+            )
+            for key in ("ttft", "e2e"):
+                for q in ("p50", "p99"):
+                    figure(
+                        f"shadow_added_latency_ms_{q}{'' if key == 'ttft' else '_e2e'}{suffix}",
+                        med(added[f"{key}_{q}"]),
+                        "ms",
+                        note if q == "p50" else "",
+                    )
+
+
+def throughput(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) -> None:
+    rps, cpu_ms, direct_rps = [], [], []
+    with bench_server(INSTANT) as url:
+        out = tmp / "shadow-throughput"
+        with proxy(url, out, 1.0, "--max-inflight", "4096") as (purl, pid):
+            _load_run(purl, 512)
+            for _ in range(reps):
+                direct_rps.append(n / _load_run(url, n)["wall_s"])
+                c0 = _cpu_s(pid)
+                r = _load_run(purl, n)
+                cpu_ms.append((_cpu_s(pid) - c0) / n * 1000)
+                rps.append(r["ok"] / r["wall_s"])
+        stored = json.loads((out / "shadow.json").read_text())["stored"] if (out / "shadow.json").is_file() else None
+        shutil.rmtree(out, ignore_errors=True)
+    med = statistics.median
+    figure(
+        "shadow_requests_per_s",
+        med(rps),
+        "req/s",
+        f"--sample 1.0 (every request mirrored and stored: {stored} pairs), instant server, 20 chunks, c=64, N={n}, median of {reps}; "
+        f"the same load generator direct: {med(direct_rps):.0f} req/s; {_load()}",
+    )
+    figure("shadow_proxy_cpu_ms_per_request", med(cpu_ms), "ms", "the proxy process's CPU (every thread) per request, --sample 1.0")
+    figure(
+        "shadow_requests_per_core_s",
+        1000 / med(cpu_ms),
+        "req/s",
+        "1000 / CPU ms per request: what one core sustains when the proxy is the bottleneck",
+    )
+
+
+def memory(figure: Figure, tmp: Path, bench_server: Any, n: int, rotate: int, quick: bool) -> None:
+    samples: list[tuple[int, float]] = []
+    with bench_server(INSTANT) as url:
+        out = tmp / "shadow-memory"
+        with proxy(url, out, 1.0, "--max-inflight", "4096", "--rotate-every", str(rotate)) as (purl, pid):
+            step = max(1, n // 10)
+            done = 0
+            while done < n:
+                _load_run(purl, step)
+                done += step
+                samples.append((done, _rss_mb(pid)))
+                for f in sorted(out.iterdir())[:-2]:  # closed folders are not the proxy's memory; keep the disk bounded
+                    shutil.rmtree(f, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+    first, last = samples[0][1], samples[-1][1]
+    note = f"RSS after {samples[0][0]:,} requests {first:.0f} MB, after {samples[-1][0]:,}: {last:.0f} MB; --sample 1.0, --rotate-every {rotate}"
+    if quick:
+        note += "; quick mode: the 1,000,000-request figure needs the full run"
+    figure(f"shadow_peak_rss_{n}_requests_mb", max(r for _, r in samples), "MB", note)
+    figure("shadow_rss_growth_mb_per_100k_requests", (last - first) / max(1, samples[-1][0] - samples[0][0]) * 100_000, "MB", _load())
+
+
+def run(figure: Figure, skipped: Figure, tmp: Path, bench_server: Any, quick: bool) -> None:
+    added_latency(figure, tmp, bench_server, 2000 if quick else 5000, 3 if quick else 5)
+    throughput(figure, tmp, bench_server, 5000 if quick else 20000, 3 if quick else 5)
+    memory(figure, tmp, bench_server, 100_000 if quick else 1_000_000, 20_000 if quick else 100_000, quick)

@@ -1,0 +1,92 @@
+"""The shadow benchmark's load generator: streaming chat requests at a fixed concurrency, timed per request.
+
+It measures what a caller sees: time to the first content chunk and to the
+end of the answer, per request, the same way whether it talks to the server
+directly or through the proxy, so the two runs can be set side by side.
+
+Run: `python bench/shadow_load.py URL N CONCURRENCY [--no-stream]`; prints a
+JSON line {wall_s, cpu_s, ok, errors, ttft_ms: [...], e2e_ms: [...]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+import aiohttp
+
+
+async def run(url: str, n: int, concurrency: int, stream: bool) -> dict:
+    conn = aiohttp.TCPConnector(limit=concurrency)
+    ttft: list[float] = []
+    e2e: list[float] = []
+    ok = errors = 0
+    queue = iter(range(n))
+
+    async with aiohttp.ClientSession(connector=conn) as session:
+
+        async def worker() -> None:
+            nonlocal ok, errors
+            for i in queue:
+                body = {
+                    "model": "bench",
+                    "messages": [{"role": "user", "content": f"Say something r{i}"}],
+                    "stream": stream,
+                    "temperature": 0,
+                    "max_tokens": 64,
+                }
+                t0 = time.perf_counter()
+                first = None
+                try:
+                    async with session.post(url + "/chat/completions", json=body) as resp:
+                        if resp.status != 200:
+                            errors += 1
+                            await resp.read()
+                            continue
+                        if stream:
+                            async for line in resp.content:
+                                if first is None and line.startswith(b"data:") and b'"content"' in line:
+                                    first = time.perf_counter()
+                                if line.startswith(b"data: [DONE]"):
+                                    break
+                        else:
+                            await resp.read()
+                            first = time.perf_counter()
+                except aiohttp.ClientError:
+                    errors += 1
+                    continue
+                end = time.perf_counter()
+                ok += 1
+                ttft.append(((first or end) - t0) * 1000)
+                e2e.append((end - t0) * 1000)
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"wall_s": wall, "cpu_s": cpu, "ok": ok, "errors": errors, "ttft_ms": ttft, "e2e_ms": e2e}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("url", help="base URL ending in /v1")
+    ap.add_argument("n", type=int)
+    ap.add_argument("concurrency", type=int)
+    ap.add_argument("--no-stream", action="store_true")
+    a = ap.parse_args()
+    run_ = asyncio.run
+    try:
+        import uvloop
+
+        run_ = uvloop.run
+    except ImportError:
+        pass
+    out = run_(run(a.url, a.n, a.concurrency, not a.no_stream))
+    json.dump(out, sys.stdout)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
