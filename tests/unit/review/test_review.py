@@ -222,3 +222,25 @@ def test_reviewers_who_never_pick_a_side_on_attention_checks_tolerate_nothing(re
     human = read_summary(review_run / "summary.json").categories["summaries"].checks["human"]
     assert human.noise_floor.measured_by == "attention_checks" and human.noise_floor.flip_rate == 0.0
     assert human.counted == ["sum-1"] and human.regression_allowance == 0
+
+
+def test_the_pytest_gate_and_the_terminal_name_the_human_regression(review_run: Path, tmp_path: Path) -> None:
+    from qualitycheck.pytest_plugin import gate_items
+    from qualitycheck.report import summary_renderables
+
+    _write_page(review_run)
+    f = labels_file(tmp_path / "e.json", review_run, "eve", {"sum-1": "baseline", "sum-2": "candidate"})
+    main(["review", str(review_run), "--import", str(f)])
+    s = read_summary(review_run / "summary.json")
+    items = {name: outcome for name, outcome, _ in gate_items(s)}
+    assert items["regression::summaries::human::sum-1"] == "fail"
+    assert "regression::summaries::human::sum-2" not in items
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=120, record=True, file=io.StringIO())
+    for r in summary_renderables(s):
+        console.print(r)
+    text = console.export_text()
+    assert "sum-1" in text and "human" in text
