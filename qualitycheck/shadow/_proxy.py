@@ -71,7 +71,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 """RFC 9110 §7.6.1: headers about one connection, which a proxy must not pass on (nor any the Connection header names)."""
-_NOT_TO_UPSTREAM = HOP_BY_HOP | {"host", "content-length"}
+_NOT_TO_UPSTREAM = HOP_BY_HOP | {"host", "content-length", "expect"}
+"""Also set per connection: the upstream request has its own host and length, and the body is already read (no 100-continue)."""
 _SCRAPE_RETRIES = 1
 
 
