@@ -136,7 +136,7 @@ def added_latency(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: in
             for key in ("ttft", "e2e"):
                 for q in ("p50", "p99"):
                     figure(
-                        f"shadow_added_latency_ms_{q}{'' if key == 'ttft' else '_e2e'}{suffix}",
+                        f"shadow_added_latency{'' if key == 'ttft' else '_e2e'}_ms_{q}{suffix}",
                         med(added[f"{key}_{q}"]),
                         "ms",
                         note if q == "p50" else "",

@@ -29,6 +29,9 @@ __all__ = ["log", "run_loop", "run_shadow"]
 
 T = TypeVar("T")
 
+SWITCH_INTERVAL_S = 0.0005
+"""How long the writer thread may hold the GIL while the event loop has bytes to forward."""
+
 
 def log(message: str) -> None:
     """The proxy's log line: events and counts, never a request or an answer."""
@@ -55,6 +58,10 @@ def run_shadow(
     on_listening: Callable[[str], None] | None = None,
 ) -> int:
     """Serve the proxy until SIGTERM or SIGINT; returns the last folder's verdict exit code (0 when not summarised)."""
+    # The writer thread runs Python (redaction, validation) between its commits; a loop thread woken by
+    # the network waits for the GIL until the writer's switch interval runs out (5 ms by default), and
+    # that wait lands on a caller's chunk. A shorter interval bounds it.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     metrics = ShadowMetrics()
     noise_floor = cfg.run.noise_floor != "none"
     recorder = Recorder(
