@@ -73,6 +73,11 @@
     save();
   }
   function exportLabels() {
+    if (!state.reviewer) {  // the import refuses labels without a reviewer: ask now, not after the download
+      $("progress").textContent = "Enter your name before exporting.";
+      reviewer.focus();
+      return;
+    }
     var labels = PAIRS.filter(function (p) { return (state.labels[p.id] || {}).choice; }).map(function (p) {
       var l = state.labels[p.id];
       return { pair: p.id, choice: l.choice, note: l.note || "" };

@@ -75,6 +75,8 @@ def test_label_with_the_keyboard_reload_export_and_import(browser: Any, review_r
     pg.goto((review_run / "review.html").as_uri())
     assert _progress(pg) == f"0 of {total} labelled"
 
+    pg.keyboard.press("x")  # no name yet: the page asks for it instead of exporting
+    assert _progress(pg) == "Enter your name before exporting."
     pg.fill("#reviewer", "ann")
     pg.press("#reviewer", "Escape")  # leaves the field: keys label again
     pg.keyboard.press("e")  # a note on the first pair, then its label
