@@ -10,6 +10,7 @@ outcome may be replaced by a later attempt's outcome.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import time
@@ -46,6 +47,7 @@ CREATE TABLE IF NOT EXISTS artifacts (name TEXT PRIMARY KEY, body TEXT NOT NULL)
 CREATE TABLE IF NOT EXISTS comparisons (
   case_id TEXT NOT NULL, repeat INTEGER NOT NULL, body TEXT NOT NULL,
   PRIMARY KEY (case_id, repeat));
+CREATE TABLE IF NOT EXISTS compared (case_id TEXT PRIMARY KEY, inputs TEXT NOT NULL);
 """
 
 
@@ -58,6 +60,9 @@ class CaseRecords:
     """Ordered by target, then repeat."""
     scores: list[Score]
     """Ordered by target, repeat, check; empty when not asked for."""
+    inputs: str = ""
+    """A digest of the stored rows these records were read from (`by_case(inputs=True)`; else empty):
+    two walks that see the same digest read the same case, responses and scores."""
 
 
 class RunStore:
@@ -152,15 +157,18 @@ class RunStore:
         cannot restart its write-ahead log past an open read, so the log grew
         by every response of the run (178 MB for 5,000 cases of 3 kB answers).
         """
+        for body in self._case_bodies(by_id=by_id, page=page, judged_only=judged_only):
+            yield _case_of(body)
+
+    def _case_bodies(self, *, by_id: bool, page: int = 500, judged_only: bool = False) -> Iterator[str]:
+        """The cases' stored JSON, a page per query (see `iter_cases`)."""
         key = "id" if by_id else "idx"
         last: Any = "" if by_id else -1
         where = f" AND {_JUDGED}" if judged_only else ""
         while True:
             rows = self._db.execute(f"SELECT {key}, body FROM cases WHERE {key} > ?{where} ORDER BY {key} LIMIT ?", (last, page)).fetchall()
             for last, body in rows:  # noqa: B007  (`last` is the page key the next query starts after)
-                d = json.loads(body)
-                file, line = d.pop("_file", None), d.pop("_line", None)
-                yield Case.model_validate(d).model_copy(update={"file": file, "line": line})
+                yield body
             if len(rows) < page:
                 return
 
@@ -184,24 +192,30 @@ class RunStore:
             out.setdefault(cat, {})[route] = n
         return out
 
-    def by_case(self, *, scores: bool = True, judged_only: bool = False) -> Iterator[CaseRecords]:
+    def by_case(self, *, scores: bool = True, judged_only: bool = False, inputs: bool = False) -> Iterator[CaseRecords]:
         """Every case with its responses (and scores), one case in memory at a time.
 
         A merge of three reads ordered by case id, so a 100,000-case run costs
         what its largest case costs. Cases without any response come too
         (with empty lists): a stage decides what a missing answer means.
         `judged_only` walks only the cases that ask for a judge: the other
-        cases' rows are skipped unparsed.
+        cases' rows are skipped unparsed. `inputs` adds a digest of the rows
+        read (`CaseRecords.inputs`), for a stage that keeps what it derived
+        from them (`comparisons_with_inputs`).
         """
         resp = GroupsById(self._response_groups())
         sc = GroupsById(
             _grouped(self._db.execute('SELECT case_id, body FROM scores ORDER BY case_id, target, repeat, "check"')) if scores else iter(())
         )
-        for case in self.iter_cases(by_id=True, judged_only=judged_only):
+        response_of, score_of = Response.model_validate_json, Score.model_validate_json
+        for body in self._case_bodies(by_id=True, judged_only=judged_only):
+            case = _case_of(body)
+            r_bodies, s_bodies = resp.take(case.id), sc.take(case.id)
             yield CaseRecords(
                 case,
-                [Response.model_validate_json(b) for b in resp.take(case.id)],
-                [Score.model_validate_json(b) for b in sc.take(case.id)],
+                [response_of(b) for b in r_bodies],
+                [score_of(b) for b in s_bodies],
+                _digest_of(body, r_bodies, s_bodies) if inputs else "",
             )
 
     def put_case(self, case: Case, idx: int, responses: Iterable[Response] = ()) -> None:
@@ -311,6 +325,36 @@ class RunStore:
                 n += 1
             self._db.execute("DELETE FROM artifacts WHERE name='comparisons'")  # the single-blob form of older runs
         return n
+
+    def comparisons_with_inputs(self) -> GroupsById:
+        """The stored comparison records by case (`take(case_id)`), each group led by the digest they were made from ("" if none)."""
+        q = "SELECT c.case_id, COALESCE(d.inputs, ''), c.body FROM comparisons c LEFT JOIN compared d ON d.case_id = c.case_id ORDER BY c.case_id, c.repeat"
+        return GroupsById(_grouped(_led(self._db.execute(q))))
+
+    def update_comparisons(self, cases: Iterable[tuple[str, str, list[tuple[int, str]] | None]]) -> None:
+        """Bring the compare stage's records up to date, case by case, in one transaction.
+
+        Each item is (case id, inputs digest, records): the records as
+        (repeat, JSON body) replace the case's stored ones, or None keeps
+        them (they were made from the same inputs). Cases not walked lose
+        their records, so the table ends exactly as `replace_comparisons` of
+        every case's records would leave it, having written only what changed.
+        """
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("CREATE TEMP TABLE IF NOT EXISTS walked (case_id TEXT PRIMARY KEY)")
+            self._db.execute("DELETE FROM walked")
+            for case_id, inputs, records in cases:
+                self._db.execute("INSERT OR IGNORE INTO walked VALUES (?)", (case_id,))
+                if records is None:
+                    continue
+                self._db.execute("DELETE FROM comparisons WHERE case_id=?", (case_id,))
+                self._db.executemany("INSERT OR REPLACE INTO comparisons VALUES (?,?,?)", ((case_id, rep, body) for rep, body in records))
+                self._db.execute("INSERT OR REPLACE INTO compared VALUES (?,?)", (case_id, inputs))
+            self._db.execute("DELETE FROM comparisons WHERE case_id NOT IN (SELECT case_id FROM walked)")
+            self._db.execute("DELETE FROM compared WHERE case_id NOT IN (SELECT case_id FROM walked)")
+            self._db.execute("DELETE FROM walked")
+            self._db.execute("DELETE FROM artifacts WHERE name='comparisons'")  # the single-blob form of older runs
 
     def comparisons_by_case(self) -> Iterator[tuple[str, list[str]]]:
         """The compare stage's JSON records grouped by case (repeats in order), one case at a time."""
@@ -424,6 +468,34 @@ def _grouped(rows: Iterable[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]
         group.append(body)
     if group:
         yield cur, group  # type: ignore[misc]
+
+
+def _case_of(body: str) -> Case:
+    """A stored case (its body as `_case_body` wrote it), with the suite file and line it was read from."""
+    d = json.loads(body)
+    d["file"], d["line"] = d.pop("_file", None), d.pop("_line", None)
+    return Case.model_validate(d)
+
+
+def _digest_of(case_body: str, responses: list[str], scores: list[str]) -> str:
+    """What one case's stored rows hold, as a short digest (JSON bodies never contain the separators)."""
+    h = hashlib.blake2b(case_body.encode(), digest_size=16)
+    for sep, bodies in ((b"\x01", responses), (b"\x02", scores)):
+        h.update(sep)
+        for b in bodies:
+            h.update(b.encode())
+            h.update(b"\x00")
+    return h.hexdigest()
+
+
+def _led(rows: Iterable[tuple[str, str, str]]) -> Iterator[tuple[str, str]]:
+    """(case id, lead, body) rows → (case id, item) rows whose first item per case is its lead, then its bodies."""
+    cur: str | None = None
+    for cid, lead, body in rows:
+        if cid != cur:
+            cur = cid
+            yield cid, lead
+        yield cid, body
 
 
 def _case_body(c: Case) -> dict[str, Any]:

@@ -253,25 +253,63 @@ def compare_run(
     """Compare every stored (case, repeat), store the records, and hand each case on as it is compared.
 
     Streams: one case is in memory at a time, the records go to the store's
-    `comparisons` table as they are made (replacing the previous ones in one
-    transaction) and to `consume` (cases with records only) and every one
-    of `each` (every case, with its records and its comparisons, possibly
-    none) in case-id order. This is the one walk of the store after
+    `comparisons` table as they are made (the table is brought up to date
+    in one transaction) and to `consume` (cases with records only) and every
+    one of `each` (every case, with its records and its comparisons,
+    possibly none) in case-id order. This is the one walk of the store after
     scoring: the summary's digest, latency, slices and judge figures and the
     report's rows are all fed from it. Returns how many records were stored.
+
+    A case whose stored rows (case, responses, scores) are those its stored
+    records were made from, by this same code (`comparison_salt`), is not
+    compared again: its records are read back, equal to what comparing
+    would make, and nothing is written. `report` and `gate` of a finished
+    run therefore compare only what changed since the last summary.
     """
     from qualitycheck.scoring._format import format_features  # the scoring package loads every check family: only when comparing
 
-    def rows() -> Iterator[tuple[str, int, str]]:
-        for rec in store.by_case():
-            comps = compare_case(rec, format_features)
+    salt = comparison_salt(format_features)
+    stored = store.comparisons_with_inputs()
+    count = 0
+
+    def cases() -> Iterator[tuple[str, str, list[tuple[int, str]] | None]]:
+        nonlocal count
+        for rec in store.by_case(inputs=True):
+            inputs = f"{salt}:{rec.inputs}"
+            kept = stored.take(rec.case.id)
+            fresh: list[tuple[int, str]] | None = None
+            if kept and kept[0] == inputs:
+                comps = [CaseComparison.model_validate_json(b) for b in kept[1:]]
+            else:
+                comps = compare_case(rec, format_features)
+                fresh = [(c.repeat, c.model_dump_json()) for c in comps]
             for f in each:
                 f(rec, comps)
-            if not comps:
-                continue
-            if consume is not None:
+            count += len(comps)
+            if comps and consume is not None:
                 consume(comps)
-            for c in comps:
-                yield c.case_id, c.repeat, c.model_dump_json()
+            yield rec.case.id, inputs, fresh
 
-    return store.replace_comparisons(rows())
+    store.update_comparisons(cases())
+    return count
+
+
+def comparison_salt(features: Features) -> str:
+    """What a comparison record depends on besides its case's stored rows: the code that makes it.
+
+    A digest of the sources of this module, the format-feature function's
+    module (and its name: tests swap in their own), the answer extraction
+    and the records, with pydantic's version (it writes the JSON): an
+    upgrade or an edit of any of them makes every case compared afresh.
+    """
+    import hashlib
+    import sys
+    from pathlib import Path
+
+    import pydantic
+
+    h = hashlib.blake2b(f"{features.__module__}.{features.__qualname__};pydantic {pydantic.VERSION}".encode(), digest_size=8)
+    for name in (__name__, features.__module__, "qualitycheck.scoring._extract", "qualitycheck.core._records"):
+        path = getattr(sys.modules.get(name), "__file__", None)
+        h.update(Path(path).read_bytes() if path else name.encode())
+    return h.hexdigest()
