@@ -365,6 +365,8 @@ class TestServer:
             "# HELP vllm:num_requests_running Running requests.",
             "# TYPE vllm:num_requests_running gauge",
             f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} 0.0',
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            f'vllm:kv_cache_usage_perc{{engine="0",model_name="{self.model}"}} {float(self.counters.get("kv_cache_usage", 0.0))}',
             "# TYPE vllm:generation_tokens_total counter",
             f'vllm:generation_tokens_total{{engine="0",model_name="{self.model}"}} {float(self.counters["generation_tokens"])}',
             "# TYPE vllm:request_success_total counter",

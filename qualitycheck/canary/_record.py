@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from qualitycheck.verdict._gate import GuardrailResult
+from qualitycheck.verdict._model import GpuFacts
 
 __all__ = [
     "CANARY_FORMAT_VERSION",
@@ -58,19 +59,6 @@ class SourceStatus(_Closed):
     """Counters that went down inside the window (a restart); the increase after it is counted."""
 
 
-class GpuFacts(_Closed):
-    """Recorded beside the guardrails, never gated: KV-cache usage from the engine, GPU figures from DCGM."""
-
-    kv_cache_usage: float | None = None
-    """0..1, mean over the window's scrapes (vLLM `vllm:kv_cache_usage_perc`, SGLang `sglang:token_usage`)."""
-    gpu_utilization: float | None = None
-    """Percent, mean over GPUs and scrapes (`DCGM_FI_DEV_GPU_UTIL`)."""
-    gpu_memory_used_mib: float | None = None
-    """Summed over GPUs (`DCGM_FI_DEV_FB_USED`)."""
-    gpu_memory_free_mib: float | None = None
-    """Summed over GPUs (`DCGM_FI_DEV_FB_FREE`)."""
-
-
 class ActionRecord(_Closed):
     """The fallback action of one route: run once, retried until it succeeds, never forgotten."""
 
@@ -113,7 +101,7 @@ class CanaryRecord(_Closed):
     acceptance: dict[str, float | None] = Field(default_factory=dict)
     """rate, mean_accepted_length, drafts, draft_tokens, accepted_tokens over the window."""
     gpu: dict[str, GpuFacts] = Field(default_factory=dict)
-    """candidate / baseline → facts."""
+    """candidate / baseline → means over the window's scrapes (the offline summary's record, `verdict._model.GpuFacts`)."""
     routes: list[RouteState] = Field(default_factory=list)
     tripped_now: list[str] = Field(default_factory=list)
     """Routes this window tripped."""

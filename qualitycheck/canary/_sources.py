@@ -36,7 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from qualitycheck.core._config import Target
 from qualitycheck.core._http import HttpClient
-from qualitycheck.generation._metrics import parse_metrics
+from qualitycheck.generation._metrics import parse_dcgm, parse_metrics
 
 __all__ = [
     "DEFAULT_PROMQL",
@@ -65,11 +65,6 @@ _SGLANG_GAUGES = {
     "sglang:spec_accept_rate": "spec_accept_rate",
     "sglang:spec_accept_length": "spec_accept_length",
     "sglang:token_usage": "kv_cache_usage",
-}
-_DCGM = {
-    "DCGM_FI_DEV_GPU_UTIL": ("gpu_utilization", "mean"),
-    "DCGM_FI_DEV_FB_USED": ("gpu_memory_used_mib", "sum"),
-    "DCGM_FI_DEV_FB_FREE": ("gpu_memory_free_mib", "sum"),
 }
 
 DEFAULT_PROMQL: dict[str, str] = {
@@ -167,9 +162,8 @@ def parse_page(
         if success:
             counters["requests"] = sum(s.value for s in success)
             counters["errors"] = sum(s.value for s in success if s.labels.get("finished_reason") == "error")
-        kv = [s.value for s in samples if s.name == "vllm:kv_cache_usage_perc"]
-        if kv:
-            gauges["kv_cache_usage"] = sum(kv) / len(kv)
+        if "kv_cache_usage" in base:
+            gauges["kv_cache_usage"] = float(base["kv_cache_usage"])
         for name in VLLM_TPOT:
             if (h := _histogram(samples, name)) is not None:
                 histograms["tpot"] = h
@@ -188,10 +182,7 @@ def parse_page(
                 break
         if "requests" in counters:  # SGLang counts finished and aborted requests apart
             counters["requests"] += counters.get("errors", 0.0)
-    for name, (key, how) in _DCGM.items():
-        values = [s.value for s in samples if s.name == name]
-        if values:
-            gauges[key] = sum(values) / len(values) if how == "mean" else sum(values)
+    gauges.update(parse_dcgm(text))
     return Snapshot(t, True, None, engine or None, counters, gauges, histograms, per_position)
 
 

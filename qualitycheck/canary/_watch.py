@@ -386,7 +386,7 @@ class Watcher:
                     if r is not None and r.value is not None:
                         facts[k] = r.value
             if any(v is not None for v in facts.values()):
-                out[side] = GpuFacts(**{k: v for k, v in facts.items() if v is not None})
+                out[side] = GpuFacts.model_validate({k: v for k, v in facts.items() if v is not None})
         return out
 
     # ------------------------------------------------------------ trip logic and actions

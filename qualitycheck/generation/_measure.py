@@ -2,8 +2,11 @@
 
 The pipeline calls `measured_generate` instead of the bare runner so that a
 run's store always holds what the latency, acceptance and preflight sections
-need: the preflight record (artifact "preflight"), and one /metrics window
-per stretch of generation (artifact "metrics_windows"). With
+need: the preflight record (artifact "preflight"), one /metrics window per
+stretch of generation (artifact "metrics_windows"), and GPU samples taken
+while it runs (artifact "gpu_samples": KV-cache usage of every target, and a
+DCGM exporter's utilisation and memory when `canary.dcgm_metrics` names one).
+The scrapes around a window see idle servers; load shows only during it. With
 `acceptance_by_category` the categories are generated one after another with
 a scrape between them, so acceptance can be attributed per category; the
 pairs inside a category are still sent together.
@@ -12,20 +15,42 @@ pairs inside a category are still sent together.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
 from qualitycheck.core._store import RunStore
-from qualitycheck.generation._metrics import SentTally, record_window, scrape_all, window
+from qualitycheck.generation._metrics import SentTally, record_window, scrape_all, scrape_dcgm, window
 from qualitycheck.generation._preflight import format_preflight, run_preflight
 from qualitycheck.generation._runner import Progress, RunStats, generate
 
-__all__ = ["PREFLIGHT_ARTIFACT", "measured_generate", "preflight_into_store"]
+__all__ = ["GPU_ARTIFACT", "PREFLIGHT_ARTIFACT", "measured_generate", "preflight_into_store"]
 
 PREFLIGHT_ARTIFACT = "preflight"
+GPU_ARTIFACT = "gpu_samples"
+"""The store artifact of GPU samples; `serving._gpu` reads it under the same name."""
+GPU_SAMPLE_S = 5.0
+"""Seconds between two GPU samples during generation (the first after one second)."""
+
+
+async def _sample_gpu(targets: dict[str, Any], dcgm_url: str | None, samples: list[dict[str, Any]]) -> None:
+    """Append a sample of every target's KV-cache usage (and the DCGM figures) every `GPU_SAMPLE_S`, until cancelled."""
+    await asyncio.sleep(1.0)
+    while True:
+        t = time.time()
+        snaps = await scrape_all(targets, retries=0, backoff_s=0.0)
+        for side, snap in snaps.items():
+            if snap.get("ok") and snap.get("kv_cache_usage") is not None:
+                samples.append({"t": t, "side": side, "kv_cache_usage": snap["kv_cache_usage"]})
+        if dcgm_url:
+            facts = await scrape_dcgm(dcgm_url)
+            if facts:
+                samples.append({"t": t, "side": "candidate", **facts})
+        await asyncio.sleep(GPU_SAMPLE_S)
 
 
 def preflight_into_store(store: RunStore, cases: Iterable[Case], cfg: Config) -> dict[str, Any] | None:
@@ -92,7 +117,16 @@ def measured_generate(
             for category, group in _groups(cases, cfg.run.acceptance_by_category):
                 before = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
                 tally = SentTally()
-                stats = await generate(store, group, cfg, progress=progress, http_clients=http_clients, on_response=tally, done=done)
+                samples: list[dict[str, Any]] = []
+                sampler = asyncio.create_task(_sample_gpu(targets, cfg.canary.dcgm_metrics, samples))
+                try:
+                    stats = await generate(store, group, cfg, progress=progress, http_clients=http_clients, on_response=tally, done=done)
+                finally:
+                    sampler.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await sampler
+                    if samples:
+                        store.put_artifact(GPU_ARTIFACT, store.artifact(GPU_ARTIFACT, []) + samples)
                 after = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
                 record_window(store, window(before, after, tally, category))
                 _merge(total, stats)

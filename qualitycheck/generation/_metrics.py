@@ -29,10 +29,12 @@ from qualitycheck.core._store import RunStore
 __all__ = [
     "WINDOWS_ARTIFACT",
     "SentTally",
+    "parse_dcgm",
     "parse_metrics",
     "record_window",
     "scrape",
     "scrape_all",
+    "scrape_dcgm",
     "window",
 ]
 
@@ -52,6 +54,14 @@ _TRAFFIC = {
     "vllm:generation_tokens_total": "generation_tokens",
     "vllm:request_success_total": "requests_finished",
 }
+_KV_USAGE = "vllm:kv_cache_usage_perc"
+"""A gauge (0..1, per engine): its mean over engines is recorded as `kv_cache_usage`."""
+_DCGM = {
+    "DCGM_FI_DEV_GPU_UTIL": ("gpu_utilization", "mean"),
+    "DCGM_FI_DEV_FB_USED": ("gpu_memory_used_mib", "sum"),
+    "DCGM_FI_DEV_FB_FREE": ("gpu_memory_free_mib", "sum"),
+}
+"""NVIDIA dcgm-exporter's names (etc/default-counters.csv): utilisation in %, framebuffer memory in MiB."""
 
 
 def parse_metrics(text: str, model: str | None = None) -> dict[str, Any]:
@@ -63,14 +73,19 @@ def parse_metrics(text: str, model: str | None = None) -> dict[str, Any]:
     samples = []
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.name in _SPEC or s.name == _PER_POS or s.name in _TRAFFIC:
+            if s.name in _SPEC or s.name == _PER_POS or s.name in _TRAFFIC or s.name == _KV_USAGE:
                 samples.append(s)
     if model and any(s.labels.get("model_name") == model for s in samples):
         samples = [s for s in samples if s.labels.get("model_name") in (model, None)]
     spec: dict[str, Any] = {}
     per_pos: dict[str, float] = {}
     traffic: dict[str, float] = {}
+    kv = [s.value for s in samples if s.name == _KV_USAGE]
+    if kv:
+        traffic["kv_cache_usage"] = sum(kv) / len(kv)
     for s in samples:
+        if s.name == _KV_USAGE:
+            continue
         if s.name in _SPEC:
             spec[_SPEC[s.name]] = spec.get(_SPEC[s.name], 0.0) + s.value
         elif s.name == _PER_POS:
@@ -81,6 +96,20 @@ def parse_metrics(text: str, model: str | None = None) -> dict[str, Any]:
     if spec or per_pos:
         spec["per_position"] = per_pos
     return {"spec": spec or None, **traffic}
+
+
+def parse_dcgm(text: str) -> dict[str, float]:
+    """A DCGM exporter page → gpu_utilization (mean %), gpu_memory_used_mib and gpu_memory_free_mib (summed over GPUs)."""
+    values: dict[str, list[float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name in _DCGM:
+                values.setdefault(s.name, []).append(s.value)
+    out = {}
+    for name, vs in values.items():
+        key, how = _DCGM[name]
+        out[key] = sum(vs) / len(vs) if how == "mean" else sum(vs)
+    return out
 
 
 async def scrape(
@@ -109,6 +138,21 @@ async def scrape(
         return snap
     snap["ok"] = True
     return snap
+
+
+async def scrape_dcgm(url: str, *, timeout_s: float = _SCRAPE_TIMEOUT_S) -> dict[str, float] | None:
+    """A DCGM exporter's GPU figures (`parse_dcgm`), or None when it did not answer with them; never raises."""
+    http = HttpClient(Target(url=url, model="dcgm"), timeout_s=timeout_s, retries=0, backoff_s=0.0)
+    try:
+        out = await http.get_text(url)
+    finally:
+        await http.aclose()
+    if out.error is not None:
+        return None
+    try:
+        return parse_dcgm(out.value or "") or None
+    except ValueError:
+        return None
 
 
 async def scrape_all(

@@ -56,6 +56,21 @@ def _judge_calibration(s: Summary, w: Callable[[str], None]) -> None:
     w("")
 
 
+def _gpu(s: Summary, w: Callable[[str], None]) -> None:
+    """GPU facts sampled during generation (summary.json `gpu`): recorded beside the latency, never gated."""
+    for name, g in sorted(s.gpu.items()):
+        parts = []
+        if g.kv_cache_usage is not None:
+            parts.append(f"KV-cache usage {_pct(g.kv_cache_usage)} mean, {_pct(g.kv_cache_usage_max)} max")
+        if g.gpu_utilization is not None:
+            parts.append(f"GPU utilisation {g.gpu_utilization:.0f}% mean")
+        if g.gpu_memory_used_mib is not None:
+            parts.append(f"GPU memory used {g.gpu_memory_used_mib:,.0f} MiB max")
+        w(f"- GPU, {name}: {'; '.join(parts) or 'no figure'} ({g.samples} samples during generation)")
+    if s.gpu and not any(g.gpu_utilization is not None for g in s.gpu.values()):
+        w("- GPU utilisation and memory: not recorded (set `canary.dcgm_metrics` to a DCGM exporter to sample them during the run)")
+
+
 def _human_review(s: Summary, w: Callable[[str], None]) -> None:
     """Human spot-checks, when labels were imported: preference, agreement, and the losses that count."""
     hr = s.human_review
@@ -113,6 +128,7 @@ def render_signoff(s: Summary) -> str:
             w(f"  - {kind.kind} × {kind.count}: {kind.message}")
     if lat.baseline is None and lat.candidate is None:
         w("- latency percentiles: not available in this run")
+    _gpu(s, w)
     w("")
 
     w("## 2. Draft-mechanism validation")

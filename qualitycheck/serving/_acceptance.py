@@ -87,7 +87,9 @@ def _rates(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def acceptance_rates(drafts: float, draft_tokens: float, accepted_tokens: float, per_position: dict[str, float] | None = None) -> dict[str, Any]:
+def acceptance_rates(
+    drafts: float, draft_tokens: float, accepted_tokens: float, per_position: dict[str, float] | None = None
+) -> dict[str, Any]:
     """The acceptance figures (rate, mean accepted length, by position) from counter deltas a caller holds itself.
 
     The live canary takes its deltas over a sliding window rather than from

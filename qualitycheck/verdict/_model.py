@@ -47,6 +47,7 @@ __all__ = [
     "ErrorCounts",
     "Fallback",
     "FormatDrift",
+    "GpuFacts",
     "HumanAgreement",
     "HumanCategory",
     "HumanReview",
@@ -406,6 +407,27 @@ class Acceptance(AcceptanceFigures):
     baseline_speculating: bool | None = None
 
 
+class GpuFacts(_Closed):
+    """What the GPU was doing while the side answered: recorded beside the guardrails, never gated.
+
+    KV-cache usage from the engine's own gauge (vLLM `vllm:kv_cache_usage_perc`, SGLang
+    `sglang:token_usage`); GPU utilisation and memory from a DCGM exporter when one is configured
+    (`canary.dcgm_metrics`: the candidate's node). Sampled during generation (a run) or over the
+    window (the canary), never only at the idle moments before and after.
+    """
+
+    kv_cache_usage: float | None = None
+    """Mean over the samples, 0..1."""
+    kv_cache_usage_max: float | None = None
+    gpu_utilization: float | None = None
+    """Percent, mean over GPUs and samples (DCGM_FI_DEV_GPU_UTIL)."""
+    gpu_memory_used_mib: float | None = None
+    """Largest sample, summed over GPUs (DCGM_FI_DEV_FB_USED)."""
+    gpu_memory_free_mib: float | None = None
+    """Smallest sample, summed over GPUs (DCGM_FI_DEV_FB_FREE)."""
+    samples: int = 0
+
+
 class PreflightCheck(_Open):
     name: str
     passed: bool | None = None
@@ -490,7 +512,7 @@ class Summary(_Closed):
 
     model_config = ConfigDict(title="qualitycheck summary.json")
 
-    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review", "judge_position_bias"})
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review", "judge_position_bias", "gpu"})
 
     format_version: int
     verdict: Verdict
@@ -521,6 +543,8 @@ class Summary(_Closed):
     """Per pairwise judge; written only when a judge decided pairs in both orders."""
     human_review: HumanReview | None = None
     """Written only after human labels were imported (`qualitycheck review DIR --import LABELS.json`)."""
+    gpu: dict[str, GpuFacts] = Field(default_factory=dict)
+    """Per side, sampled during generation; written only when some side exposed KV-cache usage or a DCGM exporter answered."""
 
     def to_json_text(self) -> str:
         """The file's text: indented JSON of what was written, keys in the contract's order."""

@@ -18,7 +18,7 @@ from qualitycheck.core._config import Config
 from qualitycheck.core._records import FORMAT_VERSION
 from qualitycheck.core._store import CaseRecords, RunStore
 from qualitycheck.generation._noise import NOISE_FLOOR_ARTIFACT
-from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary
+from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary, gpu_summary
 from qualitycheck.serving._errors import ErrorTally
 from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, compare_run
 from qualitycheck.verdict._digest import RunDigest, TextTally
@@ -34,6 +34,7 @@ from qualitycheck.verdict._model import (
     ErrorCounts,
     Fallback,
     FormatDrift,
+    GpuFacts,
     Latency,
     MeasuredBy,
     NoiseFloorSummary,
@@ -344,6 +345,9 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         summary.judge_position_bias = bias
     if humans is not None:
         summary.human_review = human_review(humans, store)
+    gpu = gpu_summary(store)
+    if gpu:  # written only when something was sampled during generation
+        summary.gpu = {side: GpuFacts.model_validate(facts) for side, facts in gpu.items()}
     return summary
 
 
