@@ -201,13 +201,12 @@ def _one(setup: _Setup, src: int, fmt: str, name: str, line: int, item: Any, bou
     d = draft_case(req.body, req.tags, setup.rules, case_id=case_id, logged=req.logged, source=f"replay of {name}:{line}")
     if isinstance(d, str):
         return d
-    st = stratum_of(d)
-    stratum = (st.category, st.output, st.temperature, st.prompt, st.system)
+    stratum = stratum_of(d).astuple()
     digest, key = prompt_digest(d.case), sample_key(setup.seed, case_id)
     if bounds is not None and _beyond(key, stratum, bounds):  # the sample holds smaller keys: checked, not redacted nor serialised
         return _shape_problem(d.case) or (line, stratum, digest, key, case_id, b"", {}, ())
     d = redact_case(d, setup.redactor, raw)
-    problem = _case_problem(d.case)
+    problem = _shape_problem(d.case)  # redaction changes strings, not shapes; the cases written are validated whole
     if problem:
         return problem
     return (
@@ -440,14 +439,18 @@ class _Writer:
         self.no_check = 0
         self.by_stratum: Counter[_StratumT] = Counter()
 
-    def write(self, c: _CaseOut, fallback_id: str) -> bool:
+    def write(self, c: _CaseOut, fallback_id: str) -> str | None:
+        """Write the case; None, or why it cannot be written."""
         _, stratum, _, _, case_id, line, redactions, checks = c
+        case = json.loads(line)
         if case_id in self.ids:
             if fallback_id in self.ids:
-                return False
-            case = json.loads(line)
+                return "its id repeats an earlier request's"
             case["id"] = case_id = fallback_id
             line = json.dumps(case, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        problem = _case_problem(case)  # every case written is checked whole, as `qualitycheck validate` will
+        if problem:
+            return problem
         self.ids.add(case_id)
         category = stratum[0]
         f = self.files.get(category)
@@ -461,7 +464,7 @@ class _Writer:
         self.no_check += not checks
         self.redactions.update(redactions)
         self.by_stratum[stratum] += 1
-        return True
+        return None
 
     def close(self) -> None:
         for f in self.files.values():
@@ -521,8 +524,8 @@ class _Tally:
                     self.sampler.offer(c[1], c[3], self.seq, (src, c))
                 else:  # the worker found its key above the sample's bounds
                     self.sampler.count(c[1])
-            elif not self.writer.write(c, self._fallback_id(src, c[0])):
-                self.skip(src, c[0], "its id repeats an earlier request's")
+            elif problem := self.writer.write(c, self._fallback_id(src, c[0])):
+                self.skip(src, c[0], problem)
 
     def finish(self) -> int:
         """Write the sample (with --sample); the number of usable new requests not written."""
@@ -530,8 +533,8 @@ class _Tally:
             return 0
         taken = self.sampler.take()
         for _, (src, c) in taken:
-            if not self.writer.write(c, self._fallback_id(src, c[0])):
-                self.skip(src, c[0], "its id repeats an earlier request's")
+            if problem := self.writer.write(c, self._fallback_id(src, c[0])):
+                self.skip(src, c[0], problem)
         return self.new - len(taken)
 
     def bounds(self) -> _Bounds | None:

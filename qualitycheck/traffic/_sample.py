@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import json
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -53,6 +52,10 @@ class Stratum:
 
     def key(self) -> str:
         return f"{self.category}/out={self.output}/temp={self.temperature}/prompt={self.prompt}/system={'yes' if self.system else 'no'}"
+
+    def astuple(self) -> tuple[str, str, str, str, bool]:
+        """The stratum as a plain tuple: what crosses from the workers (and keys the sample) without a class."""
+        return (self.category, self.output, self.temperature, self.prompt, self.system)
 
 
 def _bucket(value: int, bounds: tuple[tuple[int, str], ...]) -> str:
@@ -89,11 +92,11 @@ def prompt_digest(case: Mapping[str, Any]) -> int:
         for m in messages:
             parts += [str(m.get("role")), _normalised(content_text(m.get("content")))]
             if m.get("tool_calls"):
-                parts.append(json.dumps(m["tool_calls"], sort_keys=True))
+                parts.append(repr(m["tool_calls"]))
     params = case.get("params", {})
     for k in ("tools", "response_format"):
-        if k in params:
-            parts.append(json.dumps(params[k], sort_keys=True))
+        if k in params:  # as logged: the same tools written in another key order count as other tools
+            parts.append(repr(params[k]))
     return int.from_bytes(hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest(), "big")
 
 
@@ -146,11 +149,12 @@ class DigestSet:
         self._recent = set()
 
 
-POOL_FACTOR = 4
-"""Cases kept per sampled case: the pool of smallest keys overall holds about this many times a stratum's
-proportional share, so a stratum lacks cases only by a chance far below one in a million once its share
-exceeds `FLOOR`."""
-FLOOR = 8
+POOL_FACTOR = 2
+"""Cases kept per sampled case: the pool of smallest keys overall holds about twice a stratum's proportional
+share (a Poisson count), so a stratum whose share exceeds `FLOOR` lacks cases with a chance of about one in
+a thousand; its shortfall then goes to the other strata. Every candidate costs its redaction, so the
+factor is what the speed of a sampled replay turns on."""
+FLOOR = 16
 """The smallest keys every stratum keeps for itself (at least the minimum per stratum): its share when
 that share is small, where the pool's chance count is not enough."""
 
