@@ -361,7 +361,7 @@ def main() -> int:
     ap.add_argument(
         "--only",
         action="append",
-        help="run only these sections (overhead, cpu, error, rss, sandbox, judge, report, gate, shadow, peers)",
+        help="run only these sections (overhead, cpu, error, rss, sandbox, judge, report, gate, replay, shadow, peers)",
     )
     a = ap.parse_args()
     from bench import figures_scoring
@@ -373,7 +373,8 @@ def main() -> int:
         flush=True,
     )
     sections = set(
-        a.only or ["overhead", "cpu", "error", "rss", "sandbox", "judge", "report", "gate", "shadow"] + (["peers"] if a.peers else [])
+        a.only
+        or ["overhead", "cpu", "error", "rss", "sandbox", "judge", "report", "gate", "replay", "shadow"] + (["peers"] if a.peers else [])
     )
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="qc-bench-") as td:
@@ -394,6 +395,10 @@ def main() -> int:
             figures_scoring.report_build(figure, skipped, tmp, 10000)
         if "gate" in sections:
             figures_scoring.gate_power(figure, skipped, 200 if a.quick else 1000)
+        if "replay" in sections:
+            from bench import figures_traffic
+
+            figures_traffic.replay_rate(figure, skipped, tmp, a.quick)
         if "shadow" in sections:
             from bench import figures_shadow
 
