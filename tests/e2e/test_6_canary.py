@@ -1,0 +1,169 @@
+"""`qualitycheck canary` watching a real vLLM ngram candidate under open-ended traffic.
+
+Prompt-lookup drafting finds few n-grams to copy in open-ended answers: its
+acceptance on this model is far below the seed's 0.55 minimum. The watcher must trip after the configured consecutive windows and
+run the fallback once for the route; with a minimum below the measured
+acceptance the same candidate must not trip. The load generator is a few
+threads sending chat requests for as long as the watcher runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.e2e_helpers import MODEL
+
+pytestmark = pytest.mark.e2e
+
+PROMPTS = [
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Describe your ideal weekend in the mountains.",
+    "Invent a new holiday and explain how people celebrate it.",
+    "Write a poem about the colour of the sea at dawn.",
+    "Explain to a child why the sky changes colour at sunset.",
+    "Imagine a city built on the back of a giant turtle. Describe a day there.",
+]
+
+RECORDER = """\
+import json, os, sys
+event = json.loads(sys.stdin.read())
+env = {k: v for k, v in os.environ.items() if k.startswith("QC_")}
+with open(sys.argv[1], "a") as f:
+    f.write(json.dumps({"env": env, "event": event}) + "\\n")
+"""
+
+
+@contextmanager
+def open_ended_load(base_url: str, workers: int = 2) -> Iterator[dict[str, int]]:
+    """Chat requests on open-ended prompts, back to back, until the block ends."""
+    stop = threading.Event()
+    sent = {"ok": 0, "failed": 0}
+
+    def worker(i: int) -> None:
+        n = i
+        while not stop.is_set():
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": PROMPTS[n % len(PROMPTS)]}],
+                "max_tokens": 48,
+                "temperature": 0,
+            }
+            n += workers
+            req = urllib.request.Request(base_url + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    r.read()
+                sent["ok"] += 1
+            except OSError:
+                sent["failed"] += 1
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(workers)]
+    for t in threads:
+        t.start()
+    try:
+        yield sent
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(150)
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    path = out / "canary.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+
+
+def _watch(
+    tmp: Path, metrics_url: str, min_acceptance: float, until: Any, limit_s: float = 300, min_drafts: int = 5, window: str = "6s"
+) -> tuple[int, list[dict[str, Any]], list[Any], str]:
+    """Run the watcher until `until(records)` holds (or `limit_s`), stop it with SIGTERM; (exit, records, actions, stderr)."""
+    cfg = tmp / "qualitycheck.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "speculative_decoding_guardrails": {
+                    "min_acceptance_rate": min_acceptance,
+                    "fallback_action": "disable_speculative_decoding_for_route",
+                },
+                "canary": {"routes": ["chat"], "evidence": {"min_drafts": min_drafts}},
+            }
+        )
+    )
+    script = tmp / "record_action.py"
+    script.write_text(RECORDER)
+    log = tmp / "actions.jsonl"
+    out = tmp / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qualitycheck", "canary", "-c", str(cfg), "--candidate-metrics", metrics_url]
+        + ["--interval", "2s", "--window", window, "--trip-after", "2", "--on-fail", f"{sys.executable} {script} {log}", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    deadline = time.monotonic() + limit_s
+    try:
+        while time.monotonic() < deadline and proc.poll() is None and not until(_records(out)):
+            time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    ran = [json.loads(x) for x in log.read_text().splitlines()] if log.is_file() else []
+    return proc.returncode, _records(out), ran, err
+
+
+def test_ngram_candidate_on_open_ended_traffic_trips_after_the_configured_windows_and_acts_once(engines: Any, tmp_path: Path) -> None:
+    cand = engines.use("fp32", "fp32-ngram")["fp32-ngram"]
+
+    def tripped_and_two_more(recs: list[dict[str, Any]]) -> bool:
+        first = next((i for i, r in enumerate(recs) if r["tripped_now"]), None)
+        return first is not None and len(recs) >= first + 3
+
+    with open_ended_load(cand.url) as sent:
+        code, recs, ran, err = _watch(tmp_path, cand.url + "/metrics", 0.55, tripped_and_two_more)
+    trip = next((i for i, r in enumerate(recs) if r["tripped_now"]), None)
+    seen = [(g["result"]["observed"], g["evidence"], g["streak"]) for r in recs for g in r["guardrails"]]
+    assert trip is not None, f"no trip; windows (acceptance, evidence, streak): {seen}; sent {sent}\n{err[-3000:]}"
+    failing = [r["guardrails"][0] for r in recs[: trip + 1] if r["guardrails"][0]["result"]["passed"] is False]
+    assert [g["streak"] for g in failing][-2:] == [1, 2], seen
+    assert recs[trip]["tripped_now"] == ["chat"] and recs[trip]["status"] == "tripped"
+    assert all(r["status"] == "tripped" and not r["tripped_now"] for r in recs[trip + 1 :])  # hysteresis
+    assert len(ran) == 1, ran  # once, however many windows fail after the trip
+    env = ran[0]["env"]
+    assert env["QC_ROUTE"] == "chat" and env["QC_GUARDRAIL"] == "min_acceptance_rate"
+    assert env["QC_ACTION"] == "disable_speculative_decoding_for_route" and float(env["QC_THRESHOLD"]) == 0.55
+    assert float(env["QC_OBSERVED"]) < 0.55 and ran[0]["event"]["route"] == "chat"
+    assert code == 1, err[-3000:]  # stopped while tripped
+    assert sent["ok"] > 0
+
+
+def test_the_same_candidate_with_a_minimum_below_its_acceptance_does_not_trip(engines: Any, tmp_path: Path) -> None:
+    cand = engines.use("fp32", "fp32-ngram")["fp32-ngram"]
+
+    def four_evaluated(recs: list[dict[str, Any]]) -> bool:
+        return sum(1 for r in recs if r["guardrails"] and r["guardrails"][0]["result"]["passed"] is not None) >= 4
+
+    with open_ended_load(cand.url):
+        # a window of a few seconds holds a few dozen drafts, so its acceptance scatters around the
+        # mean: a longer window with more drafts, and a minimum well below what the drafter achieves
+        code, recs, ran, err = _watch(tmp_path, cand.url + "/metrics", 0.01, four_evaluated, min_drafts=60, window="20s")
+    seen = [(g["result"]["observed"], g["evidence"]) for r in recs for g in r["guardrails"]]
+    evaluated = [r for r in recs if r["guardrails"][0]["result"]["passed"] is not None]
+    assert len(evaluated) >= 4, f"windows (acceptance, evidence): {seen}\n{err[-3000:]}"
+    assert all(r["guardrails"][0]["result"]["passed"] is True for r in evaluated), seen
+    assert not any(r["tripped_now"] for r in recs) and ran == []
+    assert code == 0, err[-3000:]
