@@ -18,7 +18,7 @@ from itertools import groupby
 from typing import Any
 
 from qualitycheck.verdict._compare import CaseComparison
-from qualitycheck.verdict._stats import CaseOutcome, DriftSamples, add_case_outcomes, add_drift
+from qualitycheck.verdict._stats import CaseOutcome, DriftSamples, DriftTally, add_case_outcomes
 
 __all__ = ["RunDigest", "TextTally"]
 
@@ -71,8 +71,8 @@ class RunDigest:
     outcomes: dict[str, dict[str, list[CaseOutcome]]] = field(default_factory=dict)
     """category → check → per-case outcomes (cases decided on both sides)."""
     text: dict[str, TextTally] = field(default_factory=dict)
-    drift: dict[str, dict[str, DriftSamples]] = field(default_factory=dict)
-    """category → format feature → paired values."""
+    drift: dict[str, DriftTally] = field(default_factory=dict)
+    """category → its paired format-feature values (`drift_samples()` gives them per feature)."""
     route_errors: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     """route → target → {count: failed requests, requests}."""
 
@@ -86,11 +86,13 @@ class RunDigest:
         if tally is None:
             tally = self.text[cat] = TextTally()
         tally.cases += 1
-        drift = self.drift.setdefault(cat, {})
+        drift = self.drift.get(cat)
+        if drift is None:
+            drift = self.drift[cat] = DriftTally()
         for c in reps:
             tally.add(c)
             if "baseline" in c.format and "candidate" in c.format:
-                add_drift(drift, c.format["baseline"], c.format["candidate"], c.format.get("control"))
+                drift.add(c.format["baseline"], c.format["candidate"], c.format.get("control"))
             per = self.route_errors.setdefault(c.route, {})
             for side, ok in (("baseline", c.baseline_ok), ("candidate", c.candidate_ok), ("control", c.control_ok)):
                 if ok is None:
@@ -106,6 +108,10 @@ class RunDigest:
         for _, reps in groupby(comps, key=lambda c: c.case_id):
             digest.add(list(reps))
         return digest
+
+    def drift_samples(self) -> dict[str, dict[str, DriftSamples]]:
+        """category → format feature → paired values, what `format_drift` reads."""
+        return {cat: tally.samples() for cat, tally in self.drift.items()}
 
     def text_json(self, category: str) -> dict[str, Any]:
         """The category's text-agreement figures as summary.json shows them."""

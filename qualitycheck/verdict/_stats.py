@@ -610,6 +610,106 @@ def add_drift(into: dict[str, DriftSamples], fb: Mapping[str, Any], fc: Mapping[
             d.k.append(float(fk[name]))
 
 
+_PLAIN_NUMBERS = frozenset((bool, int, float))
+
+
+class _Block:
+    """Rows of one feature layout: every side's values appended whole, in the layout's order."""
+
+    __slots__ = ("b", "c", "k", "keys", "rows")
+
+    def __init__(self, keys: tuple[str, ...], control: bool):
+        self.keys = keys
+        self.rows: array[int] = array("q")
+        self.b: array[float] = array("d")
+        self.c: array[float] = array("d")
+        self.k: array[float] | None = array("d") if control else None
+
+
+class DriftTally:
+    """One category's paired feature values, exactly as `add_drift` on each of its rows would hold them.
+
+    `add_drift` pays a few Python steps per feature per row (thirty features,
+    every case). Here a row's sides are appended whole: rows whose sides
+    have the same features in the same order, all plain numbers (every
+    answer's `format_features` has), go into the block of that layout in
+    one call per side, and `samples()` cuts each feature's pairs out of
+    the blocks at the end, dropping the pairs `add_drift` skips (a side not
+    a number, or NaN) and keeping row order. Any other row goes through
+    `add_drift` itself, numbered, and is merged back in that order.
+    """
+
+    __slots__ = ("_blocks", "_loose", "_loose_rows", "rows")
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self._blocks: dict[tuple[tuple[str, ...], bool], _Block] = {}
+        self._loose: list[dict[str, DriftSamples]] = []
+        self._loose_rows: list[int] = []
+
+    def add(self, fb: Mapping[str, Any], fc: Mapping[str, Any], fk: Mapping[str, Any] | None) -> None:
+        """One (case, repeat)'s format features of each side (`fk`: the control's, or None)."""
+        row = self.rows
+        self.rows += 1
+        keys = tuple(fb)
+        plain = _PLAIN_NUMBERS
+        if (
+            tuple(fc) == keys
+            and (fk is None or tuple(fk) == keys)
+            and plain.issuperset(map(type, fb.values()))
+            and plain.issuperset(map(type, fc.values()))
+            and (fk is None or plain.issuperset(map(type, fk.values())))
+        ):
+            block = self._blocks.get((keys, fk is not None))
+            if block is None:
+                block = self._blocks[keys, fk is not None] = _Block(keys, fk is not None)
+            block.rows.append(row)
+            block.b.fromlist(list(fb.values()))  # a list converts in one C loop; extend(values) goes item by item
+            block.c.fromlist(list(fc.values()))
+            if block.k is not None and fk is not None:
+                block.k.fromlist(list(fk.values()))
+            return
+        into: dict[str, DriftSamples] = {}
+        add_drift(into, fb, fc, fk)
+        if into:
+            self._loose.append(into)
+            self._loose_rows.append(row)
+
+    def samples(self) -> dict[str, DriftSamples]:
+        """feature → its paired values in row order (features without a single pair are absent, as with `add_drift`)."""
+        parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
+        for block in self._blocks.values():
+            width = len(block.keys)
+            rows = np.frombuffer(block.rows, dtype=np.int64)
+            b = np.frombuffer(block.b, dtype=np.float64).reshape(-1, width)
+            c = np.frombuffer(block.c, dtype=np.float64).reshape(-1, width)
+            k = np.frombuffer(block.k, dtype=np.float64).reshape(-1, width) if block.k is not None else None
+            for j, name in enumerate(block.keys):
+                ok = ~(np.isnan(b[:, j]) | np.isnan(c[:, j]))
+                with_k = ok & ~np.isnan(k[:, j]) if k is not None else np.zeros(len(rows), dtype=bool)
+                kcol = k[with_k, j] if k is not None else np.empty(0)
+                parts.setdefault(name, []).append((rows[ok], b[ok, j], c[ok, j], rows[with_k], b[with_k, j], kcol))
+        for row, into in zip(self._loose_rows, self._loose, strict=True):
+            for name, d in into.items():
+                r = np.full(len(d.b), row, dtype=np.int64)
+                rk = np.full(len(d.k), row, dtype=np.int64)
+                parts.setdefault(name, []).append((r, np.asarray(d.b), np.asarray(d.c), rk, np.asarray(d.kb), np.asarray(d.k)))
+        out: dict[str, DriftSamples] = {}
+        for name, pieces in parts.items():
+            rows_bc, b, c, rows_k, kb, k = (np.concatenate([p[i] for p in pieces]) for i in range(6))
+            if not len(rows_bc):
+                continue
+            if len(pieces) > 1:
+                order, korder = np.argsort(rows_bc, kind="stable"), np.argsort(rows_k, kind="stable")
+                b, c, kb, k = b[order], c[order], kb[korder], k[korder]
+            d = out[name] = DriftSamples()
+            d.b.frombytes(np.ascontiguousarray(b, dtype=np.float64).tobytes())
+            d.c.frombytes(np.ascontiguousarray(c, dtype=np.float64).tobytes())
+            d.kb.frombytes(np.ascontiguousarray(kb, dtype=np.float64).tobytes())
+            d.k.frombytes(np.ascontiguousarray(k, dtype=np.float64).tobytes())
+        return out
+
+
 def format_drift(samples: Mapping[str, Mapping[str, DriftSamples]], alpha: float = ALPHA) -> dict[str, dict[str, dict[str, Any]]]:
     """category → feature → rates on each side, the paired p-value and a drift flag.
 

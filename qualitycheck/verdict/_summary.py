@@ -229,7 +229,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
             seed=cfg.run.seed,
             noise_source="baseline_again" if noise.source == "baseline_again" else None,
         )
-        drift = format_drift(digest.drift)
+        drift = format_drift(digest.drift_samples())
         judge = judge_tally.summary()
         text = digest.text
         category_noise = {cat: _category_noise(t, stats.get(cat, {})) for cat, t in text.items()}
