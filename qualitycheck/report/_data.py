@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic_core import to_jsonable_python
 
 from qualitycheck.core._records import Response
 from qualitycheck.core._store import CaseRecords, GroupsById, RunStore
@@ -165,12 +166,35 @@ def _prompt_text(body: dict[str, Any] | None) -> str:
     return "\n".join(parts)
 
 
-_COMPARISON_SKIP = {"case_id", "category", "route", "repeat", "format_version", "checks"}
-"""Fields of a comparison record the report shows elsewhere already (statuses come from the scores)."""
+_COMPARISON_SKIP = {"case_id", "category", "route", "repeat", "format_version", "checks", "format"}
+"""Fields of a comparison record the report shows elsewhere already (statuses come from the scores), or
+shows trimmed (`format`: `_changed_format`)."""
 
 
-def _shown(rec: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in rec.items() if k not in _COMPARISON_SKIP and v not in (None, {}, [])}
+def _changed_format(fmt: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The format features (side → feature → value) whose value is not the same on every side that has them.
+
+    What a reader of one case looks for is what changed in the answer's
+    shape; a feature equal on every side is read off the answer text shown
+    beside it. Listing all of them, for every side of every case, was three
+    quarters of a 10,000-pair page. Empty when nothing differs (always, for
+    identical answers).
+    """
+    sides = list(fmt.values())
+    if len(sides) < 2:
+        return {}
+    names = dict.fromkeys(n for f in sides for n in f)
+    missing = object()
+    changed = [n for n in names if len({repr(f.get(n, missing)) for f in sides}) > 1]
+    return {side: {n: f[n] for n in changed if n in f} for side, f in fmt.items()} if changed else {}
+
+
+def _shown(rec: CaseComparison) -> dict[str, Any]:
+    out = {k: v for k, v in rec.model_dump(mode="json", exclude=_COMPARISON_SKIP).items() if v not in (None, {}, [])}
+    changed = _changed_format(rec.format)
+    if changed:
+        out["format"] = to_jsonable_python(changed)
+    return out
 
 
 def _comparison_slots(records: Iterable[CaseComparison], repeats: int) -> list[dict[str, Any] | None]:
@@ -180,7 +204,7 @@ def _comparison_slots(records: Iterable[CaseComparison], repeats: int) -> list[d
         if not 0 <= rec.repeat < repeats:
             continue
         slot = slot or [None] * repeats
-        slot[rec.repeat] = _shown(rec.model_dump(mode="json"))
+        slot[rec.repeat] = _shown(rec)
     return slot
 
 
