@@ -110,18 +110,20 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def added_latency(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) -> None:
+    """At c=64 (the bar), and at c=8, where the proxy's core is far from saturated: what forwarding itself adds."""
     med = statistics.median
     with bench_server(REAL) as url:
-        for sample, suffix in ((0.1, ""), (1.0, "_sample1")):
-            out = tmp / f"shadow-latency-{sample}"
+        for sample, suffix, c in ((0.1, "", 64), (1.0, "_sample1", 64), (0.1, "_c8", 8)):
+            n_run = n if c == 64 else n // 2
+            out = tmp / f"shadow-latency-{sample}-{c}"
             added: dict[str, list[float]] = {k: [] for k in ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")}
             direct_p50: list[float] = []
             with proxy(url, out, sample) as (purl, _):
-                _load_run(purl, 256)  # warm: connections, caches
-                _load_run(url, 256)
+                _load_run(purl, 256, c)  # warm: connections, caches
+                _load_run(url, 256, c)
                 for _ in range(reps):
-                    d = _load_run(url, n)
-                    p = _load_run(purl, n)
+                    d = _load_run(url, n_run, c)
+                    p = _load_run(purl, n_run, c)
                     if d["errors"] or p["errors"]:
                         raise RuntimeError(f"errors: direct {d['errors']}, proxied {p['errors']}")
                     for key in ("ttft", "e2e"):
@@ -130,7 +132,7 @@ def added_latency(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: in
                     direct_p50.append(_pct(d["ttft_ms"], 0.5))
             shutil.rmtree(out, ignore_errors=True)
             note = (
-                f"proxied minus direct, c=64, N={n} per run, median of {reps} alternating pairs, --sample {sample}; "
+                f"proxied minus direct, c={c}, N={n_run} per run, median of {reps} alternating pairs, --sample {sample}; "
                 f"server 50 ms TTFT + 2 ms x 20 chunks (direct TTFT p50 {med(direct_p50):.1f} ms); {_load()}"
             )
             for key in ("ttft", "e2e"):

@@ -172,8 +172,8 @@ class Recorder:
         self._thread.start()
         return self.folder
 
-    def put_pair(self, pair: PairRecord) -> None:
-        self._queue.put(pair)
+    def put_pairs(self, pairs: list[PairRecord]) -> None:
+        self._queue.put(pairs)
 
     def put_window(self, w: dict[str, Any]) -> None:
         self._queue.put(("window", w))
@@ -202,17 +202,17 @@ class Recorder:
         while True:
             item = pending if pending is not None else self._queue.get()
             pending = None
-            if isinstance(item, PairRecord):  # with it, whatever else is queued: one commit for all of them
-                batch = [item]
+            if isinstance(item, list):  # with them, whatever else is queued: one commit for all of them
+                batch = list(item)
                 while len(batch) < _BATCH:
                     try:
                         nxt = self._queue.get_nowait()
                     except queue.Empty:
                         break
-                    if not isinstance(nxt, PairRecord):
+                    if not isinstance(nxt, list):
                         pending = nxt
                         break
-                    batch.append(nxt)
+                    batch.extend(nxt)
                 self._guarded(self._store_pairs, batch)
             elif item is self._STOP:
                 return
