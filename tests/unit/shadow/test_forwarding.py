@@ -196,3 +196,28 @@ def test_the_answer_reader_parses_forwarded_bytes_as_the_client_parses_its_own()
     failed.feed(b'{"error": {"message": "overloaded"}}', 1.0)
     err = failed.response(case_id="c1", target="baseline", fingerprint="fp", started_at=1.0, now=2.0).error
     assert err is not None and (err.kind, err.status, err.message) == ("http_status", 503, "HTTP 503: overloaded")
+
+
+def test_health_and_prometheus_metrics_are_served_by_the_proxy_itself(servers: Any, proxy_for: Any) -> None:
+    base, cand = servers
+    p = proxy_for(shadow_config(base.url, cand.url))
+    call(p.url, "/v1/chat/completions", chat("count me", temperature=0))
+    p.settled()
+    status, _, raw = call(p.url, "/qc/health")
+    health = json.loads(raw)
+    assert status == 200 and health["status"] == "ok" and health["folder"] == str(p.out) and health["inflight"] == 0
+    status, headers, raw = call(p.url, "/qc/metrics")
+    text = raw.decode()
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    for line in (
+        'qc_shadow_requests_total{endpoint="chat"} 1.0',
+        "qc_shadow_mirrored_total 1.0",
+        'qc_shadow_dropped_total{reason="max_inflight"} 0.0',
+        "qc_shadow_stored_total 1.0",
+        'qc_shadow_candidate_errors_total{kind="timeout"} 0.0',
+        "qc_shadow_identical_rate 1.0",
+        "qc_shadow_acceptance_rate NaN",
+        "qc_shadow_inflight 0.0",
+    ):
+        assert line in text.splitlines(), line
+    assert base.requests("/qc") == []  # the proxy's own paths never reach the baseline
