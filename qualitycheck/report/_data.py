@@ -181,11 +181,12 @@ def _changed_format(fmt: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str,
     identical answers).
     """
     sides = list(fmt.values())
-    if len(sides) < 2:
+    first = sides[0] if sides else {}
+    if len(sides) < 2 or all(f == first for f in sides[1:]):  # the usual case, decided by one dict comparison per side
         return {}
     names = dict.fromkeys(n for f in sides for n in f)
     missing = object()
-    changed = [n for n in names if len({repr(f.get(n, missing)) for f in sides}) > 1]
+    changed = [n for n in names if any(f.get(n, missing) != first.get(n, missing) for f in sides[1:])]
     return {side: {n: f[n] for n in changed if n in f} for side, f in fmt.items()} if changed else {}
 
 

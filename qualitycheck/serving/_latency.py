@@ -36,6 +36,7 @@ import math
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from qualitycheck.core._records import Response
@@ -100,6 +101,8 @@ def itl_per_token(r: Response) -> list[float]:
     else:
         total = _output_tokens(r)
         per_chunk = total / len(times) if total else 1.0
+        if per_chunk > 0 and round(per_chunk) <= 1:  # every chunk one gap of (t - previous t) / per_chunk: the loop below, in one pass
+            return [(t - last) / per_chunk for last, t in pairwise(times)]
         counts = [per_chunk] * len(times)
     out: list[float] = []
     last_t = times[0] if counts[0] > 0 else None
@@ -361,9 +364,10 @@ class LatencyTally:
             s = sides.get(r.target)
             if s is None:
                 s = sides[r.target] = LatencySamples()
-            before = s.samples
+            big = self._sizes.get(r.target, 0) > EXACT_RESPONSES  # only a side this large is ever bucketed
+            before = s.samples if big else 0
             s.add(r)
-            if s.exact and self._sizes.get(r.target, 0) > EXACT_RESPONSES:
+            if big and s.exact:
                 held[r.target] = held.get(r.target, 0) + s.samples - before
                 if held[r.target] > EXACT_SAMPLES:
                     for cat_sides in per_cat.values():

@@ -15,7 +15,16 @@ from qualitycheck.report import REPORT_NAME
 from qualitycheck.verdict._summary import SUMMARY_NAME
 from tests.unit.verdict.verdict_builders import make_store
 
-READERS = ("by_case", "responses_by_case", "comparisons_by_case", "comparison_bodies", "responses", "scores", "iter_cases")
+READERS = (
+    "by_case",
+    "responses_by_case",
+    "comparisons_by_case",
+    "comparisons_with_inputs",
+    "comparison_bodies",
+    "responses",
+    "scores",
+    "iter_cases",
+)
 """Every RunStore method that reads cases, responses, scores or comparisons one at a time."""
 
 
@@ -50,7 +59,8 @@ def test_finish_walks_the_store_once_after_scoring(tmp_path: Path, monkeypatch: 
     with make_store(tmp_path, _rows(12)) as store:
         calls = _counting(monkeypatch)
         finish(store, Config(), score=False, report=report)
-        assert calls == {**{name: 0 for name in READERS}, "by_case": 1}, calls
+        # the stored comparisons are merged into the same walk: a case whose rows did not change keeps its records
+        assert calls == {**{name: 0 for name in READERS}, "by_case": 1, "comparisons_with_inputs": 1}, calls
         assert (tmp_path / SUMMARY_NAME).is_file() and (tmp_path / REPORT_NAME).is_file() == report
 
 
@@ -59,7 +69,7 @@ def test_scoring_then_one_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     with make_store(tmp_path, _rows(6)) as store:
         calls = _counting(monkeypatch)
         finish(store, Config())
-        assert calls["by_case"] == 2 and sum(calls.values()) == 2, calls
+        assert calls["by_case"] == 2 and calls["comparisons_with_inputs"] == 1 and sum(calls.values()) == 3, calls
 
 
 def test_the_report_of_the_walk_is_the_report_of_the_written_summary(tmp_path: Path) -> None:
@@ -75,3 +85,13 @@ def test_the_report_of_the_walk_is_the_report_of_the_written_summary(tmp_path: P
             walked, again = rows.result(summary), collect(store, summary, max_cases=cap)
             assert [r.compact() for r in walked.rows] == [r.compact() for r in again.rows]
             assert (walked.flag_counts, walked.omitted, walked.category_flags) == (again.flag_counts, again.omitted, again.category_flags)
+
+
+def test_finish_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    """The walk collects cycles less often (`_few_collections`); a process that calls `finish` gets its settings back."""
+    import gc
+
+    before = (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled())
+    with make_store(tmp_path, _rows(4)) as store:
+        finish(store, Config(), score=False)
+    assert (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled()) == before
