@@ -126,9 +126,10 @@ def write_log(path: Path, lines: int) -> int:
     return path.stat().st_size
 
 
-def _tree_pss_mb(pid: int) -> float:
-    """Proportional set size of a process and its children (shared pages counted once), in MB."""
-    total = 0
+def _tree_memory_mb(pid: int) -> tuple[float, float]:
+    """(proportional set size of a process and its children, shared pages counted once; the largest
+    high-water RSS among them), in MB."""
+    pss = hwm = 0
     pids = [pid]
     try:
         pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -138,27 +139,35 @@ def _tree_pss_mb(pid: int) -> float:
         try:
             for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Pss:"):
-                    total += int(line.split()[1])
+                    pss += int(line.split()[1])
+                    break
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    hwm = max(hwm, int(line.split()[1]))
                     break
         except OSError:
             pass
-    return total / 1024
+    return pss / 1024, hwm / 1024
 
 
-def _run_measured(cmd: list[str]) -> tuple[float, float, float, int, str]:
-    """(wall s, peak PSS of the process tree MB, peak RSS of the largest process MB, exit code, stderr tail)."""
+def _run_measured(cmd: list[str]) -> tuple[float, float, float, float, int, str]:
+    """(wall s, CPU s of the process tree, peak PSS of the process tree MB, peak RSS of the largest process MB, exit code, stderr tail)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, text=True)
     peak = 0.0
+    largest = 0.0
     while proc.poll() is None:
-        peak = max(peak, _tree_pss_mb(proc.pid))
+        pss, hwm = _tree_memory_mb(proc.pid)
+        peak, largest = max(peak, pss), max(largest, hwm)
         time.sleep(0.05)
     wall = time.perf_counter() - t0
     _, err = proc.communicate()
-    import resource
-
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return wall, peak, rss, proc.returncode, err[-400:]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers are reaped by the replay process: counted here too
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return wall, cpu, peak, largest, proc.returncode, err[-400:]
 
 
 def replay_rate(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, quick: bool) -> None:
@@ -171,7 +180,7 @@ def replay_rate(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, 
     out = tmp / "replayed"
     cmd = [sys.executable, "-m", "qualitycheck", "replay", str(log), "--out", str(out), "--sample", "5000", "--seed", "1"]
     load = os.getloadavg()[0]
-    wall, pss, rss, rc, err = _run_measured(cmd)
+    wall, cpu, pss, rss, rc, err = _run_measured(cmd)
     if rc != 0:
         skipped("replay_lines_per_s", f"replay failed (exit {rc}): {err}")
         return
@@ -183,6 +192,13 @@ def replay_rate(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, 
     if quick:
         note += "; quick mode: the 1,000,000-line figure needs the full run"
     figure("replay_lines_per_s", lines / wall, "lines/s", note)
+    figure(
+        "replay_cpu_us_per_line",
+        cpu / lines * 1e6,
+        "us",
+        f"CPU of the replay process and its workers per line, start-up included ({cpu:.0f} s); "
+        f"two idle cores would take {2 * lines / cpu:,.0f} lines/s at this cost",
+    )
     figure(
         "replay_peak_rss_mb",
         pss,

@@ -67,7 +67,7 @@ from qualitycheck.traffic._manifest import (
 )
 from qualitycheck.traffic._redact import KINDS, Redactor
 from qualitycheck.traffic._rules import Rules, draft_case, redact_case
-from qualitycheck.traffic._sample import DigestSet, StratifiedSample, Stratum, prompt_digest, sample_key, stratum_of
+from qualitycheck.traffic._sample import DigestSet, StratifiedSample, Stratum, prompt_digest, sample_key, stratum_key
 
 __all__ = ["ReplayOptions", "replay", "summary_lines"]
 
@@ -107,12 +107,16 @@ class _Setup:
 _StratumT = tuple[str, str, str, str, bool]
 _CaseOut = tuple[int, _StratumT, int, int, str, bytes, dict[str, int], tuple[str, ...]]
 """(line, stratum, prompt digest, sampling key, case id, suite line, redactions, check families)."""
+_Counted = tuple[int, _StratumT, int, int]
+"""(line, stratum, prompt digest, sampling key): a case the sample cannot take, only counted."""
 _Job = tuple[int, str, str, list[tuple[int, Any]]]
 """(source index, format, file name, [(line, raw bytes | table row | reason)])."""
 
-_Result = tuple[int, list[tuple[int, str]], list[_CaseOut]]
+_Result = tuple[int, list[tuple[int, str]], list[_CaseOut | _Counted]]
 
 _setup: _Setup | None = None
+_strata: dict[_StratumT, _StratumT] = {}
+"""One tuple object per stratum, so a chunk's results pickle each stratum once."""
 
 
 def _start_worker(setup: _Setup) -> None:
@@ -186,7 +190,7 @@ def _shape_problem(case: dict[str, Any]) -> str | None:
 _Bounds = tuple[int | None, dict[_StratumT, int]]
 
 
-def _one(setup: _Setup, src: int, fmt: str, name: str, line: int, item: Any, bounds: _Bounds | None) -> _CaseOut | str:
+def _one(setup: _Setup, src: int, fmt: str, name: str, line: int, item: Any, bounds: _Bounds | None) -> _CaseOut | _Counted | str:
     if fmt == "unreadable":
         return str(item)
     if fmt in JSON_FORMATS:
@@ -201,10 +205,11 @@ def _one(setup: _Setup, src: int, fmt: str, name: str, line: int, item: Any, bou
     d = draft_case(req.body, req.tags, setup.rules, case_id=case_id, logged=req.logged, source=f"replay of {name}:{line}")
     if isinstance(d, str):
         return d
-    stratum = stratum_of(d).astuple()
+    stratum = stratum_key(d)
+    stratum = _strata.setdefault(stratum, stratum)
     digest, key = prompt_digest(d.case), sample_key(setup.seed, case_id)
     if bounds is not None and _beyond(key, stratum, bounds):  # the sample holds smaller keys: checked, not redacted nor serialised
-        return _shape_problem(d.case) or (line, stratum, digest, key, case_id, b"", {}, ())
+        return _shape_problem(d.case) or (line, stratum, digest, key)
     d = redact_case(d, setup.redactor, raw)
     problem = _shape_problem(d.case)  # redaction changes strings, not shapes; the cases written are validated whole
     if problem:
@@ -234,7 +239,7 @@ def _work(job: _Job, bounds: _Bounds | None) -> _Result:
     setup = _setup
     assert setup is not None, "worker started without its setup"
     skips: list[tuple[int, str]] = []
-    cases: list[_CaseOut] = []
+    cases: list[_CaseOut | _Counted] = []
     for line, item in items:
         try:
             out = _one(setup, src, fmt, name, line, item, bounds)
@@ -519,11 +524,11 @@ class _Tally:
             self.new += 1
             self.strata[c[1]] += 1
             self.seq += 1
-            if self.sampler is not None:
-                if c[5]:
-                    self.sampler.offer(c[1], c[3], self.seq, (src, c))
-                else:  # the worker found its key above the sample's bounds
-                    self.sampler.count(c[1])
+            if len(c) == 4:  # the worker found its key above the sample's bounds
+                assert self.sampler is not None
+                self.sampler.count(c[1])
+            elif self.sampler is not None:
+                self.sampler.offer(c[1], c[3], self.seq, (src, c))
             elif problem := self.writer.write(c, self._fallback_id(src, c[0])):
                 self.skip(src, c[0], problem)
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from qualitycheck.traffic._rules import Drafted, content_text
 
-__all__ = ["DigestSet", "StratifiedSample", "Stratum", "allocate", "prompt_digest", "sample_key", "stratum_of"]
+__all__ = ["DigestSet", "StratifiedSample", "Stratum", "allocate", "prompt_digest", "sample_key", "stratum_key", "stratum_of"]
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
@@ -62,16 +62,20 @@ def _bucket(value: int, bounds: tuple[tuple[int, str], ...]) -> str:
     return next((name for bound, name in bounds if value <= bound), "very_long")
 
 
-def stratum_of(d: Drafted) -> Stratum:
+def stratum_key(d: Drafted) -> tuple[str, str, str, str, bool]:
+    """The stratum of a drafted case as a plain tuple (what replay's workers hand back, per line)."""
     tokens = d.output_tokens
-    temp = "greedy" if d.temperature == 0 else "low" if d.temperature <= LOW_TEMPERATURE else "high"
-    return Stratum(
+    return (
         d.category,
         "unknown" if tokens is None else _bucket(tokens, OUTPUT_BUCKETS),
-        temp,
+        "greedy" if d.temperature == 0 else "low" if d.temperature <= LOW_TEMPERATURE else "high",
         _bucket(d.prompt_chars, PROMPT_BUCKETS),
         d.has_system,
     )
+
+
+def stratum_of(d: Drafted) -> Stratum:
+    return Stratum(*stratum_key(d))
 
 
 def _normalised(text: str) -> str:
