@@ -112,6 +112,8 @@ class CheckRegistry:
     def __init__(self, group: str = ENTRY_POINT_GROUP):
         self._group = group
         self._families: dict[str, CheckFamily] = {}
+        self._ranks: dict[str, int] | None = None
+        """key → position in declaration order, rebuilt after a family is added or removed (`rank` runs per case read)."""
         self._lock = threading.RLock()
         self._entry_points: dict[str, EntryPoint] | None = None
         self._failed: dict[str, str] = {}
@@ -132,12 +134,14 @@ class CheckRegistry:
                     f"already declared by {old.origin or 'another module'}"
                 )
             self._families[family.key] = family
+            self._ranks = None
         return family
 
     def unregister(self, key: str) -> None:
         """Remove a family (tests that declare one at runtime clean up with this)."""
         with self._lock:
             self._families.pop(key, None)
+            self._ranks = None
 
     def get(self, key: str) -> CheckFamily | None:
         """The family of `key`: a declared one, else the entry point of that name (loaded once); None if unknown.
@@ -189,11 +193,11 @@ class CheckRegistry:
 
     def rank(self, key: str) -> int:
         """A family's position in declaration order: the order a case's checks are listed and scored in."""
-        with self._lock:
-            for i, k in enumerate(self._families):
-                if k == key:
-                    return i
-        return len(self._families)
+        ranks = self._ranks
+        if ranks is None:
+            with self._lock:
+                ranks = self._ranks = {k: i for i, k in enumerate(self._families)}
+        return ranks.get(key, len(ranks))
 
     def suggest(self, key: str) -> str | None:
         """The closest known key to a misspelt one (did-you-mean), or None."""

@@ -16,6 +16,8 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -340,17 +342,22 @@ class RunStore:
         their records, so the table ends exactly as `replace_comparisons` of
         every case's records would leave it, having written only what changed.
         """
+        walked: list[tuple[str]] = []
         with self._db:
             self._db.execute("BEGIN")
             self._db.execute("CREATE TEMP TABLE IF NOT EXISTS walked (case_id TEXT PRIMARY KEY)")
             self._db.execute("DELETE FROM walked")
             for case_id, inputs, records in cases:
-                self._db.execute("INSERT OR IGNORE INTO walked VALUES (?)", (case_id,))
+                walked.append((case_id,))
+                if len(walked) >= 1024:
+                    self._db.executemany("INSERT OR IGNORE INTO walked VALUES (?)", walked)
+                    walked.clear()
                 if records is None:
                     continue
                 self._db.execute("DELETE FROM comparisons WHERE case_id=?", (case_id,))
                 self._db.executemany("INSERT OR REPLACE INTO comparisons VALUES (?,?,?)", ((case_id, rep, body) for rep, body in records))
                 self._db.execute("INSERT OR REPLACE INTO compared VALUES (?,?)", (case_id, inputs))
+            self._db.executemany("INSERT OR IGNORE INTO walked VALUES (?)", walked)
             self._db.execute("DELETE FROM comparisons WHERE case_id NOT IN (SELECT case_id FROM walked)")
             self._db.execute("DELETE FROM compared WHERE case_id NOT IN (SELECT case_id FROM walked)")
             self._db.execute("DELETE FROM walked")
@@ -458,16 +465,8 @@ class GroupsById:
 
 def _grouped(rows: Iterable[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:
     """(case id, body) rows ordered by case id → (case id, bodies), one group at a time."""
-    cur: str | None = None
-    group: list[str] = []
-    for cid, body in rows:
-        if cid != cur and group:
-            yield cur, group  # type: ignore[misc]
-            group = []
-        cur = cid
-        group.append(body)
-    if group:
-        yield cur, group  # type: ignore[misc]
+    for cid, group in groupby(rows, key=itemgetter(0)):
+        yield cid, [body for _, body in group]
 
 
 def _case_of(body: str) -> Case:

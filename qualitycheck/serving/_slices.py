@@ -68,23 +68,29 @@ class SliceTally:
             if b is not None and c is not None and b.ok and c.ok:
                 pairs += 1
                 identical += b.answer == c.answer
-        checks: dict[str, dict[str, list[int]]] = {}  # check -> side -> [pass, decided]
+        decided: dict[tuple[str, str], list[int]] = {}  # (check, side) -> [pass, decided], in the order first seen
         for sc in rec.scores:
-            if sc.status in ("pass", "fail"):
-                cell = checks.setdefault(sc.check, {}).setdefault(sc.target, [0, 0])
+            if sc.status == "pass" or sc.status == "fail":
+                cell = decided.get((sc.check, sc.target))
+                if cell is None:
+                    cell = decided[sc.check, sc.target] = [0, 0]
                 cell[0] += sc.status == "pass"
                 cell[1] += 1
-        for dim, label in _slice_keys(rec.case, prompt_tokens, output_tokens).items():
-            a = self._acc.setdefault((dim, label), {"cases": 0, "pairs": 0, "identical": 0, "checks": {}})
+        acc = self._acc
+        for key in _slice_keys(rec.case, prompt_tokens, output_tokens).items():
+            a = acc.get(key)
+            if a is None:
+                a = acc[key] = {"cases": 0, "pairs": 0, "identical": 0, "checks": {}}
             a["cases"] += 1
             a["pairs"] += pairs
             a["identical"] += identical
-            for check, sides in checks.items():
-                ch = a["checks"].setdefault(check, {})
-                for side, (p, n) in sides.items():
-                    tot = ch.setdefault(side, [0, 0])
-                    tot[0] += p
-                    tot[1] += n
+            per_check = a["checks"]
+            for (check, side), (p, n) in decided.items():
+                tot = per_check.setdefault(check, {}).get(side)
+                if tot is None:
+                    tot = per_check[check][side] = [0, 0]
+                tot[0] += p
+                tot[1] += n
 
     def summary(self) -> dict[str, dict[str, dict[str, Any]]]:
         """{dimension: {bucket: {cases, identical_rate, checks: {check: {...}}}}}."""
