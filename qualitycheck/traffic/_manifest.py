@@ -63,7 +63,7 @@ class LineCounts(_Record):
     skipped: int = 0
     """Could not be a case (reasons under `skipped`)."""
     duplicates: int = 0
-    """Same prompt as an earlier request (after lower-casing and collapsing whitespace), in the same category."""
+    """Same prompt as an earlier request (after lower-casing and dropping whitespace), in the same category."""
     not_sampled: int = 0
     """Usable and new, but left out by --sample."""
 

@@ -120,6 +120,7 @@ def _case(text: str, category: str = "qa", **params: object) -> dict[str, object
 
 def test_prompts_repeat_after_case_and_whitespace_are_normalised() -> None:
     assert prompt_digest(_case("What is  the\ncapital of France?")) == prompt_digest(_case(" what is the capital OF france? "))
+    assert prompt_digest(_case("Qu’est-ce  QUE ÇA?")) == prompt_digest(_case("qu’est-ce que ça?"))  # case beyond ASCII too
     assert prompt_digest(_case("What is the capital of France?")) != prompt_digest(_case("What is the capital of Spain?"))
     assert prompt_digest(_case("x")) != prompt_digest(_case("x", category="other"))
     assert prompt_digest(_case("x")) != prompt_digest(_case("x", tools=[{"type": "function", "function": {"name": "f"}}]))
