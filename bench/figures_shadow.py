@@ -94,6 +94,22 @@ def proxy(baseline: str, out: Path, sample: float, *extra: str, config: dict[str
             proc.wait()
 
 
+@contextmanager
+def bare_proxy(baseline: str) -> Iterator[str]:
+    """bench/bare_proxy.py pinned where the shadow proxy runs: the cost of one more hop, whoever writes the proxy."""
+    proc = subprocess.Popen(
+        [*_pin(PROXY_CPU), PY, str(BENCH / "bare_proxy.py"), baseline.removesuffix("/v1")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if not line.startswith("PORT "):
+            raise RuntimeError(f"bare proxy did not start: {line!r}")
+        yield f"http://127.0.0.1:{int(line.split()[1])}/v1"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def _load_run(url: str, n: int, c: int = 64) -> dict[str, Any]:
     out = subprocess.run(
         [*_pin(SERVER_CPU), PY, str(BENCH / "shadow_load.py"), url, str(n), str(c)], capture_output=True, text=True, timeout=3600
@@ -117,18 +133,21 @@ def added_latency(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: in
             n_run = n if c == 64 else n // 2
             out = tmp / f"shadow-latency-{sample}-{c}"
             added: dict[str, list[float]] = {k: [] for k in ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")}
+            bare: dict[str, list[float]] = {k: [] for k in added}
             direct_p50: list[float] = []
-            with proxy(url, out, sample) as (purl, _):
-                _load_run(purl, 256, c)  # warm: connections, caches
-                _load_run(url, 256, c)
+            with proxy(url, out, sample) as (purl, _), bare_proxy(url) as burl:
+                for u in (purl, burl, url):  # warm: connections, caches
+                    _load_run(u, 256, c)
                 for _ in range(reps):
                     d = _load_run(url, n_run, c)
                     p = _load_run(purl, n_run, c)
-                    if d["errors"] or p["errors"]:
-                        raise RuntimeError(f"errors: direct {d['errors']}, proxied {p['errors']}")
+                    b = _load_run(burl, n_run, c)
+                    if d["errors"] or p["errors"] or b["errors"]:
+                        raise RuntimeError(f"errors: direct {d['errors']}, proxied {p['errors']}, bare proxy {b['errors']}")
                     for key in ("ttft", "e2e"):
                         for q, name in ((0.5, "p50"), (0.99, "p99")):
                             added[f"{key}_{name}"].append(_pct(p[f"{key}_ms"], q) - _pct(d[f"{key}_ms"], q))
+                            bare[f"{key}_{name}"].append(_pct(b[f"{key}_ms"], q) - _pct(d[f"{key}_ms"], q))
                     direct_p50.append(_pct(d["ttft_ms"], 0.5))
             shutil.rmtree(out, ignore_errors=True)
             note = (
@@ -141,7 +160,7 @@ def added_latency(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: in
                         f"shadow_added_latency{'' if key == 'ttft' else '_e2e'}_ms_{q}{suffix}",
                         med(added[f"{key}_{q}"]),
                         "ms",
-                        note if q == "p50" else "",
+                        (note if q == "p50" else "") + f"  bare aiohttp pass-through, same runs: {med(bare[f'{key}_{q}']):.1f} ms",
                     )
 
 
