@@ -18,6 +18,7 @@ import random
 import subprocess
 import sys
 import time
+import timeit
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,9 @@ def replay_rate(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, 
     t0 = time.perf_counter()
     size = write_log(log, lines)
     gen_s = time.perf_counter() - t0
+    with log.open("rb") as f:  # the machine's state: one of these lines parsed, a fixed single-core cost
+        sample_line = f.readline()
+    calib = min(timeit.repeat(lambda: json.loads(sample_line), number=2000, repeat=5)) / 2000 * 1e6
     out = tmp / "replayed"
     cmd = [sys.executable, "-m", "qualitycheck", "replay", str(log), "--out", str(out), "--sample", "5000", "--seed", "1"]
     load = os.getloadavg()[0]
@@ -187,7 +191,8 @@ def replay_rate(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, 
     manifest = json.loads((out / "replay.json").read_text(encoding="utf-8"))
     note = (
         f"{lines:,} lines of {size / lines:.0f} B (generated in {gen_s:.0f} s), wall {wall:.1f} s, --sample 5000, "
-        f"redaction on, {os.cpu_count()} cores, load before {load:.2f}; {manifest['lines']['used']:,} cases written"
+        f"redaction on, {os.cpu_count()} cores, load before {load:.2f}; {manifest['lines']['used']:,} cases written; "
+        f"json.loads of one line took {calib:.1f} us just before (a gauge of how busy the cores are)"
     )
     if quick:
         note += "; quick mode: the 1,000,000-line figure needs the full run"
