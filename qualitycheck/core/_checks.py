@@ -254,12 +254,27 @@ class Checks(Mapping[str, BaseModel]):
     suites' self-test read them.
     """
 
-    __slots__ = ("_specs",)
+    __slots__ = ("_raw", "_specs")
     _specs: dict[str, BaseModel]
+    _raw: Any
 
     def __init__(self, specs: Mapping[str, BaseModel] | None = None):
         ordered = sorted((specs or {}).items(), key=lambda kv: check_registry.rank(kv[0]))
         object.__setattr__(self, "_specs", dict(ordered))
+
+    @classmethod
+    def deferred(cls, raw: Any) -> Checks:
+        """Checks of a stored case, validated (`model_validate`) when first read rather than now.
+
+        A case is validated before it is stored, and most stages that read it
+        back never look at its checks (the summary's walk reads every case
+        for its category, route and prompt): they skip the validation. A
+        stage that does read them gets exactly what `model_validate(raw)`
+        gives, and its error, if the checks no longer validate.
+        """
+        out = cls.__new__(cls)
+        object.__setattr__(out, "_raw", raw)
+        return out
 
     @classmethod
     def model_validate(cls, data: Any) -> Checks:
@@ -339,6 +354,10 @@ class Checks(Mapping[str, BaseModel]):
     __hash__ = None  # type: ignore[assignment]  # specs may hold dicts (schemas), as Case does
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_specs":  # a deferred instance's first read (`deferred`)
+            specs = Checks.model_validate(object.__getattribute__(self, "_raw"))._specs
+            object.__setattr__(self, "_specs", specs)
+            return specs
         key = name.removesuffix("_")
         if name.startswith("_") or check_registry.get(key) is None:
             raise AttributeError(f"{type(self).__name__!s} has no check family {key!r}")
