@@ -179,7 +179,13 @@ CANARY_OPTIONS = (
 SHADOW_OPTIONS = (
     Option("listen", "address the proxy listens on, e.g. 0.0.0.0:8080 (port 0: any free port)", metavar="HOST:PORT"),
     Option("out", "run folder (with --rotate-every: the folder that holds one run folder per period)", metavar="DIR"),
-    Option("sample", "share of chat and completions requests mirrored to the candidate (default 0.1)", key="shadow.sample", metavar="P", type=float),
+    Option(
+        "sample",
+        "share of chat and completions requests mirrored to the candidate (default 0.1)",
+        key="shadow.sample",
+        metavar="P",
+        type=float,
+    ),
     Option(
         "max-inflight",
         "mirrored pairs pending at once; beyond it requests are not mirrored, and counted as dropped (default 256)",

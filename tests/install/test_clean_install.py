@@ -58,7 +58,7 @@ def _imported_top_level() -> set[str]:
 # never by a command a user of their own servers runs.
 ENGINE_ONLY = {"torch", "transformers", "gguf", "accelerate"}
 # Imported only where an optional extra is needed (a clear exit-2 message names the extra without it): module → extra.
-OPTIONAL = {"pyarrow": "parquet"}
+OPTIONAL = {"pyarrow": "parquet", "uvloop": "shadow"}
 
 
 def _extra(name: str) -> set[str]:
