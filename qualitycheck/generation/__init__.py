@@ -13,6 +13,9 @@ from qualitycheck.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from qualitycheck.generation._client import (
+        AnswerReader as AnswerReader,
+    )
+    from qualitycheck.generation._client import (
         Endpoint as Endpoint,
     )
     from qualitycheck.generation._client import (
@@ -87,6 +90,7 @@ if TYPE_CHECKING:
 
 _HOME = {
     "Check": "_preflight",
+    "AnswerReader": "_client",
     "Endpoint": "_client",
     "PREFLIGHT_ARTIFACT": "_measure",
     "PreflightResult": "_preflight",
