@@ -281,19 +281,29 @@ class _Latency:
         """side → (offset in the buffer, tokens per chunk) of the responses that report them; 1 elsewhere."""
         self._starts: dict[str, list[int]] = {}
 
+    def _samples(self, metric: str, side: str) -> array[float]:
+        per_side = self.per_response[metric]
+        values = per_side.get(side)
+        if values is None:
+            values = per_side[side] = array("d")
+        return values
+
     def add(self, r: Any) -> None:
-        side, into = r.target, self.per_response
-        if r.ttft_s is not None:
-            into["ttft_ms"].setdefault(side, array("d")).append(r.ttft_s * 1000)
-        if r.e2e_s is not None:
-            into["e2e_ms"].setdefault(side, array("d")).append(r.e2e_s * 1000)
+        side, ttft, e2e = r.target, r.ttft_s, r.e2e_s
+        if ttft is not None:
+            self._samples("ttft_ms", side).append(ttft * 1000)
+        if e2e is not None:
+            self._samples("e2e_ms", side).append(e2e * 1000)
             n = r.usage.completion_tokens
-            if r.ttft_s is not None and n and n > 1:
-                into["tpot_ms"].setdefault(side, array("d")).append((r.e2e_s - r.ttft_s) * 1000 / (n - 1))
+            if ttft is not None and n and n > 1:
+                self._samples("tpot_ms", side).append((e2e - ttft) * 1000 / (n - 1))
         times = r.chunk_times
         if len(times) > 1:
-            buf = self._times.setdefault(side, array("d"))
-            self._starts.setdefault(side, []).append(len(buf))
+            buf = self._times.get(side)
+            if buf is None:
+                buf = self._times[side] = array("d")
+                self._starts[side] = []
+            self._starts[side].append(len(buf))
             buf.extend(times)
             toks = r.chunk_tokens
             if toks and len(toks) == len(times):
