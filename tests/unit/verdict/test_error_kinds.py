@@ -105,7 +105,8 @@ def test_the_kinds_are_folded_from_the_summary_walk_not_a_pass_of_their_own(tmp_
     with make_store(tmp_path, rows) as store:
         calls = _counting(monkeypatch)
         finish(store, Config(), score=False, report=False)
-        assert calls == {**{name: 0 for name in READERS}, "by_case": 1}, calls
+        # as in test_one_walk: the stored comparisons are read beside the walk, not in a pass of their own
+        assert calls == {**{name: 0 for name in READERS}, "by_case": 1, "comparisons_with_inputs": 1}, calls
     s = read_summary(tmp_path / SUMMARY_NAME)
     assert [(k.kind, k.count, k.message) for k in s.errors["candidate"].kinds] == [("http_503", 3, "503")]
     assert s.errors["candidate"].count == 3 and s.errors["baseline"].kinds == []
