@@ -50,9 +50,25 @@ def _env() -> jinja2.Environment:
         autoescape=True,  # every template here is HTML; .j2 would escape nothing under select_autoescape
         trim_blocks=True,
         lstrip_blocks=True,
+        bytecode_cache=_template_cache(),
     )
     env.filters.update(pct=_pct, num=_num, signed=_signed, ci=_ci, pval=_pval)
     return env
+
+
+def _template_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates kept between processes, as Python keeps .pyc files.
+
+    Compiling the page's template costs more than importing most of the
+    package, on every report. jinja's own cache (a folder of the user's,
+    private, under the temporary directory) is keyed by the template's
+    source, so an edited template is compiled afresh. None (compile every
+    time) where no such folder can be made.
+    """
+    try:
+        return jinja2.FileSystemBytecodeCache()
+    except (OSError, RuntimeError):
+        return None
 
 
 def _asset(name: str) -> str:
