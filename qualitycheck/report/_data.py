@@ -190,8 +190,26 @@ def _changed_format(fmt: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str,
     return {side: {n: f[n] for n in changed if n in f} for side, f in fmt.items()} if changed else {}
 
 
+_SHOWN_FIELDS = tuple(name for name in CaseComparison.model_fields if name not in _COMPARISON_SKIP)
+_JSON_SCALARS = (bool, int, float, str)
+
+
 def _shown(rec: CaseComparison) -> dict[str, Any]:
-    out = {k: v for k, v in rec.model_dump(mode="json", exclude=_COMPARISON_SKIP).items() if v not in (None, {}, [])}
+    """The record as the detail view lists it: fields without a value left out, `format` trimmed.
+
+    Read off the record's attributes, which are JSON values already (the
+    answers' finish reasons a dict of them); a field of any other type is
+    converted by pydantic, as the whole record once was.
+    """
+    out: dict[str, Any] = {}
+    for name in _SHOWN_FIELDS:
+        v = getattr(rec, name)
+        if v is None or v == {} or v == []:
+            continue
+        if type(v) in _JSON_SCALARS or (type(v) is dict and all(x is None or type(x) in _JSON_SCALARS for x in v.values())):
+            out[name] = dict(v) if type(v) is dict else v
+        else:
+            out[name] = rec.model_dump(mode="json", include={name})[name]
     changed = _changed_format(rec.format)
     if changed:
         out["format"] = to_jsonable_python(changed)
