@@ -25,11 +25,12 @@ route (`--run DIR`). The clock is injected so tests drive time themselves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Literal
 
@@ -122,6 +123,7 @@ class Watcher:
         self.histories: dict[str, History] = {name: History() for name in self.pages}
         self.prom: dict[str, PromResult] = {}
         self.metrics: Any = None  # the /qc/metrics registry, when served
+        self._slow_scrapes: list[str] = []  # alerts for the next window
 
     # ------------------------------------------------------------ scraping
     @property
@@ -134,6 +136,7 @@ class Watcher:
         model = self.cfg.candidate.model if self.cfg.candidate else None
         shadow = (self.c.shadow_names.requests, self.c.shadow_names.errors)
         names = list(self.pages)
+        began = time.monotonic()
         snaps = await asyncio.gather(
             *(
                 scrape_page(
@@ -146,6 +149,11 @@ class Watcher:
                 for n in names
             )
         )
+        took = time.monotonic() - began
+        if took > self.c.interval_s:
+            self._slow_scrapes.append(
+                f"scraping {', '.join(names)} took {took:.1f}s, more than the interval of {self.c.interval}: windows come late"
+            )
         for n, snap in zip(names, snaps, strict=True):
             self.histories[n].add(snap, self.window_s)
         if self.c.prometheus:
@@ -173,6 +181,8 @@ class Watcher:
             errs = sorted({r.error for r in self.prom.values() if r.error and "failed" in r.error})
             sources.append(SourceStatus(name="prometheus", url=self.c.prometheus, ok=not errs, error="; ".join(errs) or None))
         alerts = [f"{s.name} metrics unavailable: {s.error}" for s in sources if not s.ok and s.error and "down" in s.error]
+        alerts += self._slow_scrapes
+        self._slow_scrapes = []
         alerts += [f"prometheus: {s.error}" for s in sources if s.name == "prometheus" and not s.ok]
         alerts += [
             f"{s.name}: counters reset inside the window (server restarted?); counted from the reset" for s in sources if s.counter_resets
@@ -519,8 +529,8 @@ class Watcher:
         """Evaluate a window every interval until `stop` is set (or `max_windows` were evaluated)."""
         stop = stop or asyncio.Event()
         last: CanaryRecord | None = None
-        if self.pages:
-            await self.scrape()  # the first window's start
+        if self.pages and not await _unless_stopped(self.scrape(), stop):  # the first window's start
+            return None
         n = 0
         while not stop.is_set() and (max_windows is None or n < max_windows):
             try:
@@ -528,10 +538,35 @@ class Watcher:
                 break
             except TimeoutError:
                 pass
-            last = await self.step()
+            if not await _unless_stopped(self.scrape(), stop):
+                break
+            last = await self.evaluate()
             n += 1
             self.log(window_line(last))
         return last
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Await `work` unless `stop` is set first, then cancel it: True when it finished.
+
+    A scrape of a source that stops answering may take its full retry budget,
+    and SIGTERM must not wait for that. Only scraping is abandoned this way:
+    an evaluation, which updates the state and may run the fallback, always
+    completes once begun.
+    """
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
 
 
 def window_line(r: CanaryRecord) -> str:

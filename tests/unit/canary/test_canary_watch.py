@@ -352,3 +352,52 @@ def test_quality_from_a_live_run_folder_counts_the_pairs_stored_in_the_window(tm
     before = Clock(now.t - 7200)  # a window that ended before anything was stored
     rec = asyncio.run(watcher(cfg, tmp_path / "out2", before, run_dir=tmp_path / "run").step())
     assert rec.guardrails[0].result.passed is None and "0 pairs stored in the window (minimum 5)" in rec.guardrails[0].result.message
+
+
+def test_a_stop_while_a_source_hangs_ends_the_watch_at_once_without_a_window(tmp_path: Path) -> None:
+    """SIGTERM (the stop event) must not wait out a hung scrape's timeouts and retries."""
+    text = vllm_page()
+    stop_at_hit = 2  # the first scrape answers; the second hangs, and the stop arrives while it does
+
+    async def main() -> tuple[CanaryRecord | None, int]:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        hits = 0
+
+        async def handler(request: web.Request) -> web.Response:
+            nonlocal hits
+            hits += 1
+            if hits >= stop_at_hit:
+                loop.call_soon_threadsafe(stop.set)
+                await asyncio.sleep(3600)  # never answers within the scrape's timeouts and retries
+            return web.Response(text=text, content_type="text/plain")
+
+        with raw_server(handler) as url:
+            w = watcher(config(candidate_metrics=url + "/metrics", interval="1s", window=f"{STEP}s"), tmp_path / "out", Clock())
+            # the guard is far below one hung scrape's budget (three tries of 10 s): only a prompt stop meets it
+            last = await asyncio.wait_for(w.watch(stop=stop), 20)
+        return last, hits
+
+    last, hits = asyncio.run(main())
+    assert last is None and hits == stop_at_hit
+    assert not (tmp_path / "out" / "canary.jsonl").exists()  # no window was evaluated from half a scrape
+
+
+def test_a_scrape_slower_than_the_interval_is_an_alert_on_the_next_window(tmp_path: Path) -> None:
+    text = vllm_page()
+    slow = {"on": False}
+
+    async def handler(request: web.Request) -> web.Response:
+        if slow["on"]:
+            await asyncio.sleep(3.2)  # the interval below is 3s
+        return web.Response(text=text, content_type="text/plain")
+
+    clock = Clock()
+    with raw_server(handler) as url:
+        w = watcher(config(candidate_metrics=url + "/metrics", interval="3s", window=f"{STEP}s"), tmp_path / "out", clock)
+        asyncio.run(w.scrape())
+        quick = _window(w, clock)
+        slow["on"] = True
+        late = _window(w, clock)
+    assert not any("took" in a for a in quick.alerts)
+    assert any(a.startswith("scraping candidate took ") and "interval of 3s" in a for a in late.alerts), late.alerts
