@@ -26,15 +26,18 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import sys
 import tempfile
 import textwrap
 import threading
+from array import array
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 from pydantic import ValidationError
 
 from qualitycheck.core._cases import Case, _loc
@@ -42,14 +45,18 @@ from qualitycheck.core._checks import LoadContext, check_registry
 from qualitycheck.core._errors import InputError, Problem
 from qualitycheck.traffic._formats import (
     JSON_FORMATS,
+    SPAN_BYTES,
     Columns,
+    LineSpan,
     Logged,
     LogSource,
     batch_outputs,
     detect,
     json_lines,
+    line_spans,
     parse_json_line,
     request_from_row,
+    span_lines,
     table_chunks,
     table_columns,
 )
@@ -109,14 +116,35 @@ _CaseOut = tuple[int, _StratumT, int, int, str, bytes, dict[str, int], tuple[str
 """(line, stratum, prompt digest, sampling key, case id, suite line, redactions, check families)."""
 _Counted = tuple[int, _StratumT, int, int]
 """(line, stratum, prompt digest, sampling key): a case the sample cannot take, only counted."""
-_Job = tuple[int, str, str, list[tuple[int, Any]]]
-"""(source index, format, file name, [(line, raw bytes | table row | reason)])."""
 
-_Result = tuple[int, list[tuple[int, str]], list[_CaseOut | _Counted]]
+
+@dataclass(frozen=True)
+class _Result:
+    """One chunk's outcome, compact: most of a log's lines come back as 12 bytes (digest and stratum) each, so
+    handing results to the main process and reading them there costs little next to the parsing."""
+
+    src: int
+    skips: list[tuple[int, str]]
+    """(line, reason) of each line not used."""
+    digests: bytes
+    """The prompt digest of each usable line, in log order (uint64s)."""
+    strata: list[_StratumT]
+    """The chunk's distinct strata."""
+    stratum_of: bytes
+    """Each usable line's stratum, an index into `strata` (uint32s)."""
+    cases: list[tuple[int, _CaseOut]]
+    """(position among the usable lines, case) of every line the sample may take, or of every line without --sample."""
+
+    @property
+    def usable(self) -> int:
+        return len(self.digests) // 8
+
+
+_Job = tuple[int, str, str, list[tuple[int, Any]] | LineSpan]
+"""(source index, format, file name, [(line, raw bytes | table row | reason)] or the span of an uncompressed file the
+worker reads itself)."""
 
 _setup: _Setup | None = None
-_strata: dict[_StratumT, _StratumT] = {}
-"""One tuple object per stratum, so a chunk's results pickle each stratum once."""
 
 
 def _start_worker(setup: _Setup) -> None:
@@ -206,7 +234,6 @@ def _one(setup: _Setup, src: int, fmt: str, name: str, line: int, item: Any, bou
     if isinstance(d, str):
         return d
     stratum = stratum_key(d)
-    stratum = _strata.setdefault(stratum, stratum)
     digest, key = prompt_digest(d.case), sample_key(setup.seed, case_id)
     if bounds is not None and _beyond(key, stratum, bounds):  # the sample holds smaller keys: checked, not redacted nor serialised
         return _shape_problem(d.case) or (line, stratum, digest, key)
@@ -236,10 +263,15 @@ def _work(job: _Job, bounds: _Bounds | None) -> _Result:
     """One chunk of lines. `bounds` (`StratifiedSample.bounds`, None without --sample) tells the lines the
     sample cannot take: those are neither redacted nor serialised."""
     src, fmt, name, items = job
+    if isinstance(items, LineSpan):
+        items = span_lines(items)
     setup = _setup
     assert setup is not None, "worker started without its setup"
     skips: list[tuple[int, str]] = []
-    cases: list[_CaseOut | _Counted] = []
+    digests = array("Q")
+    stratum_of = array("I")
+    strata: dict[_StratumT, int] = {}
+    cases: list[tuple[int, _CaseOut]] = []
     for line, item in items:
         try:
             out = _one(setup, src, fmt, name, line, item, bounds)
@@ -249,9 +281,19 @@ def _work(job: _Job, bounds: _Bounds | None) -> _Result:
             out = f"could not be read ({type(exc).__name__})"
         if isinstance(out, str):
             skips.append((line, out))
-        else:
-            cases.append(out)
-    return src, skips, cases
+            continue
+        if len(out) > 4:
+            cases.append((len(digests), out))
+        digests.append(out[2])
+        stratum_of.append(strata.setdefault(out[1], len(strata)))
+    return _Result(src, skips, _little(digests), list(strata), _little(stratum_of), cases)
+
+
+def _little(a: array[int]) -> bytes:
+    """The array's bytes in little-endian order, what the main process reads them as whatever the machine."""
+    if sys.byteorder == "big":
+        a.byteswap()
+    return a.tobytes()
 
 
 # ------------------------------------------------------------------ reading (main process)
@@ -269,7 +311,11 @@ def _jobs(requests: Sequence[LogSource], columns: dict[int, Columns]) -> Iterato
         last = 1
         chunk: list[tuple[int, Any]] = []
         try:
-            if src.format in JSON_FORMATS:
+            if src.format in JSON_FORMATS and not src.compressed:  # the workers read the lines themselves
+                for span in line_spans(src.path, SPAN_BYTES):
+                    last = span.first
+                    yield i, src.format, name, span
+            elif src.format in JSON_FORMATS:
                 for n, raw in json_lines(src):
                     last = n
                     chunk.append((n, raw))
@@ -512,23 +558,36 @@ class _Tally:
             self.reasons.append(where)
 
     def add(self, result: _Result) -> None:
-        src, skips, cases = result
-        self.read[src] += len(skips) + len(cases)
-        for line, reason in skips:
+        src = result.src
+        n = result.usable
+        self.read[src] += len(result.skips) + n
+        for line, reason in result.skips:
             self.skip(src, line, reason)
-        self.usable[src] += len(cases)
-        for c, new in zip(cases, self.digests.add_all([c[2] for c in cases])):
-            if not new:
-                self.duplicates += 1
+        self.usable[src] += n
+        if not n:
+            return
+        new = self.digests.add_array(np.frombuffer(result.digests, dtype="<u8"))
+        fresh = int(np.count_nonzero(new))
+        self.duplicates += n - fresh
+        self.new += fresh
+        stratum_of = np.frombuffer(result.stratum_of, dtype="<u4")
+        for i, k in enumerate(np.bincount(stratum_of[new], minlength=len(result.strata)).tolist()):
+            if k:
+                self.strata[result.strata[i]] += k
+        seq = np.cumsum(new)
+        first_seq = self.seq
+        self.seq += fresh
+        if self.sampler is not None:  # the lines that came back counted only (the sample cannot take them)
+            counted = new.copy()
+            counted[[pos for pos, _ in result.cases]] = False
+            for i, k in enumerate(np.bincount(stratum_of[counted], minlength=len(result.strata)).tolist()):
+                if k:
+                    self.sampler.count(result.strata[i], k)
+        for pos, c in result.cases:
+            if not new[pos]:
                 continue
-            self.new += 1
-            self.strata[c[1]] += 1
-            self.seq += 1
-            if len(c) == 4:  # the worker found its key above the sample's bounds
-                assert self.sampler is not None
-                self.sampler.count(c[1])
-            elif self.sampler is not None:
-                self.sampler.offer(c[1], c[3], self.seq, (src, c))
+            if self.sampler is not None:
+                self.sampler.offer(c[1], c[3], first_seq + int(seq[pos]), (src, c))
             elif problem := self.writer.write(c, self._fallback_id(src, c[0])):
                 self.skip(src, c[0], problem)
 

@@ -115,47 +115,49 @@ def sample_key(seed: int, case_id: str) -> int:
 
 
 class DigestSet:
-    """Prompt digests seen so far: a sorted uint64 array plus a small set of recent ones merged into it.
+    """Prompt digests seen so far: a sorted uint64 array plus a smaller sorted array of recent ones merged into it.
 
     About 8 bytes a prompt (a Python set of ints costs near 70), so ten
-    million lines need some 80 MB here; lookups against the array are done a
-    chunk of lines at a time.
+    million lines need some 80 MB here; lookups are done a chunk of lines at
+    a time, in numpy.
     """
 
     _MERGE_AT = 1 << 18
 
     def __init__(self) -> None:
         self._base = np.empty(0, dtype=np.uint64)
-        self._recent: set[int] = set()
+        self._recent = np.empty(0, dtype=np.uint64)
 
     def __len__(self) -> int:
-        return int(self._base.size) + len(self._recent)
+        return int(self._base.size) + int(self._recent.size)
 
     def add_all(self, digests: list[int]) -> list[bool]:
         """For each digest in order: True when first seen (it is then added), False for a repeat."""
-        if self._base.size and digests:
-            arr = np.array(digests, dtype=np.uint64)
-            idx = np.minimum(np.searchsorted(self._base, arr), self._base.size - 1)
-            in_base = (self._base[idx] == arr).tolist()
-        else:
-            in_base = [False] * len(digests)
-        out = []
-        recent = self._recent
-        for d, known in zip(digests, in_base):
-            if known or d in recent:
-                out.append(False)
-            else:
-                recent.add(d)
-                out.append(True)
-        if len(recent) >= self._MERGE_AT:
-            self._merge()
+        out: list[bool] = self.add_array(np.array(digests, dtype=np.uint64)).tolist()
         return out
 
-    def _merge(self) -> None:
-        new = np.fromiter(self._recent, dtype=np.uint64, count=len(self._recent))
-        new.sort()
-        self._base = np.insert(self._base, np.searchsorted(self._base, new), new)
-        self._recent = set()
+    def add_array(self, digests: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """`add_all` for an array of uint64 digests: a boolean array, True where a digest is seen first."""
+        out = np.zeros(digests.size, dtype=bool)
+        if not digests.size:
+            return out
+        unique, first = np.unique(digests.astype(np.uint64, copy=False), return_index=True)
+        fresh = np.ones(unique.size, dtype=bool)
+        for seen in (self._base, self._recent):
+            if seen.size:
+                at = np.minimum(np.searchsorted(seen, unique), seen.size - 1)
+                fresh &= seen[at] != unique
+        out[first[fresh]] = True
+        self._recent = _merged(self._recent, unique[fresh])
+        if self._recent.size >= self._MERGE_AT:
+            self._base = _merged(self._base, self._recent)
+            self._recent = np.empty(0, dtype=np.uint64)
+        return out
+
+
+def _merged(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Two sorted arrays with no value in common as one sorted array."""
+    return np.insert(a, np.searchsorted(a, b), b) if b.size else a
 
 
 POOL_FACTOR = 2
@@ -190,9 +192,9 @@ class StratifiedSample(Generic[K, T]):
         pool = -self._pool[0][0] if len(self._pool) >= self._pool_cap else None
         return pool, {s: -h[0][0] for s, h in self._floors.items() if len(h) >= self._floor_cap}
 
-    def count(self, stratum: K) -> None:
-        """A case that cannot be sampled (its key is above the bounds): counted, not kept."""
-        self.counts[stratum] = self.counts.get(stratum, 0) + 1
+    def count(self, stratum: K, cases: int = 1) -> None:
+        """Cases that cannot be sampled (their keys are above the bounds): counted, not kept."""
+        self.counts[stratum] = self.counts.get(stratum, 0) + cases
 
     def offer(self, stratum: K, key: int, seq: int, item: T) -> None:
         self.count(stratum)

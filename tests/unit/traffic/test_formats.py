@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,9 +18,12 @@ from qualitycheck.traffic._formats import (
     batch_outputs,
     detect,
     json_lines,
+    line_spans,
+    loads,
     logged_from_completion,
     parse_json_line,
     request_from_row,
+    span_lines,
     table_chunks,
     table_columns,
 )
@@ -191,3 +196,61 @@ def test_rows_become_requests_through_the_mapping() -> None:
     assert not isinstance(req, str) and req.body == {"seed": 3, "messages": [{"role": "user", "content": "hi"}]}
     assert request_from_row({"m": "[{", "p": None}, msgs) == "the messages column is not JSON"
     assert request_from_row({"m": "[]", "p": "[1]"}, msgs) == "the params column is not a JSON object"
+
+
+AWKWARD = [
+    b'{"request": {"messages": [{"role": "user", "content": "one"}]}}\n',
+    b"\n",  # blank lines are numbered, never yielded
+    b'{"request": {"messages": [{"role": "user", "content": "two, CRLF"}]}}\r\n',
+    b"   \t\r\n",
+    b'{"request": {"messages": [{"role": "user", "content": "' + b"long " * 300 + b'"}]}}\n',  # longer than a small span
+    b"\r\n",
+    b'{"request": {"messages": [{"role": "user", "content": "a lone \\r inside\r"}]}}\n',
+    b'{"request": {"messages": [{"role": "user", "content": "last, no newline"}]}}',
+]
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 64, 300, 1 << 20])
+@pytest.mark.parametrize("ending", [b"", b"\n", b"\n\n"])
+def test_spans_cut_at_newlines_and_give_the_lines_json_lines_gives(tmp_path: Path, size: int, ending: bytes) -> None:
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(b"".join(AWKWARD) + ending)
+    spans = list(line_spans(log, size))
+    assert spans[0].start == 0 and spans[-1].end == log.stat().st_size
+    assert all(a.end == b.start for a, b in itertools.pairwise(spans))  # whole file, no gap, no overlap
+    data = log.read_bytes()
+    assert all(data[s.end - 1 : s.end] == b"\n" for s in spans[:-1])  # a line straddling a cut goes whole to one span
+    assert [x for s in spans for x in span_lines(s)] == list(json_lines(detect(log)))
+
+
+def test_an_empty_file_has_no_span(tmp_path: Path) -> None:
+    log = tmp_path / "empty.jsonl"
+    log.write_bytes(b"")
+    assert list(line_spans(log, 64)) == []
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": 1, "a": 2, "b": [1.5e3, -0, 1e-7, 12345678901234567890123, null, true]}',
+        b'{"t": NaN, "u": Infinity}',  # json.loads reads these; msgspec does not
+        b"\xef\xbb\xbf{}",  # a byte-order mark
+        '{"x": "é"}'.encode("utf-16"),
+        b'"\\ud800 lone surrogate"',
+        b'"\xed\xa0\x80"',
+        b"1e400",
+        b'{"a": 1,}',
+        b'{"a": "\x01"}',
+        b'"\xff"',
+        b"",
+        b"[" * 5000 + b"]" * 5000,
+    ],
+)
+def test_loads_reads_what_json_loads_reads_and_fails_as_it_fails(raw: bytes) -> None:
+    def outcome(f: Any) -> Any:
+        try:
+            return ("value", repr(f(raw)))
+        except (ValueError, RecursionError) as exc:
+            return ("error", type(exc), str(exc))
+
+    assert outcome(loads) == outcome(json.loads)

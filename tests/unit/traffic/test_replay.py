@@ -325,3 +325,44 @@ def test_a_large_log_is_sampled_in_bounded_memory(tmp_path: Path) -> None:
     assert m.lines.read == 10_000 == m.lines.used + m.lines.skipped + m.lines.duplicates + m.lines.not_sampled
     assert m.lines.used == 100 and m.lines.duplicates == 0 and m.redactions["email"] >= 100
     assert_no_pii(tmp_path / "s")
+
+
+def _awkward_log(path: Path) -> bytes:
+    """The fixture's requests with CRLF endings, blank lines, a bad line, long lines and no final newline."""
+    lines = (FIXTURES / "requests.jsonl").read_bytes().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        out.append(line + (b"\r\n" if i % 3 == 0 else b"\n"))
+        if i % 5 == 0:
+            out.append(b"\n" if i % 2 else b"  \r\n")
+    out.insert(4, b'{"request": {"messages": [{"role": "user", "content": "' + b"a long line " * 200 + b'"}]}}\n')
+    out.insert(7, b'{"request": \n')
+    data = b"".join(out).rstrip(b"\r\n")
+    path.write_bytes(data)
+    return data
+
+
+@pytest.mark.parametrize("sample", [None, 7])
+def test_spans_workers_and_gzip_give_the_same_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sample: int | None) -> None:
+    """An uncompressed log is cut into byte spans the workers read themselves; a gzip log is read line by line.
+    Wherever the cuts fall and however many workers read, the suite and the manifest are the same."""
+    from qualitycheck.traffic import _replay
+
+    log = tmp_path / "requests.jsonl"
+    data = _awkward_log(log)
+    zipped = tmp_path / "zipped" / "requests.jsonl"
+    zipped.parent.mkdir()
+    zipped.write_bytes(gzip.compress(data))
+
+    def run(name: str, path: Path, workers: int, span: int) -> tuple[dict[str, Any], dict[str, bytes]]:
+        monkeypatch.setattr(_replay, "SPAN_BYTES", span)
+        m = replay([path], tmp_path / name, ReplayOptions(sample=sample, seed=5, workers=workers)).model_dump()
+        for s in m["sources"]:
+            s.pop("path"), s.pop("compressed")
+        m["skipped"]["reasons"] = [r.replace(str(path), "LOG") for r in m["skipped"]["reasons"]]
+        files = {p.name: p.read_bytes() for p in (tmp_path / name).iterdir() if p.suffix == ".jsonl"}
+        return m, files
+
+    runs = [run("gzip", zipped, 1, 1 << 20)] + [run(f"w{w}-s{span}", log, w, span) for w in (1, 2) for span in (1, 97, 4096, 1 << 20)]
+    assert runs[0][0]["lines"]["skipped"] >= 1 and runs[0][1]
+    assert all(r == runs[0] for r in runs[1:])

@@ -137,3 +137,21 @@ def test_strata_buckets() -> None:
     assert st(65, 1.0, 501, False) == Stratum("qa", "medium", "high", "medium", False)
     assert st(2000, 1.0, 9000, False).output == "very_long" and st(2000, 1.0, 9000, False).prompt == "very_long"
     assert Stratum("qa", "short", "low", "short", True).key() == "qa/out=short/temp=low/prompt=short/system=yes"
+
+
+def test_digest_arrays_mark_first_sightings_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`add_array` says what a set would, a chunk at a time: repeats within a chunk, across chunks and across merges."""
+    import numpy as np
+
+    monkeypatch.setattr(DigestSet, "_MERGE_AT", 50)
+    rng = np.random.default_rng(3)
+    seen, naive = DigestSet(), set()
+    for size in (0, 1, 30, 200, 7, 500, 64):
+        chunk = rng.integers(0, 400, size, dtype=np.uint64)
+        chunk[: size // 10] = np.uint64(2**64 - 1 - size % 3)  # values beyond int64 too
+        want = []
+        for d in chunk.tolist():
+            want.append(d not in naive)
+            naive.add(d)
+        assert seen.add_array(chunk).tolist() == want
+        assert len(seen) == len(naive)
