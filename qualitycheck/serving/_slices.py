@@ -32,26 +32,41 @@ def bucket(value: float | None, edges: tuple[tuple[float | None, str], ...]) -> 
     return edges[-1][1]
 
 
-def _slice_keys(case: Case, prompt_tokens: int | None, output_tokens: int | None) -> dict[str, str]:
+def _slice_keys(case: Case, prompt_tokens: int | None, output_tokens: int | None) -> tuple[tuple[str, str], ...]:
+    """The case's bucket in every dimension, as (dimension, label) pairs."""
     temp = case.params.get("temperature", 0.0)
-    keys = {
-        "output_length": bucket(output_tokens, OUTPUT_BUCKETS),
-        "prompt_length": bucket(prompt_tokens, PROMPT_BUCKETS),
-        "temperature": bucket(float(temp) if isinstance(temp, (int, float)) else None, TEMPERATURE_BUCKETS),
-        "system_prompt": "yes" if case.messages and any(m.get("role") in ("system", "developer") for m in case.messages) else "no",
-        "route": case.route,
-    }
-    for k, v in case.tags.items():
-        if k != "route":
-            keys[f"tag:{k}"] = v
-    return keys
+    keys = [
+        ("output_length", bucket(output_tokens, OUTPUT_BUCKETS)),
+        ("prompt_length", bucket(prompt_tokens, PROMPT_BUCKETS)),
+        ("temperature", bucket(float(temp) if isinstance(temp, (int, float)) else None, TEMPERATURE_BUCKETS)),
+        ("system_prompt", "yes" if case.messages and any(m.get("role") in ("system", "developer") for m in case.messages) else "no"),
+        ("route", case.route),
+    ]
+    keys += [(f"tag:{k}", v) for k, v in case.tags.items() if k != "route"]
+    return tuple(keys)
+
+
+_SIGNATURES = 4_096
+"""Distinct bucket combinations a tally holds before folding them into its per-bucket totals."""
 
 
 class SliceTally:
-    """summary.json `slices`, folded one case at a time: memory is the number of buckets, not of cases."""
+    """summary.json `slices`, folded one case at a time: memory is the number of buckets, not of cases.
+
+    A case lands in one bucket of every dimension (five, plus one per tag).
+    Cases are first counted per combination of buckets (their signature:
+    a run has few), with their pass counts per (check, side), so a case
+    costs one lookup and one addition per cell instead of one per cell in
+    every dimension; the combinations are folded into the buckets when the
+    summary is read, or when more than `_SIGNATURES` distinct ones are held
+    (unique tags), which bounds memory as before. Every figure is a sum,
+    so the result does not depend on when a combination is folded.
+    """
 
     def __init__(self) -> None:
         self._acc: dict[tuple[str, str], dict[str, Any]] = {}
+        self._sigs: dict[tuple[tuple[str, str], ...], list[Any]] = {}
+        """signature → [cases, pairs, identical, {(check, side): [pass, decided]}]."""
 
     def add(self, rec: CaseRecords) -> None:
         prompt_tokens = output_tokens = None
@@ -68,32 +83,48 @@ class SliceTally:
             if b is not None and c is not None and b.ok and c.ok:
                 pairs += 1
                 identical += b.answer == c.answer
-        decided: dict[tuple[str, str], list[int]] = {}  # (check, side) -> [pass, decided], in the order first seen
+        sig = _slice_keys(rec.case, prompt_tokens, output_tokens)
+        a = self._sigs.get(sig)
+        if a is None:
+            if len(self._sigs) >= _SIGNATURES:
+                self._fold()
+            a = self._sigs[sig] = [0, 0, 0, {}]
+        a[0] += 1
+        a[1] += pairs
+        a[2] += identical
+        cells = a[3]
         for sc in rec.scores:
-            if sc.status == "pass" or sc.status == "fail":
-                cell = decided.get((sc.check, sc.target))
+            status = sc.status
+            if status == "pass" or status == "fail":
+                cell = cells.get((sc.check, sc.target))
                 if cell is None:
-                    cell = decided[sc.check, sc.target] = [0, 0]
-                cell[0] += sc.status == "pass"
+                    cell = cells[sc.check, sc.target] = [0, 0]
+                cell[0] += status == "pass"
                 cell[1] += 1
+
+    def _fold(self) -> None:
+        """Add the held combinations into every bucket they name."""
         acc = self._acc
-        for key in _slice_keys(rec.case, prompt_tokens, output_tokens).items():
-            a = acc.get(key)
-            if a is None:
-                a = acc[key] = {"cases": 0, "pairs": 0, "identical": 0, "checks": {}}
-            a["cases"] += 1
-            a["pairs"] += pairs
-            a["identical"] += identical
-            per_check = a["checks"]
-            for (check, side), (p, n) in decided.items():
-                tot = per_check.setdefault(check, {}).get(side)
-                if tot is None:
-                    tot = per_check[check][side] = [0, 0]
-                tot[0] += p
-                tot[1] += n
+        for sig, (cases, pairs, identical, cells) in self._sigs.items():
+            for key in sig:
+                a = acc.get(key)
+                if a is None:
+                    a = acc[key] = {"cases": 0, "pairs": 0, "identical": 0, "checks": {}}
+                a["cases"] += cases
+                a["pairs"] += pairs
+                a["identical"] += identical
+                per_check = a["checks"]
+                for (check, side), (p, n) in cells.items():
+                    tot = per_check.setdefault(check, {}).get(side)
+                    if tot is None:
+                        tot = per_check[check][side] = [0, 0]
+                    tot[0] += p
+                    tot[1] += n
+        self._sigs.clear()
 
     def summary(self) -> dict[str, dict[str, dict[str, Any]]]:
         """{dimension: {bucket: {cases, identical_rate, checks: {check: {...}}}}}."""
+        self._fold()
         out: dict[str, dict[str, dict[str, Any]]] = {}
         for (dim, label), a in sorted(self._acc.items()):
             checks_out = {}
