@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
 import numpy as np
 from pydantic import ValidationError
 
@@ -196,7 +197,24 @@ def _case_problem(case: dict[str, Any]) -> str | None:
     return None
 
 
-_SHAPE_CACHE: dict[str, str | None] = {}
+_SHAPE_CACHE: dict[str | bytes, str | None] = {}
+_encode = msgspec.json.Encoder().encode
+
+
+def _shape_key(params: Any, checks: Any) -> str | bytes:
+    """A cache key that two shapes share only when they are the same JSON values, types included.
+
+    msgspec's encoding, several times faster than `repr`, tells 1 from 1.0
+    and from true; only NaN and infinities (which `json.loads` reads) would
+    be written as `null` like None, so any `null` falls back to `repr`.
+    """
+    try:
+        key = _encode((params, checks))
+    except (TypeError, ValueError, OverflowError):
+        return repr((params, checks))
+    return repr((params, checks)) if b"null" in key else key
+
+
 _SHAPE_PROBE = {"id": "probe", "category": "probe", "messages": [{"role": "user", "content": ""}]}
 
 
@@ -207,7 +225,7 @@ def _shape_problem(case: dict[str, Any]) -> str | None:
     few shapes of those (the same tools, schemas and settings) over and over:
     each distinct shape is validated once.
     """
-    memo = repr((case["params"], case.get("checks")))  # a cache key, not a canonical form: faster than json.dumps
+    memo = _shape_key(case["params"], case.get("checks"))
     if memo not in _SHAPE_CACHE:
         if len(_SHAPE_CACHE) >= _LOAD_CACHE_MAX:
             _SHAPE_CACHE.clear()

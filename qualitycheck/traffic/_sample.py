@@ -59,7 +59,10 @@ class Stratum:
 
 
 def _bucket(value: int, bounds: tuple[tuple[int, str], ...]) -> str:
-    return next((name for bound, name in bounds if value <= bound), "very_long")
+    for bound, name in bounds:
+        if value <= bound:
+            return name
+    return "very_long"
 
 
 def stratum_key(d: Drafted) -> tuple[str, str, str, str, bool]:
@@ -79,12 +82,22 @@ def stratum_of(d: Drafted) -> Stratum:
 
 
 _SPACE = b" \t\n\r\x0b\x0c"
+_ASCII_LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
 
 
 def _normalised(text: str) -> bytes:
     """Lower-cased, without whitespace: byte operations that run at memory speed, where splitting a
-    prompt into words and joining them again costs more than the rest of a line's drafting."""
+    prompt into words and joining them again costs more than the rest of a line's drafting. ASCII text
+    (most prompts) is lower-cased and stripped in one pass over its bytes; `str.lower` gives the same bytes."""
+    if text.isascii():
+        return text.encode().translate(_ASCII_LOWER, _SPACE)
     return text.lower().encode("utf-8", "surrogatepass").translate(None, _SPACE)
+
+
+_CATEGORY_STARTS: dict[str, Any] = {}
+"""The hash state after a category's name: copying it is cheaper than starting a hash per case."""
+_ROLE_MARKS: dict[str, bytes] = {}
+"""`\x1frole\x1f` as bytes per role: what separates the messages in a digest."""
 
 
 def prompt_digest(case: Mapping[str, Any]) -> int:
@@ -93,13 +106,26 @@ def prompt_digest(case: Mapping[str, Any]) -> int:
     Tools and the response format are part of the question: the same words
     with another schema are another case.
     """
-    h = hashlib.blake2b(str(case["category"]).encode(), digest_size=8)
+    category = str(case["category"])
+    started = _CATEGORY_STARTS.get(category)
+    if started is None:
+        started = hashlib.blake2b(category.encode(), digest_size=8)
+        if len(_CATEGORY_STARTS) < 4096:
+            _CATEGORY_STARTS[category] = started
+    h = started.copy()
     messages = case.get("messages")
     if messages is None:
         h.update(b"\x1fprompt\x1f" + _normalised(str(case.get("prompt", ""))))
     else:
         for m in messages:
-            h.update(f"\x1f{m.get('role')}\x1f".encode() + _normalised(content_text(m.get("content"))))
+            role = m.get("role")
+            mark = _ROLE_MARKS.get(role) if isinstance(role, str) else None
+            if mark is None:
+                mark = f"\x1f{role}\x1f".encode()
+                if isinstance(role, str) and len(_ROLE_MARKS) < 64:
+                    _ROLE_MARKS[role] = mark
+            h.update(mark)
+            h.update(_normalised(content_text(m.get("content"))))
             if m.get("tool_calls"):
                 h.update(repr(m["tool_calls"]).encode())
     params = case.get("params", {})
@@ -109,9 +135,18 @@ def prompt_digest(case: Mapping[str, Any]) -> int:
     return int.from_bytes(h.digest(), "big")
 
 
+_SEEDED: dict[int, Any] = {}
+"""The hash state after `<seed>\x1f`, per seed: copying it is cheaper than hashing the prefix again per case."""
+
+
 def sample_key(seed: int, case_id: str) -> int:
     """The case's place in its stratum's sample: a hash of the seed and its id (uniform over 64 bits)."""
-    return int.from_bytes(hashlib.blake2b(f"{seed}\x1f{case_id}".encode(), digest_size=8).digest(), "big")
+    seeded = _SEEDED.get(seed)
+    if seeded is None:
+        seeded = _SEEDED[seed] = hashlib.blake2b(f"{seed}\x1f".encode(), digest_size=8)
+    h = seeded.copy()
+    h.update(case_id.encode())
+    return int.from_bytes(h.digest(), "big")
 
 
 class DigestSet:

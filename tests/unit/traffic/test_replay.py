@@ -366,3 +366,14 @@ def test_spans_workers_and_gzip_give_the_same_suite(tmp_path: Path, monkeypatch:
     runs = [run("gzip", zipped, 1, 1 << 20)] + [run(f"w{w}-s{span}", log, w, span) for w in (1, 2) for span in (1, 97, 4096, 1 << 20)]
     assert runs[0][0]["lines"]["skipped"] >= 1 and runs[0][1]
     assert all(r == runs[0] for r in runs[1:])
+
+
+def test_shapes_share_a_validation_only_when_they_are_the_same_json() -> None:
+    """Each distinct shape of params and checks is validated once: its cache key tells apart every value
+    validation could tell apart (1, 1.0 and true; NaN, which json.loads reads, and null)."""
+    from qualitycheck.traffic._replay import _shape_key
+
+    values = [1, 1.0, True, "1", None, float("nan"), float("inf"), [1], {"a": 1}, {"a": 1.0}, 2**70, -0.0, 0.0]
+    keys = [_shape_key({"temperature": v}, {"exact": True}) for v in values]
+    assert len(set(keys)) == len(values)
+    assert _shape_key({"stop": ["x"], "seed": 3}, None) == _shape_key({"stop": ["x"], "seed": 3}, None)

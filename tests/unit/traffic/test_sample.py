@@ -155,3 +155,25 @@ def test_digest_arrays_mark_first_sightings_in_order(monkeypatch: pytest.MonkeyP
             naive.add(d)
         assert seen.add_array(chunk).tolist() == want
         assert len(seen) == len(naive)
+
+
+def test_keys_and_digests_are_the_documented_hashes() -> None:
+    """The cached hash states give the hashes written out in full: a sample does not change with how they are computed."""
+    import hashlib
+
+    from qualitycheck.traffic._rules import content_text
+
+    for seed, case_id in ((0, "a"), (7, "traffic-12"), (-3, "é-ü"), (10**20, "x" * 300)):
+        full = hashlib.blake2b(f"{seed}\x1f{case_id}".encode(), digest_size=8).digest()
+        assert sample_key(seed, case_id) == int.from_bytes(full, "big")
+    case = {
+        "category": "qa",
+        "messages": [{"role": "system", "content": "Be BRIEF.\t"}, {"role": "user", "content": [{"type": "text", "text": "Ça  VA?\r\n"}]}],
+        "params": {"tools": [{"type": "function"}]},
+    }
+    h = hashlib.blake2b(b"qa", digest_size=8)
+    for m in case["messages"]:
+        text = content_text(m["content"]).lower().encode().translate(None, b" \t\n\r\x0b\x0c")
+        h.update(f"\x1f{m['role']}\x1f".encode() + text)
+    h.update(b"\x1f" + repr(case["params"]["tools"]).encode())
+    assert prompt_digest(case) == int.from_bytes(h.digest(), "big")
