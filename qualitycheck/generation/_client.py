@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import msgspec
 from pydantic import ValidationError
 
 from qualitycheck.core._cases import Case
@@ -178,10 +179,16 @@ class Endpoint:
     `session` may be an `aiohttp.ClientSession` (used as is, not closed
     here); by default the endpoint opens its own session on the first
     request. Sessions, headers, retries and error mapping come from
-    `core._http`; the streaming reader is this module's own.
+    `core._http`; the streaming reader is this module's own. `parse_after`
+    keeps a stream's reads and parses them once it ended (`_SseEvents`):
+    the same answer and timings for less CPU, for a caller whose event loop
+    has other bytes to move (the shadow proxy); the runner parses as the
+    chunks arrive.
     """
 
-    def __init__(self, name: str, target: Target, opts: RunOptions, session: aiohttp.ClientSession | None = None):
+    def __init__(
+        self, name: str, target: Target, opts: RunOptions, session: aiohttp.ClientSession | None = None, *, parse_after: bool = False
+    ):
         if session is not None and not isinstance(session, aiohttp.ClientSession):
             raise TypeError(f"an endpoint sends through an aiohttp.ClientSession, not {type(session).__name__}")
         self.name = name
@@ -192,6 +199,7 @@ class Endpoint:
         )
         chat, completions = target.base_url + "/chat/completions", target.base_url + "/completions"
         self._urls = {"chat": chat, "completions": completions}
+        self._read_sse = _read_sse_events if parse_after else _read_sse_stream
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -233,7 +241,7 @@ class Endpoint:
         acc = _Accumulator(t0)
         async with self._http.request("POST", self._urls[plan.kind], data) as resp:
             if plan.body.get("stream"):
-                await _read_sse_stream(resp.content, acc, chat)
+                await self._read_sse(resp.content, acc, chat)
                 if not acc.done:
                     raise stream_cut()
                 await _drain(resp.content)
@@ -285,6 +293,12 @@ def _feed_line(line: bytes | str, now: float, acc: _Accumulator, chat: bool) -> 
         acc.done = True
         acc.done_at = now
         return True
+    _feed_payload(payload, now, acc, chat)
+    return False
+
+
+def _feed_payload(payload: bytes, now: float, acc: _Accumulator, chat: bool) -> None:
+    """One event's JSON, parsed and added to the answer. Malformed JSON is a retryable fault."""
     try:
         # decoding first skips json's encoding sniffing on bytes: a third of the parse time
         data = json.loads(payload.decode())
@@ -293,7 +307,6 @@ def _feed_line(line: bytes | str, now: float, acc: _Accumulator, chat: bool) -> 
     if not isinstance(data, dict):
         raise malformed(f"stream chunk is not an object: {payload[:80]!r}")
     acc.feed(data, now, chat)
-    return False
 
 
 class _SseLines:
@@ -336,12 +349,198 @@ class _SseLines:
             _feed_line(line, now, self.acc, self.chat)
 
 
+class _Choice(msgspec.Struct):
+    """The fields of a choice an answer is made of (`_Accumulator.feed` reads the same ones)."""
+
+    index: int = 0
+    delta: dict[str, Any] | None = None
+    message: dict[str, Any] | None = None
+    text: Any = None
+    token_ids: Any = None
+    finish_reason: Any = None
+
+
+class _Event(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: dict[str, Any] | None = None
+    error: Any = None
+
+
+_EVENT = msgspec.json.Decoder(_Event)
+
+
+def _parse_fast(events: list[tuple[bytes, float]], acc: _Accumulator, chat: bool) -> bool:
+    """Add the events to a fresh `acc` as `_feed_payload` would, one msgspec decode each; False (`acc`
+    untouched) for anything this path does not take as is: tool calls, an error event, a field of another
+    type than a well-formed answer's, JSON that msgspec refuses (`json.loads` may still take it)."""
+    t0 = acc.t0
+    text: list[str] = []
+    times: list[float] = []
+    tokens: list[int] = []
+    token_ids: list[Any] = []
+    has_ids = False
+    finish, usage = acc.finish_reason, acc.usage
+    decode = _EVENT.decode
+    try:
+        for payload, now in events:
+            ev = decode(payload)
+            if ev.error:
+                return False
+            if ev.usage:
+                usage = ev.usage
+            for choice in ev.choices or ():
+                if choice.index != 0:
+                    continue
+                if chat:
+                    msg = choice.delta or choice.message or {}
+                    if msg.get("tool_calls"):
+                        return False
+                    piece = msg.get("content")
+                else:
+                    piece = choice.text
+                if piece is None:
+                    piece = ""
+                elif not isinstance(piece, str):
+                    return False
+                ids = choice.token_ids
+                if ids:
+                    if not isinstance(ids, list):
+                        return False
+                    has_ids = True
+                    token_ids.extend(ids)
+                if piece or ids:
+                    text.append(piece)
+                    times.append(now - t0)
+                    tokens.append(len(ids) if ids else 0)
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+    except msgspec.DecodeError:  # and its ValidationError
+        return False
+    acc.text.extend(text)
+    acc.chunk_times.extend(times)
+    acc.chunk_tokens.extend(tokens)
+    acc.token_ids.extend(token_ids)
+    acc.has_token_ids = acc.has_token_ids or has_ids
+    acc.finish_reason, acc.usage = finish, usage
+    return True
+
+
+class _SseEvents:
+    """An SSE body kept as it arrives and parsed once, after it ended (`AnswerReader`, `Endpoint(parse_after=True)`).
+
+    A read costs an append and a look for `[DONE]`, so the reader still
+    knows when to stop; the bytes are split into events only when `[DONE]`
+    may have arrived and at the end, and the events' JSON is decoded at
+    `parse` by msgspec, into the few fields an answer is made of. Whatever
+    that path does not take as is goes through `_feed_payload`, the parser
+    `_SseLines` uses, event by event, so the answer and its errors are the
+    ones reading it chunk by chunk gives, chunk times included: each event
+    is timed by the read that completed its line.
+    """
+
+    __slots__ = ("_next", "_pending", "_reads", "_tail", "done_at", "events")
+
+    def __init__(self) -> None:
+        self._reads: list[tuple[bytes, float]] = []
+        self._next = 0
+        """Reads before this one are split into lines."""
+        self._pending: list[bytes] = []
+        self._tail = b""
+        """The last bytes read, for a `[DONE]` split across reads."""
+        self.events: list[tuple[bytes, float]] = []
+        """(JSON payload, perf_counter of the read that ended its line), in order."""
+        self.done_at: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.done_at is not None
+
+    def feed(self, data: bytes, now: float) -> bool:
+        """One network read; True once `[DONE]` arrived (what follows it is not kept)."""
+        if self.done_at is not None:
+            return True
+        self._reads.append((data, now))
+        tail = self._tail
+        self._tail = data[-5:] if len(data) >= 5 else (tail + data)[-5:]
+        if b"[DONE]" in data or (tail and b"[DONE]" in tail + data[:5]):
+            return self._split()
+        return False
+
+    def _split(self) -> bool:
+        """Split the reads not yet split into lines (as `_SseLines.feed` does); True at `[DONE]`."""
+        reads, pending, events = self._reads, self._pending, self.events
+        for i in range(self._next, len(reads)):
+            data, now = reads[i]
+            lines = data.split(b"\n")
+            if pending:
+                pending.append(lines[0])
+                lines[0] = b"".join(pending)
+                pending.clear()
+            rest = lines.pop()
+            for line in lines:
+                if not line:
+                    continue
+                if not line.startswith(b"data:"):
+                    line = line.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    self.done_at = now
+                    self._reads, self._next = [], 0
+                    return True
+                events.append((payload, now))
+            if rest:
+                pending.append(rest)
+        self._next = len(reads)
+        return False
+
+    def _line(self, line: bytes, now: float) -> None:
+        """The last line, without its newline, as `_feed_line` takes it."""
+        if not line.startswith(b"data:"):
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                return
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.done_at = now
+        else:
+            self.events.append((payload, now))
+
+    def end(self, now: float) -> None:
+        """The body ended: split what is left; a last line without its newline still counts."""
+        if self.done_at is None and not self._split() and self._pending:
+            line = b"".join(self._pending)
+            self._pending = []
+            self._line(line, now)
+
+    def parse(self, acc: _Accumulator, chat: bool) -> None:
+        """Add the events (and `[DONE]`, if it came) to a fresh `acc`; raises the `HttpError` of the first bad event."""
+        if not _parse_fast(self.events, acc, chat):
+            for payload, now in self.events:
+                _feed_payload(payload, now, acc, chat)
+        if self.done_at is not None:
+            acc.done = True
+            acc.done_at = self.done_at
+
+
 async def _read_sse_stream(content: aiohttp.StreamReader, acc: _Accumulator, chat: bool) -> None:
     lines = _SseLines(acc, chat)
     async for data in content.iter_any():
         if lines.feed(data, time.perf_counter()):
             return
     lines.end(time.perf_counter())
+
+
+async def _read_sse_events(content: aiohttp.StreamReader, acc: _Accumulator, chat: bool) -> None:
+    """`_read_sse_stream` with the parse after the last read (`_SseEvents`): the same answer, less work per read."""
+    events = _SseEvents()
+    async for data in content.iter_any():
+        if events.feed(data, time.perf_counter()):
+            break
+    else:
+        events.end(time.perf_counter())
+    events.parse(acc, chat)
 
 
 async def _drain(content: aiohttp.StreamReader) -> None:
@@ -370,7 +569,9 @@ class AnswerReader:
     The shadow proxy forwards a baseline's bytes to its caller unchanged and
     hands each read here after passing it on, so the recorded answer is parsed
     and timed exactly as the client parses and times its own requests: chunk
-    times from `t0`, the moment the request went out. `sse` says how the body
+    times from `t0`, the moment the request went out. A read is only kept
+    (`_SseEvents`); the parse happens once, in `response`, off the path of
+    the bytes being forwarded. `sse` says how the body
     is framed (the answer's Content-Type, not what the request asked for). A
     fault in the bytes (a status other than 200, malformed JSON, an error
     event, a stream that ends before [DONE]) becomes the Response's `error`,
@@ -383,7 +584,7 @@ class AnswerReader:
         self.chat = kind == "chat"
         self.sse = sse and status == 200
         self._acc = _Accumulator(t0)
-        self._lines = _SseLines(self._acc, self.chat) if self.sse else None
+        self._lines = _SseEvents() if self.sse else None
         self._body: list[bytes] = []
         self._status = status
         self._retry_after = retry_after
@@ -392,19 +593,14 @@ class AnswerReader:
     @property
     def done(self) -> bool:
         """The stream's `[DONE]` arrived (or it failed): what follows is not the answer."""
-        return self._acc.done or self._error is not None
+        return self._error is not None or self._acc.done or (self._lines is not None and self._lines.done)
 
     def feed(self, data: bytes, now: float) -> None:
-        if self._error is not None or self._acc.done:
-            return
-        if self._lines is None:
-            if self._status == 200 or sum(map(len, self._body)) < _MAX_ERROR_BODY:
-                self._body.append(data)
-            return
-        try:
+        """One read as it was forwarded: kept, with its time, for `response` to parse."""
+        if self._lines is not None:
             self._lines.feed(data, now)
-        except HttpError as exc:
-            self._error = exc.info
+        elif self._status == 200 or sum(map(len, self._body)) < _MAX_ERROR_BODY:
+            self._body.append(data)
 
     def response(self, *, case_id: str, target: str, fingerprint: str, started_at: float, now: float) -> Response:
         """The answer once its body ended at `now` (perf_counter); an incomplete one is a `stream_cut`."""
@@ -414,8 +610,9 @@ class AnswerReader:
                 if self._status != 200:
                     raise status_error(self._status, b"".join(self._body)[:_MAX_ERROR_BODY], self._retry_after)
                 if self._lines is not None:
-                    if not acc.done:
+                    if not self._lines.done:
                         self._lines.end(now)
+                    self._lines.parse(acc, self.chat)
                     if not acc.done:
                         raise stream_cut()
                     return _response(acc, case_id, target, 0, fingerprint, started_at, 1)

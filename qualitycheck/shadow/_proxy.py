@@ -17,7 +17,9 @@ counted, so a stuck candidate costs bounded memory.
 
 The baseline's side of a pair is read from the bytes being forwarded
 (`generation.AnswerReader`, the client's own parser), timed from the moment
-the request went upstream, like the candidate's. Where the two answers differ
+the request went upstream, like the candidate's. Both answers are kept read
+by read (bytes and arrival time) and parsed once each has ended: per read,
+the loop only forwards and appends. Where the two answers differ
 the baseline is asked again (with the proxy's configured key, never the
 caller's) when the noise floor is on, as `qualitycheck run` does after
 generating. A finished pair goes to the `Recorder`'s writer thread.
@@ -81,13 +83,9 @@ more than the pair's commit. Pairs not yet handed over are in flight, as far as 
 
 def _headers_without(headers: CIMultiDictProxy[str], drop: frozenset[str]) -> CIMultiDict[str]:
     """`headers` (every value of a repeated one, in order) less `drop` and whatever their Connection header names."""
-    named = {t.strip().lower() for v in headers.getall("Connection") for t in v.split(",")} if "Connection" in headers else set()
-    out: CIMultiDict[str] = CIMultiDict()
-    for k, v in headers.items():
-        low = k.lower()
-        if low not in drop and low not in named:
-            out.add(k, v)
-    return out
+    if "Connection" in headers:
+        drop = drop | {t.strip().lower() for v in headers.getall("Connection") for t in v.split(",")}
+    return CIMultiDict([(k, v) for k, v in headers.items() if k.lower() not in drop])
 
 
 class _Slots:
@@ -204,9 +202,11 @@ class ShadowProxy:
             trust_env=False,
         )
         opts = RunOptions(retries=0, timeout_s=cfg.run.timeout_s, concurrency=limit, return_token_ids=False)
-        self._candidate = Endpoint("candidate", cfg.candidate, opts, self._mirror_session)
+        # the answers are parsed once each has ended: the loop's time per read goes to forwarding callers' bytes
+        self._candidate = Endpoint("candidate", cfg.candidate, opts, self._mirror_session, parse_after=True)
         if self.noise_floor:
-            self._again = Endpoint("control", cfg.baseline.model_copy(update={"label": "baseline again"}), opts, self._mirror_session)
+            again = cfg.baseline.model_copy(update={"label": "baseline again"})
+            self._again = Endpoint("control", again, opts, self._mirror_session, parse_after=True)
         self._before = await self._scrape()
         self._note_acceptance(self._before)
         app = web.Application(client_max_size=int(cfg.shadow.max_body_mb * 2**20))

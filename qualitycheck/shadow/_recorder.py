@@ -34,6 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from qualitycheck.core._cases import Case
+from qualitycheck.core._checks import Checks
 from qualitycheck.core._config import Config
 from qualitycheck.core._records import ErrorInfo, Response, ToolCall
 from qualitycheck.core._store import RunStore
@@ -75,6 +76,8 @@ class _Prepared:
 
 _BATCH = 256
 """Pairs at most in one commit: what arrived while the previous commit ran (one pair when the writer keeps up)."""
+_CHECKS_KEPT = 1024
+"""Distinct `checks` validated and kept at most (then forgotten all at once): traffic repeats a few shapes."""
 
 
 @dataclass(slots=True)
@@ -103,14 +106,21 @@ def _add(counts: dict[str, int], more: dict[str, int]) -> None:
 
 
 def _redacted(r: Response, conv: Conversation) -> Response:
-    """An answer with its text, tool-call arguments and error message redacted in the pair's conversation."""
+    """An answer with its text, tool-call arguments and error message redacted in the pair's conversation
+    (the answer itself when nothing in it is replaced: most answers hold no PII, and a copy costs more than the scan)."""
     update: dict[str, Any] = {}
     if r.text:
-        update["text"] = conv.text(r.text)
+        text = conv.text(r.text)
+        if text != r.text:
+            update["text"] = text
     if r.tool_calls:
-        update["tool_calls"] = [ToolCall(name=c.name, arguments=conv.text(c.arguments), id=c.id) for c in r.tool_calls]
+        calls = [ToolCall(name=c.name, arguments=conv.text(c.arguments), id=c.id) for c in r.tool_calls]
+        if calls != r.tool_calls:
+            update["tool_calls"] = calls
     if r.error is not None:
-        update["error"] = ErrorInfo(kind=r.error.kind, message=conv.text(r.error.message), status=r.error.status)
+        message = conv.text(r.error.message)
+        if message != r.error.message:
+            update["error"] = ErrorInfo(kind=r.error.kind, message=message, status=r.error.status)
     return r.model_copy(update=update) if update else r
 
 
@@ -148,6 +158,8 @@ class Recorder:
         self.noise_floor = noise_floor
         self._rotating = cfg.shadow.rotate_every is not None
         self._redactor = None if cfg.shadow.keep_pii else Redactor()
+        self._checks: dict[str, Checks] = {}
+        """Validated `checks` by their JSON (order kept: a spec is stored as it was written)."""
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._store: RunStore | None = None
@@ -242,11 +254,8 @@ class Recorder:
         """The pair as a case (replay's rules and checks, redacted) with its redacted answers; None when it cannot be a case."""
         drafted = case_from_request(p.body, p.tags, self.rules, self._redactor, case_id=p.case_id, raw=p.raw)
         if not isinstance(drafted, str):
-            try:
-                case = Case.model_validate(drafted.case)
-            except ValidationError:
-                pass
-            else:
+            case = self._case(drafted.case)
+            if case is not None:
                 responses = p.responses
                 redactions = dict(drafted.redactions or {})
                 if self._redactor is not None:  # one conversation for the answers: the same value reads the same in each
@@ -257,6 +266,33 @@ class Recorder:
         self._written.not_a_case += 1
         self.metrics.dropped["not_a_case"].inc()
         return None
+
+    def _case(self, fields: dict[str, Any]) -> Case | None:
+        """The drafted case validated, or None when it is not a valid case.
+
+        Its `checks` are the tool's own, drafted by replay's rules from the
+        request's shape, so the same few come back request after request:
+        each distinct one is validated once (a JSON schema's check is the
+        costly part) and the validated value reused, which is what
+        `Case.model_validate` would have built from it.
+        """
+        raw = fields.get("checks")
+        if raw is not None:
+            key = json.dumps(raw)
+            checks = self._checks.get(key)
+            if checks is None:
+                try:
+                    checks = Checks.model_validate(raw)
+                except (ValueError, AssertionError):  # what pydantic turns into the case's ValidationError
+                    return None
+                if len(self._checks) >= _CHECKS_KEPT:
+                    self._checks.clear()
+                self._checks[key] = checks
+            fields = {**fields, "checks": checks}
+        try:
+            return Case.model_validate(fields)
+        except ValidationError:
+            return None
 
     def _store_pairs(self, batch: list[PairRecord]) -> None:
         try:
