@@ -7,13 +7,23 @@ Both read only summary.json and the run store (through `collect`), so
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from qualitycheck.core._lazy import lazy_exports
 from qualitycheck.core._store import RunStore
 from qualitycheck.report._data import MAX_CASES, ReportData, RowCollector, collect
 from qualitycheck.report._html import REPORT_NAME, render_html, write_html, write_report
-from qualitycheck.report._review import REVIEW_NAME, import_labels, write_review
 from qualitycheck.report._terminal import print_summary, summary_renderables
 from qualitycheck.verdict._model import Summary
+
+if TYPE_CHECKING:
+    from qualitycheck.report._review import REVIEW_NAME as REVIEW_NAME
+    from qualitycheck.report._review import import_labels as import_labels
+    from qualitycheck.report._review import write_review as write_review
+
+_HOME = {"REVIEW_NAME": "_review", "import_labels": "_review", "write_review": "_review"}
+"""The blinded review page is its own command: a report never imports it."""
+__getattr__ = lazy_exports(__name__, _HOME)
 
 __all__ = [
     "MAX_CASES",

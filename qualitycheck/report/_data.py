@@ -51,6 +51,7 @@ histogram or a p99 needs a small fraction of them."""
 
 _STATUS_LETTER = {"pass": "p", "fail": "f", "error": "e", "skipped": "s"}
 _SIDES = ("baseline", "candidate")
+_CHART_SIDES = frozenset((*_SIDES, "control"))
 
 
 @dataclass
@@ -530,13 +531,18 @@ class RowCollector:
         self._pending: list[tuple[str, str, int, CaseStatus]] = []  # (id, category, suite index, status known so far)
         self._spill = _Spill(max_cases)
 
-    def _count(self, category: str, flags: Iterable[Status]) -> str:
-        per_cat = self.category_flags.setdefault(category, {f: 0 for f in STATUS_ORDER})
-        flags = list(flags)
+    def _per_category(self, category: str) -> dict[str, int]:
+        per_cat = self.category_flags.get(category)
+        if per_cat is None:
+            per_cat = self.category_flags[category] = dict.fromkeys(STATUS_ORDER, 0)
+        return per_cat
+
+    def _count(self, category: str, flags: tuple[Status, ...]) -> str:
+        per_cat, counts = self._per_category(category), self.flag_counts
         for f in flags:
-            self.flag_counts[f] += 1
+            counts[f] += 1
             per_cat[f] += 1
-        first = _first_flag(flags)
+        first = flags[0] if flags else ""
         self.primary[first] = self.primary.get(first, 0) + 1
         return first
 
@@ -546,14 +552,18 @@ class RowCollector:
 
     def add(self, rec: CaseRecords, comps: list[CaseComparison]) -> None:
         repeats, case = self.repeats, rec.case
+        latency = self.latency
         for r in rec.responses:  # every answer feeds the charts, embedded or not
-            if r.repeat < repeats and r.error is None and (r.target in _SIDES or r.target == "control"):
-                self.latency.add(r)
-        self.checks.update(s.check for s in rec.scores if s.repeat < repeats)
+            if r.repeat < repeats and r.error is None and r.target in _CHART_SIDES:
+                latency.add(r)
+        checks = self.checks
+        for s in rec.scores:
+            if s.repeat < repeats:
+                checks.add(s.check)
         known = self._known.case(case.id, comps)
         index = self.suite_index.get(case.id, len(self.suite_index))
         if not self._decided and _may_hold_check_status(comps):
-            self.category_flags.setdefault(case.category, {f: 0 for f in STATUS_ORDER})
+            self._per_category(case.category)
             self._pending.append((case.id, case.category, index, known))
             if self.max_cases:
                 row = _case_row(rec, repeats)

@@ -254,12 +254,29 @@ class StatusBook:
 
     def case(self, case_id: str, comps: Sequence[CaseComparison]) -> CaseStatus:
         """The status of one case from its comparison records (all its repeats)."""
-        checks = self._by_case.get(case_id, {})
-        found: set[Status] = set(checks.values())
-        if any(_errored(c) for c in comps):
-            found.add("error")
-        if any(c.identical is False for c in comps):
-            found.add("divergent")
-        elif comps and len(comps) == self.repeats and all(c.identical for c in comps):
-            found.add("identical")
-        return CaseStatus(tuple(s for s in STATUS_ORDER if s in found), checks)
+        checks = self._by_case.get(case_id, _NO_CHECKS)
+        errored = divergent = False
+        identical = bool(comps) and len(comps) == self.repeats
+        for c in comps:
+            errored = errored or _errored(c)
+            if c.identical is False:
+                divergent = True
+            elif not c.identical:
+                identical = False
+        found: list[Status] = [*checks.values()]
+        if errored:
+            found.append("error")
+        if divergent:
+            found.append("divergent")
+        elif identical:
+            found.append("identical")
+        key = frozenset(found)
+        statuses = _IN_ORDER.get(key)
+        if statuses is None:
+            statuses = _IN_ORDER[key] = tuple(s for s in STATUS_ORDER if s in key)
+        return CaseStatus(statuses, checks)
+
+
+_NO_CHECKS: Mapping[str, Status] = {}
+_IN_ORDER: dict[frozenset[Status], tuple[Status, ...]] = {}
+"""A set of statuses → the same in STATUS_ORDER (a run has a handful of distinct sets)."""

@@ -103,3 +103,27 @@ def test_a_check_no_case_decided_keeps_its_row(tmp_path):
     assert checks["unit_tests"]["n"] == 0 and checks["unit_tests"]["baseline_pass_rate"] is None
     assert checks["contains"]["n"] == 3
     assert "unit_tests" in s["signoff"]
+
+
+@pytest.mark.parametrize("control", [True, False])
+def test_one_repeat_outcomes_follow_the_definition(control: bool) -> None:
+    """A single repeat's outcome per check, for every mix of statuses: decided on both sides, the control paired where it decided."""
+    from qualitycheck.verdict._compare import CheckOutcome
+
+    statuses = ("pass", "fail", "error", "skipped", None)
+    checks = {
+        f"k{i}": CheckOutcome(baseline=b, candidate=c, control=k)
+        for i, (b, c, k) in enumerate((b, c, k) for b in statuses for c in statuses for k in (statuses if control else (None,)))
+    }
+    comp = CaseComparison(case_id="x", category="qa", route="r", checks=checks)
+    out: dict[str, dict[str, list[CaseOutcome]]] = {}
+    add_case_outcomes(out, [comp])
+    assert list(out["qa"]) == sorted(checks)  # every check has its list, decided or not
+    decided = ("pass", "fail")
+    for name, o in checks.items():
+        expected = []
+        if o.baseline in decided and o.candidate in decided:
+            b, c = o.baseline == "pass", o.candidate == "pass"
+            k = (o.control == "pass",) if o.control in decided else ()
+            expected = [CaseOutcome("x", "r", (b,), (c,), k, ((b, k[0]),) if k else ())]
+        assert out["qa"][name] == expected, (name, o)
