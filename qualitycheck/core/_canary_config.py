@@ -145,11 +145,11 @@ class CanaryConfig(BaseModel):
         return parse_duration(self.window)
 
 
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
 def parse_duration(text: str | float) -> float:
-    """'30s' → 30.0, '5m' → 300.0, '1h' → 3600.0, '250ms' → 0.25, '2' → 2.0 (seconds); ValueError otherwise."""
+    """'30s' → 30.0, '5m' → 300.0, '1h' → 3600.0, '1w' → 604800.0, '250ms' → 0.25, '2' → 2.0 (seconds); ValueError otherwise."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
     else:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from qualitycheck.core._canary_config import CanaryConfig
+from qualitycheck.core._canary_config import CanaryConfig, parse_duration
 from qualitycheck.core._errors import ConfigError, Problem
 
 __all__ = ["DEFAULT_CONFIG_NAME", "Config", "JudgeTarget", "RunOptions", "ShadowOptions", "Target", "load_config", "parse_rotation"]
@@ -136,25 +136,24 @@ class RunOptions(BaseModel):
     """Cases report.html embeds in full, the most important first; all of them stay in the store."""
 
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"})
 
 
 def parse_rotation(value: str | int) -> tuple[int | None, float | None]:
     """`--rotate-every`: a number of stored pairs (`100000`) or a duration (`90s`, `30m`, `6h`, `1d`, `1w`).
 
-    Returns (pairs, seconds), one of them None; raises ValueError with the accepted forms.
+    Returns (pairs, seconds), one of them None; raises ValueError with the accepted forms. A
+    duration reads as the canary's do (`parse_duration`), but must carry its unit here: a bare
+    number is a count of pairs.
     """
     text = str(value).strip().lower()
     if text.isdigit() and int(text) > 0:
         return int(text), None
-    if len(text) > 1 and text[-1] in _UNITS:
+    if text[-1:].isalpha():
         try:
-            n = float(text[:-1])
+            return None, parse_duration(text)
         except ValueError:
-            n = 0.0
-        if n > 0:
-            return None, n * _UNITS[text[-1]]
+            pass
     raise ValueError(f"expected a number of pairs (e.g. 100000) or a duration (90s, 30m, 6h, 1d, 1w), got {value!r}")
 
 

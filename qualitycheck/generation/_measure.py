@@ -25,7 +25,7 @@ from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation._metrics import SentTally, record_window, scrape_all, scrape_dcgm, window
-from qualitycheck.generation._preflight import format_preflight, run_preflight
+from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
 from qualitycheck.generation._runner import Progress, RunStats, generate
 
 __all__ = ["GPU_ARTIFACT", "PREFLIGHT_ARTIFACT", "measured_generate", "preflight_into_store"]
@@ -57,15 +57,7 @@ def preflight_into_store(store: RunStore, cases: Iterable[Case], cfg: Config) ->
     """Run the preflight when asked and both sides exist; a mismatch is recorded, not fatal."""
     if not cfg.run.preflight or cfg.baseline is None or cfg.candidate is None:
         return None
-    result = run_preflight(
-        cfg.baseline,
-        cfg.candidate,
-        cases,
-        concurrency=cfg.run.concurrency,
-        timeout_s=min(cfg.run.timeout_s, 30.0),
-        retries=cfg.run.retries,
-        backoff_s=cfg.run.backoff_s,
-    )
+    result = run_preflight(cfg.baseline, cfg.candidate, cases, **preflight_options(cfg.run))
     record = result.to_dict()
     store.put_artifact(PREFLIGHT_ARTIFACT, record)
     if not result.ok:

@@ -25,7 +25,7 @@ from qualitycheck.core._cases import Case
 from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._http import HttpClient, Outcome, shared_session
 
-__all__ = ["Check", "PreflightResult", "check_served_models", "format_preflight", "preflight", "run_preflight"]
+__all__ = ["Check", "PreflightResult", "check_served_models", "format_preflight", "preflight", "preflight_options", "run_preflight"]
 
 _TOKENIZER_KEYS = (
     "tokenizer_class",
@@ -343,6 +343,11 @@ async def preflight(
 
 def run_preflight(baseline: Target, candidate: Target, cases: Iterable[Case], **kw: Any) -> PreflightResult:
     return asyncio.run(preflight(baseline, candidate, cases, **kw))
+
+
+def preflight_options(opts: RunOptions) -> dict[str, Any]:
+    """`run_preflight`'s HTTP settings from a run's options; its timeout is capped: a check must not stall the run behind it."""
+    return {"concurrency": opts.concurrency, "timeout_s": min(opts.timeout_s, 30.0), "retries": opts.retries, "backoff_s": opts.backoff_s}
 
 
 def format_preflight(result: PreflightResult | dict[str, Any]) -> str:
