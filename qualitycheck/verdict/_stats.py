@@ -212,17 +212,19 @@ def add_case_outcomes(into: dict[str, dict[str, list[CaseOutcome]]], reps: Seque
     case_id, route = reps[0].case_id, reps[0].route
     per_check = into.setdefault(reps[0].category, {})
     if len(reps) == 1:  # one repeat, the usual run: each check's outcome read once
-        for n, o in sorted(reps[0].checks.items()):
+        for n, one in sorted(reps[0].checks.items()):
             outs = per_check.setdefault(n, [])
-            if o.baseline in DECIDED and o.candidate in DECIDED:
-                bp = o.baseline == "pass"
-                if o.control in DECIDED:
-                    kp = o.control == "pass"
+            if one.baseline in DECIDED and one.candidate in DECIDED:
+                bp = one.baseline == "pass"
+                if one.control in DECIDED:
+                    kp = one.control == "pass"
                     outs.append(
-                        CaseOutcome(case_id, route, _shared((bp,)), _shared((o.candidate == "pass",)), _shared((kp,)), _shared(((bp, kp),)))
+                        CaseOutcome(
+                            case_id, route, _shared((bp,)), _shared((one.candidate == "pass",)), _shared((kp,)), _shared(((bp, kp),))
+                        )
                     )
                 else:
-                    outs.append(CaseOutcome(case_id, route, _shared((bp,)), _shared((o.candidate == "pass",)), (), ()))
+                    outs.append(CaseOutcome(case_id, route, _shared((bp,)), _shared((one.candidate == "pass",)), (), ()))
         return
     for n in sorted({n for r in reps for n in r.checks}):
         outs = per_check.setdefault(n, [])
