@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,7 +52,16 @@ def _pin(cpu: int) -> list[str]:
 
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process and all its threads, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _cpu_s_of(Path(f"/proc/{pid}/stat"))
+
+
+def _loop_cpu_s(pid: int) -> float:
+    """CPU seconds of the process's main thread alone: the event loop (the rest is the writer thread's)."""
+    return _cpu_s_of(Path(f"/proc/{pid}/task/{pid}/stat"))
+
+
+def _cpu_s_of(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -155,28 +165,52 @@ def added_latency(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: in
                 f"server 50 ms TTFT + 2 ms x 20 chunks (direct TTFT p50 {med(direct_p50):.1f} ms); {_load()}"
             )
             for key in ("ttft", "e2e"):
-                for q in ("p50", "p99"):
+                for pq in ("p50", "p99"):
                     figure(
-                        f"shadow_added_latency{'' if key == 'ttft' else '_e2e'}_ms_{q}{suffix}",
-                        med(added[f"{key}_{q}"]),
+                        f"shadow_added_latency{'' if key == 'ttft' else '_e2e'}_ms_{pq}{suffix}",
+                        med(added[f"{key}_{pq}"]),
                         "ms",
-                        (note if q == "p50" else "") + f"  bare aiohttp pass-through, same runs: {med(bare[f'{key}_{q}']):.1f} ms",
+                        (note if pq == "p50" else "") + f"  bare aiohttp pass-through, same runs: {med(bare[f'{key}_{pq}']):.1f} ms",
                     )
 
 
+def _settled(purl: str) -> None:
+    """Wait until every mirrored pair is stored: the writer's work for a run is counted in that run."""
+    root = purl.removesuffix("/v1")
+    for _ in range(1200):
+        with urllib.request.urlopen(root + "/qc/health", timeout=10) as r:
+            health = json.loads(r.read())
+        if health["inflight"] == 0 and health["writer_backlog"] == 0:
+            return
+        time.sleep(0.05)
+
+
 def throughput(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) -> None:
-    rps, cpu_ms, direct_rps = [], [], []
+    rps, cpu_ms, loop_ms, direct_rps, cpu_ms_01 = [], [], [], [], []
     with bench_server(INSTANT) as url:
         out = tmp / "shadow-throughput"
         with proxy(url, out, 1.0, "--max-inflight", "4096") as (purl, pid):
             _load_run(purl, 512)
             for _ in range(reps):
                 direct_rps.append(n / _load_run(url, n)["wall_s"])
-                c0 = _cpu_s(pid)
+                _settled(purl)
+                c0, l0 = _cpu_s(pid), _loop_cpu_s(pid)
                 r = _load_run(purl, n)
+                _settled(purl)
                 cpu_ms.append((_cpu_s(pid) - c0) / n * 1000)
+                loop_ms.append((_loop_cpu_s(pid) - l0) / n * 1000)
                 rps.append(r["ok"] / r["wall_s"])
         stored = json.loads((out / "shadow.json").read_text())["stored"] if (out / "shadow.json").is_file() else None
+        shutil.rmtree(out, ignore_errors=True)
+        out = tmp / "shadow-throughput-01"
+        with proxy(url, out, 0.1, "--max-inflight", "4096") as (purl, pid):
+            _load_run(purl, 512)
+            for _ in range(reps):
+                _settled(purl)
+                c0 = _cpu_s(pid)
+                _load_run(purl, n)
+                _settled(purl)
+                cpu_ms_01.append((_cpu_s(pid) - c0) / n * 1000)
         shutil.rmtree(out, ignore_errors=True)
     med = statistics.median
     figure(
@@ -186,7 +220,14 @@ def throughput(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) 
         f"--sample 1.0 (every request mirrored and stored: {stored} pairs), instant server, 20 chunks, c=64, N={n}, median of {reps}; "
         f"the same load generator direct: {med(direct_rps):.0f} req/s; {_load()}",
     )
-    figure("shadow_proxy_cpu_ms_per_request", med(cpu_ms), "ms", "the proxy process's CPU (every thread) per request, --sample 1.0")
+    figure(
+        "shadow_proxy_cpu_ms_per_request",
+        med(cpu_ms),
+        "ms",
+        f"the proxy process's CPU (every thread) per request, --sample 1.0; the event loop's thread {med(loop_ms):.2f} ms, "
+        f"the writer's {med(cpu_ms) - med(loop_ms):.2f} ms",
+    )
+    figure("shadow_proxy_cpu_ms_per_request_sample01", med(cpu_ms_01), "ms", f"the same at --sample 0.1; {_load()}")
     figure(
         "shadow_requests_per_core_s",
         1000 / med(cpu_ms),

@@ -197,7 +197,9 @@ class ShadowProxy:
         limit = self._slots.size
         self._mirror_session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=cfg.run.timeout_s, sock_read=cfg.run.timeout_s),
+            # no idle timeout per read: each try is bounded as a whole by the same `timeout_s` (`HttpClient.retrying`),
+            # which always runs out first, and re-arming a read timer on every arriving packet costs the loop
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=cfg.run.timeout_s, sock_read=None),
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
         )
