@@ -259,7 +259,7 @@ def json_lines(source: LogSource) -> Iterator[tuple[int, bytes]]:
     """(line number, raw bytes) of every non-blank line, read one at a time."""
     with open_log(source.path) as f:
         for n, raw in enumerate(f, 1):
-            if raw.strip():
+            if not raw.isspace():  # all whitespace (a line is never empty): what strip() would empty, without copying the line
                 yield n, raw
 
 
@@ -308,7 +308,7 @@ def span_lines(span: LineSpan) -> list[tuple[int, bytes]]:
     with span.path.open("rb") as f:
         f.seek(span.start)
         data = f.read(span.end - span.start)
-    return [(n, raw) for n, raw in enumerate(io.BytesIO(data), span.first) if raw.strip()]
+    return [(n, raw) for n, raw in enumerate(io.BytesIO(data), span.first) if not raw.isspace()]
 
 
 # ------------------------------------------------------------------ JSON lines → requests

@@ -287,9 +287,23 @@ _SCANS_OF = {
     "phone": (_NUMBERS,),
     "ip": (_NUMBERS, _IPV6S),
 }
-_PREFIX_BYTES = tuple(p.encode() for p in _SECRET_PREFIXES)
 _ESCAPED_ASCII = re.compile(rb"\\u00[2-7][0-9A-Fa-f]")
-_ANCHOR_BYTES = tuple(a.encode() for a in _CONTEXT_ANCHORS)
+
+
+def _grouped(words: tuple[str, ...], stems: tuple[str, ...]) -> tuple[tuple[bytes, tuple[bytes, ...]], ...]:
+    """The words under the first stem each starts with: a text holds one of the words only if it holds its stem,
+    so one search rules out a whole group (most requests hold none of them)."""
+    groups = {stem: tuple(w.encode() for w in words if w.startswith(stem)) for stem in stems}
+    assert sum(map(len, groups.values())) == len(words), "every word under one stem"
+    return tuple((stem.encode(), ws) for stem, ws in groups.items())
+
+
+_PREFIX_GROUPS = _grouped(_SECRET_PREFIXES, ("sk-", "gh", "github_pat_", "xox", "AIza", "AKIA", "ASIA", "eyJ"))
+_ANCHOR_GROUPS = _grouped(_CONTEXT_ANCHORS, ("bearer", "secret", "api", "access", "auth", "passw", "pwd"))
+
+
+def _holds_any(text: bytes, groups: tuple[tuple[bytes, tuple[bytes, ...]], ...]) -> bool:
+    return any(stem in text and any(map(text.__contains__, words)) for stem, words in groups)
 
 
 def _scans(kinds: frozenset[str], hint: bytes | None) -> frozenset[str]:
@@ -302,9 +316,9 @@ def _scans(kinds: frozenset[str], hint: bytes | None) -> frozenset[str]:
     scans = {scan for kind in kinds for scan in _SCANS_OF[kind]}
     if hint is None or _ESCAPED_ASCII.search(hint) is not None:
         return frozenset(scans)
-    if not any(map(hint.__contains__, _PREFIX_BYTES)):
+    if not _holds_any(hint, _PREFIX_GROUPS):
         scans.discard(_LITERAL)
-    if _CONTEXT in scans and not any(map(hint.lower().__contains__, _ANCHOR_BYTES)):
+    if _CONTEXT in scans and not _holds_any(hint.lower(), _ANCHOR_GROUPS):
         scans.discard(_CONTEXT)
     if b"@" not in hint:
         scans.discard(_EMAILS)

@@ -236,7 +236,9 @@ def _shape_problem(case: dict[str, Any]) -> str | None:
 _Bounds = tuple[int | None, dict[_StratumT, int]]
 
 
-def _one(setup: _Setup, src: int, fmt: str, name: str, line: int, item: Any, bounds: _Bounds | None) -> _CaseOut | _Counted | str:
+def _one(
+    setup: _Setup, src: int, fmt: str, name: str, stem: str, line: int, item: Any, bounds: _Bounds | None
+) -> _CaseOut | _Counted | str:
     if fmt == "unreadable":
         return str(item)
     if fmt in JSON_FORMATS:
@@ -247,7 +249,7 @@ def _one(setup: _Setup, src: int, fmt: str, name: str, line: int, item: Any, bou
         raw = None
     if isinstance(req, str):
         return req
-    case_id = _case_id(req.key, _stem(name), line, setup.redactor)
+    case_id = _case_id(req.key, stem, line, setup.redactor)
     d = draft_case(req.body, req.tags, setup.rules, case_id=case_id, logged=req.logged, source=f"replay of {name}:{line}")
     if isinstance(d, str):
         return d
@@ -285,6 +287,7 @@ def _work(job: _Job, bounds: _Bounds | None) -> _Result:
         items = span_lines(items)
     setup = _setup
     assert setup is not None, "worker started without its setup"
+    stem = _stem(name)
     skips: list[tuple[int, str]] = []
     digests = array("Q")
     stratum_of = array("I")
@@ -292,7 +295,7 @@ def _work(job: _Job, bounds: _Bounds | None) -> _Result:
     cases: list[tuple[int, _CaseOut]] = []
     for line, item in items:
         try:
-            out = _one(setup, src, fmt, name, line, item, bounds)
+            out = _one(setup, src, fmt, name, stem, line, item, bounds)
         except RecursionError:
             out = "nested too deeply"
         except Exception as exc:  # a line is counted and reported, never a crash; the type names what went wrong

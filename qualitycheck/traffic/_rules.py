@@ -274,17 +274,23 @@ class Drafted:
     """Kind → values replaced (messages, params, tags, the logged answer); None: not redacted (yet)."""
 
 
-def _messages_problem(messages: Any) -> str | None:
+def _read_messages(messages: Any) -> tuple[int, bool] | str:
+    """(characters of text, whether a system or developer message leads the way), or why a case cannot send them."""
     if not isinstance(messages, list) or not messages:
         return "messages is not a non-empty list"
+    chars, has_system = 0, False
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             return f"message {i} is not an object"
-        if m.get("role") not in ROLES:
+        role = m.get("role")
+        if role not in ROLES:
             return f"message {i} has a role a case cannot send"
-        if m.get("content") is None and not m.get("tool_calls"):
+        content = m.get("content")
+        if content is None and not m.get("tool_calls"):
             return f"message {i} has no content"
-    return None
+        chars += len(content_text(content))
+        has_system = has_system or role in ("system", "developer")
+    return chars, has_system
 
 
 def _judge_check(judge: JudgeChoice, logged: Logged | None) -> dict[str, Any]:
@@ -333,14 +339,10 @@ def draft_case(
     messages = body.get("messages")
     prompt = body.get("prompt")
     if messages is not None:
-        problem = _messages_problem(messages)
-        if problem:
-            return problem
-        prompt_chars = 0
-        has_system = False
-        for m in messages:
-            prompt_chars += len(content_text(m.get("content")))
-            has_system = has_system or m["role"] in ("system", "developer")
+        read = _read_messages(messages)
+        if isinstance(read, str):
+            return read
+        prompt_chars, has_system = read
     elif prompt is not None:
         if not isinstance(prompt, str):
             return "prompt is not a single string"

@@ -175,3 +175,18 @@ def test_a_planted_value_never_survives_whatever_surrounds_it(before: str, after
     out = R.text(text)
     assert value not in out
     assert re.search(r"<(EMAIL|CARD|IBAN|PHONE|IP|SECRET)_1>", out)
+
+
+def test_scans_are_ruled_out_by_stem_exactly_as_by_every_word() -> None:
+    """A scan is skipped only when the request holds none of its words: searching the stems first finds
+    every word (`github_pat_` is not under `gh`) and nothing else."""
+    from qualitycheck.traffic import _redact
+
+    words = [w.encode() for w in _redact._SECRET_PREFIXES + _redact._CONTEXT_ANCHORS]
+    texts = [b'{"content": "plain text with gh, api, auth, access and AI in it"}'] + [
+        b'{"content": "before ' + w + b' after"}' for w in words + [w.upper() for w in words] + [w[:-1] for w in words]
+    ]
+    for text in texts:
+        assert _redact._holds_any(text, _redact._PREFIX_GROUPS) == any(p.encode() in text for p in _redact._SECRET_PREFIXES)
+        low = text.lower()
+        assert _redact._holds_any(low, _redact._ANCHOR_GROUPS) == any(a.encode() in low for a in _redact._CONTEXT_ANCHORS)
