@@ -10,7 +10,6 @@ window.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import signal
 import sys
 from pathlib import Path
@@ -29,6 +28,8 @@ DEFAULT_OUT = Path("reports/canary")
 
 
 def cmd_canary(a: argparse.Namespace) -> int:
+    import asyncio  # here, not at the top: every command imports this module, and asyncio costs the others
+
     from qualitycheck.canary._actions import ActionRunner
     from qualitycheck.canary._watch import EXIT_NOT_EVALUATED, Watcher, exit_code, rearm, window_line
     from qualitycheck.core._config import load_config
@@ -81,6 +82,8 @@ def cmd_canary(a: argparse.Namespace) -> int:
 
 
 async def _watch(watcher: Watcher, listen: str) -> CanaryRecord | None:
+    import asyncio
+
     from qualitycheck.canary._serve import CanaryMetrics, serve_metrics
 
     metrics = CanaryMetrics()
