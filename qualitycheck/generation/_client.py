@@ -370,9 +370,9 @@ _EVENT = msgspec.json.Decoder(_Event)
 
 
 def _parse_fast(events: list[tuple[bytes, float]], acc: _Accumulator, chat: bool) -> bool:
-    """Add the events to a fresh `acc` as `_feed_payload` would, one msgspec decode each; False (`acc`
-    untouched) for anything this path does not take as is: tool calls, an error event, a field of another
-    type than a well-formed answer's, JSON that msgspec refuses (`json.loads` may still take it)."""
+    """Add the events to `acc` as `_feed_payload` would, one msgspec decode each; False (`acc` untouched)
+    for anything this path does not take as is: tool calls, an error event, a field of another type than
+    a well-formed answer's, JSON that msgspec refuses (`json.loads` may still take it)."""
     t0 = acc.t0
     text: list[str] = []
     times: list[float] = []
@@ -425,30 +425,37 @@ def _parse_fast(events: list[tuple[bytes, float]], acc: _Accumulator, chat: bool
     return True
 
 
+_KEEP_BYTES = 1 << 16
+"""Bytes of a stream kept unparsed at most: a longer answer is parsed in parts of about this size, so
+what a pair in flight holds stays bounded (`max_inflight` of them) whatever the answer's length."""
+
+
 class _SseEvents:
-    """An SSE body kept as it arrives and parsed once, after it ended (`AnswerReader`, `Endpoint(parse_after=True)`).
+    """An SSE body kept as it arrives and parsed after it ended (`AnswerReader`, `Endpoint(parse_after=True)`).
 
     A read costs an append and a look for `[DONE]`, so the reader still
     knows when to stop; the bytes are split into events only when `[DONE]`
-    may have arrived and at the end, and the events' JSON is decoded at
-    `parse` by msgspec, into the few fields an answer is made of. Whatever
-    that path does not take as is goes through `_feed_payload`, the parser
-    `_SseLines` uses, event by event, so the answer and its errors are the
-    ones reading it chunk by chunk gives, chunk times included: each event
-    is timed by the read that completed its line.
+    may have arrived, at the end, or once `_KEEP_BYTES` are kept, and the
+    events' JSON is decoded by msgspec into the few fields an answer is
+    made of. Whatever that path does not take as is goes through
+    `_feed_payload`, the parser `_SseLines` uses, event by event, so the
+    answer and its errors are the ones reading it chunk by chunk gives,
+    chunk times included: each event is timed by the read that completed
+    its line. A bad event raises its `HttpError` when its part is parsed.
     """
 
-    __slots__ = ("_next", "_pending", "_reads", "_tail", "done_at", "events")
+    __slots__ = ("_acc", "_chat", "_kept", "_pending", "_reads", "_tail", "done_at", "events")
 
-    def __init__(self) -> None:
+    def __init__(self, acc: _Accumulator, chat: bool) -> None:
+        self._acc = acc
+        self._chat = chat
         self._reads: list[tuple[bytes, float]] = []
-        self._next = 0
-        """Reads before this one are split into lines."""
+        self._kept = 0
         self._pending: list[bytes] = []
         self._tail = b""
         """The last bytes read, for a `[DONE]` split across reads."""
         self.events: list[tuple[bytes, float]] = []
-        """(JSON payload, perf_counter of the read that ended its line), in order."""
+        """(JSON payload, perf_counter of the read that ended its line), in order, not parsed yet."""
         self.done_at: float | None = None
 
     @property
@@ -460,17 +467,21 @@ class _SseEvents:
         if self.done_at is not None:
             return True
         self._reads.append((data, now))
+        self._kept += len(data)
         tail = self._tail
         self._tail = data[-5:] if len(data) >= 5 else (tail + data)[-5:]
         if b"[DONE]" in data or (tail and b"[DONE]" in tail + data[:5]):
             return self._split()
+        if self._kept >= _KEEP_BYTES:
+            self._split()
+            self._parse()
         return False
 
     def _split(self) -> bool:
-        """Split the reads not yet split into lines (as `_SseLines.feed` does); True at `[DONE]`."""
+        """Split the reads kept into lines (as `_SseLines.feed` does); True at `[DONE]`."""
         reads, pending, events = self._reads, self._pending, self.events
-        for i in range(self._next, len(reads)):
-            data, now = reads[i]
+        self._reads, self._kept = [], 0
+        for data, now in reads:
             lines = data.split(b"\n")
             if pending:
                 pending.append(lines[0])
@@ -487,12 +498,10 @@ class _SseEvents:
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
                     self.done_at = now
-                    self._reads, self._next = [], 0
                     return True
                 events.append((payload, now))
             if rest:
                 pending.append(rest)
-        self._next = len(reads)
         return False
 
     def _line(self, line: bytes, now: float) -> None:
@@ -507,6 +516,12 @@ class _SseEvents:
         else:
             self.events.append((payload, now))
 
+    def _parse(self) -> None:
+        events, self.events = self.events, []
+        if not _parse_fast(events, self._acc, self._chat):
+            for payload, now in events:
+                _feed_payload(payload, now, self._acc, self._chat)
+
     def end(self, now: float) -> None:
         """The body ended: split what is left; a last line without its newline still counts."""
         if self.done_at is None and not self._split() and self._pending:
@@ -514,14 +529,12 @@ class _SseEvents:
             self._pending = []
             self._line(line, now)
 
-    def parse(self, acc: _Accumulator, chat: bool) -> None:
-        """Add the events (and `[DONE]`, if it came) to a fresh `acc`; raises the `HttpError` of the first bad event."""
-        if not _parse_fast(self.events, acc, chat):
-            for payload, now in self.events:
-                _feed_payload(payload, now, acc, chat)
+    def parse(self) -> None:
+        """Parse what is left into the accumulator, and `[DONE]` if it came; raises the `HttpError` of a bad event."""
+        self._parse()
         if self.done_at is not None:
-            acc.done = True
-            acc.done_at = self.done_at
+            self._acc.done = True
+            self._acc.done_at = self.done_at
 
 
 async def _read_sse_stream(content: aiohttp.StreamReader, acc: _Accumulator, chat: bool) -> None:
@@ -534,13 +547,13 @@ async def _read_sse_stream(content: aiohttp.StreamReader, acc: _Accumulator, cha
 
 async def _read_sse_events(content: aiohttp.StreamReader, acc: _Accumulator, chat: bool) -> None:
     """`_read_sse_stream` with the parse after the last read (`_SseEvents`): the same answer, less work per read."""
-    events = _SseEvents()
+    events = _SseEvents(acc, chat)
     async for data in content.iter_any():
         if events.feed(data, time.perf_counter()):
             break
     else:
         events.end(time.perf_counter())
-    events.parse(acc, chat)
+    events.parse()
 
 
 async def _drain(content: aiohttp.StreamReader) -> None:
@@ -584,7 +597,7 @@ class AnswerReader:
         self.chat = kind == "chat"
         self.sse = sse and status == 200
         self._acc = _Accumulator(t0)
-        self._lines = _SseEvents() if self.sse else None
+        self._lines = _SseEvents(self._acc, self.chat) if self.sse else None
         self._body: list[bytes] = []
         self._status = status
         self._retry_after = retry_after
@@ -596,11 +609,17 @@ class AnswerReader:
         return self._error is not None or self._acc.done or (self._lines is not None and self._lines.done)
 
     def feed(self, data: bytes, now: float) -> None:
-        """One read as it was forwarded: kept, with its time, for `response` to parse."""
-        if self._lines is not None:
+        """One read as it was forwarded: kept, with its time, for `response` to parse (a long answer in parts)."""
+        if self._error is not None:
+            return
+        if self._lines is None:
+            if self._status == 200 or sum(map(len, self._body)) < _MAX_ERROR_BODY:
+                self._body.append(data)
+            return
+        try:
             self._lines.feed(data, now)
-        elif self._status == 200 or sum(map(len, self._body)) < _MAX_ERROR_BODY:
-            self._body.append(data)
+        except HttpError as exc:
+            self._error = exc.info
 
     def response(self, *, case_id: str, target: str, fingerprint: str, started_at: float, now: float) -> Response:
         """The answer once its body ended at `now` (perf_counter); an incomplete one is a `stream_cut`."""
@@ -612,7 +631,7 @@ class AnswerReader:
                 if self._lines is not None:
                     if not self._lines.done:
                         self._lines.end(now)
-                    self._lines.parse(acc, self.chat)
+                    self._lines.parse()
                     if not acc.done:
                         raise stream_cut()
                     return _response(acc, case_id, target, 0, fingerprint, started_at, 1)

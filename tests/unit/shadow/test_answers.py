@@ -111,6 +111,10 @@ STREAMS: dict[str, tuple[str, bytes]] = {
     "delta-not-object": ("chat", sse({"choices": [{"index": 0, "delta": "text"}]}, delta("y"))),
     "finish-not-string": ("chat", sse(delta("x", finish_reason=3))),
     "huge-line": ("chat", sse(delta("w" * 300_000), delta("!"))),
+    "long": ("chat", sse(*[delta(f" word{i}", token_ids=[i]) for i in range(3000)], delta("", finish_reason="stop"), USAGE)),
+    "long-then-malformed": ("chat", sse(*[delta(f" w{i}") for i in range(3000)], b"{oops", delta("never"))),
+    "long-then-tool-call": ("chat", sse(*[delta(f" w{i}") for i in range(3000)], call_delta(0, "f", "{}", "c9"), delta(" after"))),
+    "long-without-done": ("completions", sse(*[text(f" t{i}") for i in range(3000)], done=False)),
 }
 
 
@@ -198,6 +202,18 @@ def test_a_read_is_only_kept_until_the_answer_is_asked_for(monkeypatch: pytest.M
     assert calls == [] and reader.done
     reader.response(case_id="c1", target="baseline", fingerprint="fp", started_at=1.0, now=2.0)
     assert len(calls) == 3
+
+
+def test_a_long_answer_is_parsed_in_parts_so_a_pair_in_flight_holds_little() -> None:
+    _, raw = STREAMS["long"]
+    reader = AnswerReader("chat", sse=True, t0=0.0)
+    events = reader._lines
+    assert events is not None
+    for i in range(0, len(raw), 1000):
+        reader.feed(raw[i : i + 1000], float(i))
+        assert events._kept < _client._KEEP_BYTES and sum(len(p) for p, _ in events.events) < 2 * _client._KEEP_BYTES
+    r = reader.response(case_id="c1", target="baseline", fingerprint="fp", started_at=1.0, now=1e9)
+    assert r.ok and r.text.startswith(" word0 word1") and len(r.chunk_times) == 3000 and r.finish_reason == "stop"
 
 
 @pytest.mark.parametrize("reply", ["alpha beta gamma delta", ToolReply(calls=(("get_weather", '{"city": "Paris"}'),))])
