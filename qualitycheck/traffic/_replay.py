@@ -148,10 +148,16 @@ worker reads itself)."""
 _setup: _Setup | None = None
 
 
+_GC_THRESHOLDS = (50_000, 20, 100)
+"""A line allocates some twenty containers that die with it: at the default threshold (700) the collector runs
+every few dozen lines and walks every young object; this rarely, it still frees cycles but costs little."""
+
+
 def _start_worker(setup: _Setup) -> None:
     global _setup
     _setup = setup
     gc.freeze()  # the modules imported so far are never garbage: keep the collector from walking them per chunk
+    gc.set_threshold(*_GC_THRESHOLDS)
 
 
 def _case_id(key: str | None, name: str, line: int, redactor: Redactor | None) -> str:
@@ -678,6 +684,8 @@ def replay(logs: Sequence[str | Path], out: str | Path, options: ReplayOptions |
     writer = _Writer(staging.tmp)
     tally = _Tally(requests, options, writer)
     gc.freeze()  # every line allocates; the collector would otherwise walk every imported module's objects, often
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*_GC_THRESHOLDS)
     try:
         for result in _results(_jobs(requests, columns), setup, _workers(options.workers, requests), tally.bounds):
             tally.add(result)
@@ -720,6 +728,7 @@ def replay(logs: Sequence[str | Path], out: str | Path, options: ReplayOptions |
         raise
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
     return manifest
 
 

@@ -377,3 +377,12 @@ def test_shapes_share_a_validation_only_when_they_are_the_same_json() -> None:
     keys = [_shape_key({"temperature": v}, {"exact": True}) for v in values]
     assert len(set(keys)) == len(values)
     assert _shape_key({"stop": ["x"], "seed": 3}, None) == _shape_key({"stop": ["x"], "seed": 3}, None)
+
+
+def test_the_collector_is_left_as_it_was(tmp_path: Path) -> None:
+    """Replay collects garbage rarely while it reads (a line's containers die with it), then puts the caller's settings back."""
+    import gc
+
+    before = gc.get_threshold()
+    replay([FIXTURES / "requests.jsonl"], tmp_path / "s", ReplayOptions(workers=1))
+    assert gc.get_threshold() == before and gc.isenabled()
