@@ -26,9 +26,30 @@ from qualitycheck.core._checks import Checks
 from qualitycheck.core._errors import RunMismatchError, StoreError
 from qualitycheck.core._records import FORMAT_VERSION, Response, Score
 
-__all__ = ["STORE_NAME", "CaseRecords", "GroupsById", "RunStore", "StoredCases", "StoredOutcomes", "load_run"]
+__all__ = [
+    "GPU_ARTIFACT",
+    "NOISE_FLOOR_ARTIFACT",
+    "PREFLIGHT_ARTIFACT",
+    "STORE_NAME",
+    "WINDOWS_ARTIFACT",
+    "CaseRecords",
+    "GroupsById",
+    "RunStore",
+    "StoredCases",
+    "StoredOutcomes",
+    "load_run",
+]
 
 STORE_NAME = "run.sqlite"
+
+# Artifacts that one stage writes and a sibling or a later stage reads: stages on one level may not
+# import each other, so their names live with the store both sides use.
+PREFLIGHT_ARTIFACT = "preflight"
+WINDOWS_ARTIFACT = "metrics_windows"
+"""One /metrics window per stretch of generation: acceptance counters before and after."""
+GPU_ARTIFACT = "gpu_samples"
+NOISE_FLOOR_ARTIFACT = "noise_floor"
+"""What the default noise floor asked the baseline again (the run's own, or the shadow proxy's)."""
 _ROUTE = "COALESCE(json_extract(body, '$.tags.route'), category)"
 """A stored case's route in SQL: `tags.route`, else its category (as `Case.route`)."""
 _JUDGED = "json_extract(body, '$.checks.judge') IS NOT NULL"

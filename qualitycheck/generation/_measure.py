@@ -23,15 +23,13 @@ from typing import Any
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
-from qualitycheck.core._store import RunStore
+from qualitycheck.core._store import GPU_ARTIFACT, PREFLIGHT_ARTIFACT, RunStore
 from qualitycheck.generation._metrics import SentTally, record_window, scrape_all, scrape_dcgm, window
 from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
 from qualitycheck.generation._runner import Progress, RunStats, generate
 
 __all__ = ["GPU_ARTIFACT", "PREFLIGHT_ARTIFACT", "measured_generate", "preflight_into_store"]
 
-PREFLIGHT_ARTIFACT = "preflight"
-GPU_ARTIFACT = "gpu_samples"
 """The store artifact of GPU samples; `serving._gpu` reads it under the same name."""
 GPU_SAMPLE_S = 5.0
 """Seconds between two GPU samples during generation (the first after one second)."""

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._http import HttpClient, shared_session
 from qualitycheck.core._records import Response
-from qualitycheck.core._store import RunStore
+from qualitycheck.core._store import WINDOWS_ARTIFACT, RunStore
 
 __all__ = [
     "WINDOWS_ARTIFACT",
@@ -38,7 +38,6 @@ __all__ = [
     "window",
 ]
 
-WINDOWS_ARTIFACT = "metrics_windows"
 """The store artifact holding the windows; `serving._acceptance` reads it under the same name."""
 
 _RUN_DEFAULTS = RunOptions()

@@ -27,14 +27,13 @@ from typing import TYPE_CHECKING
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
-from qualitycheck.core._store import RunStore
+from qualitycheck.core._store import NOISE_FLOOR_ARTIFACT, RunStore
 
-if TYPE_CHECKING:  # the runner brings the HTTP stack; the summary reads NOISE_FLOOR_ARTIFACT without it
+if TYPE_CHECKING:  # the runner brings the HTTP stack, imported when the floor is asked for
     from qualitycheck.generation._runner import Progress, RunStats
 
-__all__ = ["NOISE_FLOOR_ARTIFACT", "ask_baseline_again", "noise_floor_source"]
+__all__ = ["ask_baseline_again", "noise_floor_source"]
 
-NOISE_FLOOR_ARTIFACT = "noise_floor"
 """What the run did to measure its floor: {source, cases, requests, of_cases}."""
 
 

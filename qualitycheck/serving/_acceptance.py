@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qualitycheck.core._store import RunStore
+from qualitycheck.core._store import WINDOWS_ARTIFACT, RunStore
 
 __all__ = [
     "WINDOWS_ARTIFACT",
@@ -29,7 +29,6 @@ __all__ = [
     "acceptance_summary",
 ]
 
-WINDOWS_ARTIFACT = "metrics_windows"
 """The store artifact generation records the /metrics windows under (`generation._metrics`)."""
 
 

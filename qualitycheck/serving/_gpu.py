@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from qualitycheck.core._store import RunStore
+from qualitycheck.core._store import GPU_ARTIFACT, RunStore
 
 __all__ = ["GPU_ARTIFACT", "gpu_from_samples", "gpu_summary"]
 
-GPU_ARTIFACT = "gpu_samples"
 """The store artifact generation records the samples under (`generation._measure`)."""
 
 

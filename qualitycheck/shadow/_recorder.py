@@ -37,9 +37,8 @@ from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
 from qualitycheck.core._config import Config
 from qualitycheck.core._records import ErrorInfo, Response, ToolCall
-from qualitycheck.core._store import RunStore
+from qualitycheck.core._store import NOISE_FLOOR_ARTIFACT, RunStore
 from qualitycheck.generation._metrics import record_window
-from qualitycheck.generation._noise import NOISE_FLOOR_ARTIFACT
 from qualitycheck.shadow._tally import PERIODS_ARTIFACT, DrainRecord, ShadowMetrics, ShadowPeriod
 from qualitycheck.traffic._redact import Conversation, Redactor
 from qualitycheck.traffic._rules import Rules, case_from_request

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from qualitycheck.core._config import Config
 from qualitycheck.core._records import FORMAT_VERSION
-from qualitycheck.core._store import CaseRecords, RunStore
-from qualitycheck.generation._noise import NOISE_FLOOR_ARTIFACT
+from qualitycheck.core._store import NOISE_FLOOR_ARTIFACT, PREFLIGHT_ARTIFACT, CaseRecords, RunStore
 from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary, gpu_summary
 from qualitycheck.serving._errors import ErrorTally
 from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, compare_run
@@ -243,7 +242,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
     category_routes = {cat: set(routes) for cat, routes in case_counts.items()}
     routes_in_run = set().union(*category_routes.values()) if category_routes else set()
 
-    preflight = store.artifact("preflight")
+    preflight = store.artifact(PREFLIGHT_ARTIFACT)
     ev = Evidence(
         errors={t: e.model_dump() for t, e in errors.items()},
         route_errors=digest.route_errors,
