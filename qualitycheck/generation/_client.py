@@ -482,6 +482,9 @@ class _SseEvents:
         reads, pending, events = self._reads, self._pending, self.events
         self._reads, self._kept = [], 0
         for data, now in reads:
+            if b"\n" not in data:  # the middle of a long line: joined once, when its newline comes
+                pending.append(data)
+                continue
             lines = data.split(b"\n")
             if pending:
                 pending.append(lines[0])

@@ -216,6 +216,21 @@ def test_a_long_answer_is_parsed_in_parts_so_a_pair_in_flight_holds_little() -> 
     assert r.ok and r.text.startswith(" word0 word1") and len(r.chunk_times) == 3000 and r.finish_reason == "stop"
 
 
+def test_a_line_longer_than_a_part_is_joined_once_when_its_newline_comes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MB-sized event (prompt logprobs) arrives in many reads: re-joining it at every part would be quadratic on the event loop."""
+    monkeypatch.setattr(_client, "_KEEP_BYTES", 100)  # a part every two reads
+    raw = sse(delta("x" * 5000), delta("end"), end=b"\n\n")
+    reader = AnswerReader("chat", sse=True, t0=0.0)
+    events = reader._lines
+    assert events is not None
+    for reads, i in enumerate(range(0, len(raw), 50), start=1):
+        reader.feed(raw[i : i + 50], float(i))
+        if b"\n" not in raw[: i + 50]:
+            assert len(events._pending) + len(events._reads) == reads  # each piece kept as read, never joined again before the newline
+    r = reader.response(case_id="c1", target="baseline", fingerprint="fp", started_at=1.0, now=1e9)
+    assert r.ok and r.text == "x" * 5000 + "end"
+
+
 @pytest.mark.parametrize("reply", ["alpha beta gamma delta", ToolReply(calls=(("get_weather", '{"city": "Paris"}'),))])
 @pytest.mark.parametrize("body", [{"stream": True, "stream_options": {"include_usage": True}}, {"stream": True}, {}])
 def test_an_endpoint_parsing_after_the_stream_records_what_the_runners_reader_records(reply: Any, body: dict[str, Any]) -> None:
