@@ -25,7 +25,6 @@ route (`--run DIR`). The clock is injected so tests drive time themselves.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import math
 import sys
@@ -136,7 +135,7 @@ class Watcher:
         model = self.cfg.candidate.model if self.cfg.candidate else None
         shadow = (self.c.shadow_names.requests, self.c.shadow_names.errors)
         names = list(self.pages)
-        began = time.monotonic()
+        began = time.monotonic()  # the round's pages and PromQL queries together: what delays the window
         snaps = await asyncio.gather(
             *(
                 scrape_page(
@@ -149,16 +148,17 @@ class Watcher:
                 for n in names
             )
         )
-        took = time.monotonic() - began
-        if took > self.c.interval_s:
-            self._slow_scrapes.append(
-                f"scraping {', '.join(names)} took {took:.1f}s, more than the interval of {self.c.interval}: windows come late"
-            )
         for n, snap in zip(names, snaps, strict=True):
             self.histories[n].add(snap, self.window_s)
         if self.c.prometheus:
             exprs = self._promql()
             self.prom = await query_prometheus(self.c.prometheus, exprs, self.window_s) if exprs else {}
+            names.append("prometheus")
+        took = time.monotonic() - began
+        if took > self.c.interval_s:
+            self._slow_scrapes.append(
+                f"scraping {', '.join(names)} took {took:.1f}s, more than the interval of {self.c.interval}: windows come late"
+            )
 
     def _promql(self) -> dict[str, str]:
         given = self.c.promql.model_dump(exclude_none=True)
@@ -558,14 +558,16 @@ async def _unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) 
     stopped = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # the watch itself cancelled: the scrape goes with it
+        task.cancel()
+        raise
     finally:
         stopped.cancel()
     if task.done():
         task.result()
         return True
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await asyncio.wait({task})  # let it unwind; its cancellation stays inside it, ours would not be swallowed
     return False
 
 

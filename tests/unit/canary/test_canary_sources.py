@@ -186,3 +186,18 @@ def test_qc_metrics_serves_the_watchers_state(tmp_path: Path) -> None:
     assert 'qc_canary_source_up{source="candidate"} 0.0' in text
     assert 'qc_canary_windows_total{status="tripped"} 1.0' in text
     assert "qc_canary_acceptance_rate 0.25" in text
+
+
+def test_slow_prometheus_queries_are_an_alert_like_slow_pages(tmp_path: Path) -> None:
+    seen: list[str] = []
+    answer = _prom_handler({"spec_decode_num_drafts_total": "480"}, seen)
+
+    async def slow(request: web.Request) -> web.Response:
+        if not seen:
+            await asyncio.sleep(3.2)  # one query slower than the interval below (3s)
+        return await answer(request)  # type: ignore[operator, no-any-return]
+
+    with raw_server(slow) as prom:
+        cfg = config(prometheus=prom, window="5m", interval="3s")
+        rec = asyncio.run(watcher(cfg, tmp_path / "out", Clock()).step())
+    assert any(a.startswith("scraping prometheus took ") and "interval of 3s" in a for a in rec.alerts), rec.alerts
