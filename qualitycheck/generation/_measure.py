@@ -30,7 +30,6 @@ from qualitycheck.generation._runner import Progress, RunStats, generate
 
 __all__ = ["GPU_ARTIFACT", "PREFLIGHT_ARTIFACT", "measured_generate", "preflight_into_store"]
 
-"""The store artifact of GPU samples; `serving._gpu` reads it under the same name."""
 GPU_SAMPLE_S = 5.0
 """Seconds between two GPU samples during generation (the first after one second)."""
 

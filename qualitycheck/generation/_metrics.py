@@ -38,7 +38,6 @@ __all__ = [
     "window",
 ]
 
-"""The store artifact holding the windows; `serving._acceptance` reads it under the same name."""
 
 _RUN_DEFAULTS = RunOptions()
 _SCRAPE_TIMEOUT_S = 10.0

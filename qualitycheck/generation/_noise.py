@@ -34,8 +34,6 @@ if TYPE_CHECKING:  # the runner brings the HTTP stack, imported when the floor i
 
 __all__ = ["ask_baseline_again", "noise_floor_source"]
 
-"""What the run did to measure its floor: {source, cases, requests, of_cases}."""
-
 
 def noise_floor_source(cfg: Config) -> str:
     """`control`, `repeats`, `baseline_again` or `none`: how this run measures its A/A noise floor."""

@@ -542,7 +542,7 @@ class RowCollector:
         for f in flags:
             counts[f] += 1
             per_cat[f] += 1
-        first = flags[0] if flags else ""
+        first = _first_flag(flags)
         self.primary[first] = self.primary.get(first, 0) + 1
         return first
 

@@ -29,8 +29,6 @@ __all__ = [
     "acceptance_summary",
 ]
 
-"""The store artifact generation records the /metrics windows under (`generation._metrics`)."""
-
 
 # ---------------------------------------------------------------- deltas
 

@@ -13,8 +13,6 @@ from qualitycheck.core._store import GPU_ARTIFACT, RunStore
 
 __all__ = ["GPU_ARTIFACT", "gpu_from_samples", "gpu_summary"]
 
-"""The store artifact generation records the samples under (`generation._measure`)."""
-
 
 def gpu_from_samples(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """side → kv_cache_usage (mean) and _max, gpu_utilization (mean), gpu_memory_used_mib (max), gpu_memory_free_mib (min), samples."""

@@ -59,7 +59,7 @@ class SliceTally:
     costs one lookup and one addition per cell instead of one per cell in
     every dimension; the combinations are folded into the buckets when the
     summary is read, or when more than `_SIGNATURES` distinct ones are held
-    (unique tags), which bounds memory as before. Every figure is a sum,
+    (unique tags), which bounds memory. Every figure is a sum,
     so the result does not depend on when a combination is folded.
     """
 

@@ -210,7 +210,7 @@ _encode = msgspec.json.Encoder().encode
 def _shape_key(params: Any, checks: Any) -> str | bytes:
     """A cache key that two shapes share only when they are the same JSON values, types included.
 
-    msgspec's encoding, several times faster than `repr`, tells 1 from 1.0
+    msgspec's encoding (cheaper than `repr`: docs/PERFORMANCE.md) tells 1 from 1.0
     and from true; only NaN and infinities (which `json.loads` reads) would
     be written as `null` like None, so any `null` falls back to `repr`.
     """
