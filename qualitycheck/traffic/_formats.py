@@ -23,6 +23,7 @@ import gzip
 import io
 import json
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,17 +266,25 @@ def json_lines(source: LogSource) -> Iterator[tuple[int, bytes]]:
 
 @dataclass(frozen=True)
 class LineSpan:
-    """Whole lines of an uncompressed file: bytes `start` to `end`, the first of them line number `first`.
+    """Whole lines of an uncompressed file: bytes `start` to `end`, numbered `first` to `after - 1`.
 
     What a worker process is handed instead of the lines themselves: it reads
     the bytes on its own, so the process that splits the file touches each
-    byte once, to count newlines.
+    byte once, to count newlines. `file_id` (device and inode) is the file
+    that was split: a worker that opens the path finds another file there
+    when the log was rotated meanwhile, and must not read its bytes as these lines.
     """
 
     path: Path
     start: int
     end: int
     first: int
+    after: int
+    file_id: tuple[int, int]
+
+
+class SpanUnreadable(OSError):
+    """A span's bytes are not the ones that were split: the file was replaced or shortened since."""
 
 
 _NEWLINE = 10
@@ -288,6 +297,8 @@ def line_spans(path: Path, size: int = SPAN_BYTES) -> Iterator[LineSpan]:
     buf = bytearray(size)
     view = memoryview(buf)
     with path.open("rb", buffering=0) as f:
+        st = os.fstat(f.fileno())
+        file_id = (st.st_dev, st.st_ino)
         start, pos, line = 0, 0, 1
         while got := f.readinto(view):
             pos += got
@@ -295,19 +306,28 @@ def line_spans(path: Path, size: int = SPAN_BYTES) -> Iterator[LineSpan]:
             if cut < 0:  # a line longer than the span so far: it joins the next span
                 continue
             end = pos - got + cut + 1
-            yield LineSpan(path, start, end, line)
             # the bytes before this block since `start` hold no newline; numpy compares many bytes at a time, bytes.count one
-            line += int(np.count_nonzero(np.frombuffer(buf, dtype=np.uint8, count=got) == _NEWLINE))
+            lines = int(np.count_nonzero(np.frombuffer(buf, dtype=np.uint8, count=got) == _NEWLINE))
+            yield LineSpan(path, start, end, line, line + lines, file_id)
+            line += lines
             start = end
         if pos > start:
-            yield LineSpan(path, start, pos, line)
+            yield LineSpan(path, start, pos, line, line + 1, file_id)
 
 
 def span_lines(span: LineSpan) -> list[tuple[int, bytes]]:
-    """(line number, raw bytes) of every non-blank line of the span: what `json_lines` yields for those lines."""
+    """(line number, raw bytes) of every non-blank line of the span: what `json_lines` yields for those lines.
+
+    Raises `SpanUnreadable` when the path now holds another file or fewer bytes than were split.
+    """
     with span.path.open("rb") as f:
+        st = os.fstat(f.fileno())
+        if (st.st_dev, st.st_ino) != span.file_id:
+            raise SpanUnreadable(f"{span.path} was replaced while it was read (rotated?)")
         f.seek(span.start)
         data = f.read(span.end - span.start)
+    if len(data) != span.end - span.start:
+        raise SpanUnreadable(f"{span.path} is shorter than when it was split (truncated while it was read?)")
     return [(n, raw) for n, raw in enumerate(io.BytesIO(data), span.first) if not raw.isspace()]
 
 

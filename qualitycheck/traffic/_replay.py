@@ -290,7 +290,12 @@ def _work(job: _Job, bounds: _Bounds | None) -> _Result:
     sample cannot take: those are neither redacted nor serialised."""
     src, fmt, name, items = job
     if isinstance(items, LineSpan):
-        items = span_lines(items)
+        span = items
+        try:
+            items = span_lines(span)
+        except OSError as exc:  # one record for the span, as the main process records the unreadable rest of a file
+            reason = f"lines {span.first} to {span.after - 1} cannot be read ({type(exc).__name__}: {exc})"
+            return _Result(src, [(span.first, reason)], b"", [], b"", [])
     setup = _setup
     assert setup is not None, "worker started without its setup"
     stem = _stem(name)
@@ -340,7 +345,7 @@ def _jobs(requests: Sequence[LogSource], columns: dict[int, Columns]) -> Iterato
         try:
             if src.format in JSON_FORMATS and not src.compressed:  # the workers read the lines themselves
                 for span in line_spans(src.path, SPAN_BYTES):
-                    last = span.first
+                    last = span.after - 1
                     yield i, src.format, name, span
             elif src.format in JSON_FORMATS:
                 for n, raw in json_lines(src):

@@ -15,6 +15,7 @@ from qualitycheck.core._errors import InputError
 from qualitycheck.traffic._formats import (
     Columns,
     LogSource,
+    SpanUnreadable,
     batch_outputs,
     detect,
     json_lines,
@@ -221,6 +222,25 @@ def test_spans_cut_at_newlines_and_give_the_lines_json_lines_gives(tmp_path: Pat
     data = log.read_bytes()
     assert all(data[s.end - 1 : s.end] == b"\n" for s in spans[:-1])  # a line straddling a cut goes whole to one span
     assert [x for s in spans for x in span_lines(s)] == list(json_lines(detect(log)))
+    assert all(a.after == b.first for a, b in itertools.pairwise(spans))  # each span knows where the next one's numbering starts
+    assert spans[-1].after == data.count(b"\n") + (0 if data.endswith(b"\n") else 1) + 1
+
+
+def test_a_span_of_a_file_replaced_or_shortened_since_it_was_split_is_not_read(tmp_path: Path) -> None:
+    """A rotated log is another file at the same path: its bytes must not be read as the old file's lines."""
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(b"".join(AWKWARD))
+    spans = list(line_spans(log, 64))
+    rotated = tmp_path / "new.jsonl"
+    rotated.write_bytes(b"".join(AWKWARD))
+    rotated.replace(log)  # same path, same bytes, another file
+    with pytest.raises(SpanUnreadable, match="replaced"):
+        span_lines(spans[0])
+    spans = list(line_spans(log, 64))
+    with log.open("r+b") as f:
+        f.truncate(spans[-1].start + 1)
+    with pytest.raises(SpanUnreadable, match="shorter"):
+        span_lines(spans[-1])
 
 
 def test_an_empty_file_has_no_span(tmp_path: Path) -> None:

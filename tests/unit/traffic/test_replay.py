@@ -386,3 +386,18 @@ def test_the_collector_is_left_as_it_was(tmp_path: Path) -> None:
     before = gc.get_threshold()
     replay([FIXTURES / "requests.jsonl"], tmp_path / "s", ReplayOptions(workers=1))
     assert gc.get_threshold() == before and gc.isenabled()
+
+
+def test_a_span_a_worker_cannot_read_is_one_skip_naming_its_lines(tmp_path: Path) -> None:
+    from qualitycheck.traffic._formats import line_spans
+    from qualitycheck.traffic._replay import _work
+
+    log = tmp_path / "log.jsonl"
+    log.write_bytes((FIXTURES / "requests.jsonl").read_bytes())
+    (span,) = list(line_spans(log))
+    (tmp_path / "rotated.jsonl").write_bytes(b"{}\n")
+    (tmp_path / "rotated.jsonl").replace(log)
+    result = _work((0, "requests", log.name, span), None)
+    assert result.usable == 0 and result.cases == []
+    ((line, reason),) = result.skips
+    assert line == 1 and reason.startswith(f"lines 1 to {span.after - 1} cannot be read (SpanUnreadable") and "rotated" in reason
