@@ -340,7 +340,7 @@ def _stem(name: str) -> str:
 def _jobs(requests: Sequence[LogSource], columns: dict[int, Columns]) -> Iterator[_Job]:
     for i, src in enumerate(requests):
         name = src.path.name
-        last = 1
+        last = 0  # the last line handed out: the unreadable rest starts after it
         chunk: list[tuple[int, Any]] = []
         try:
             if src.format in JSON_FORMATS and not src.compressed:  # the workers read the lines themselves
