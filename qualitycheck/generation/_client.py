@@ -479,7 +479,7 @@ class _SseEvents:
 
     def _split(self) -> bool:
         """Split the reads kept into lines (as `_SseLines.feed` does); True at `[DONE]`."""
-        reads, pending, events = self._reads, self._pending, self.events
+        reads, pending = self._reads, self._pending
         self._reads, self._kept = [], 0
         for data, now in reads:
             if b"\n" not in data:  # the middle of a long line: joined once, when its newline comes
@@ -492,23 +492,16 @@ class _SseEvents:
                 pending.clear()
             rest = lines.pop()
             for line in lines:
-                if not line:
-                    continue
-                if not line.startswith(b"data:"):
-                    line = line.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    self.done_at = now
-                    return True
-                events.append((payload, now))
+                if line:
+                    self._line(line, now)
+                    if self.done_at is not None:
+                        return True
             if rest:
                 pending.append(rest)
         return False
 
     def _line(self, line: bytes, now: float) -> None:
-        """The last line, without its newline, as `_feed_line` takes it."""
+        """One line, as `_feed_line` takes it: an event kept for the parse, or `[DONE]`."""
         if not line.startswith(b"data:"):
             line = line.strip()
             if not line.startswith(b"data:"):
