@@ -9,6 +9,7 @@ threads sending chat requests for as long as the watcher runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -113,17 +114,40 @@ def _watch(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "NO_COLOR": "1"},
+        env={**os.environ, "NO_COLOR": "1", "PYTHONFAULTHANDLER": "1"},
     )
     deadline = time.monotonic() + limit_s
+    stuck = ""
     try:
         while time.monotonic() < deadline and proc.poll() is None and not until(_records(out)):
             time.sleep(0.5)
+        if proc.poll() is None and not until(_records(out)):
+            # out of time: what the kernel says of each thread (running, sleeping, stopped; in which call), then
+            # SIGABRT, on which faulthandler prints where every thread of the watcher is, into its stderr
+            stuck = _thread_states(proc.pid)
+            proc.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
     finally:
-        proc.send_signal(signal.SIGTERM)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     ran = [json.loads(x) for x in log.read_text().splitlines()] if log.is_file() else []
-    return proc.returncode, _records(out), ran, err
+    return proc.returncode, _records(out), ran, (stuck + "\n" if stuck else "") + err
+
+
+def _thread_states(pid: int) -> str:
+    """`/proc` on each thread of `pid`: its state and the kernel function it waits in."""
+    lines = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            stat = (task / "stat").read_text()
+            wchan = (task / "wchan").read_text() if (task / "wchan").exists() else "?"
+        except OSError:
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        lines.append(f"thread {task.name} ({name}): state {rest[0]}, waiting in {wchan or '-'}, utime {rest[11]} stime {rest[12]}")
+    return "watcher stuck: " + "; ".join(lines)
 
 
 def test_ngram_candidate_on_open_ended_traffic_trips_after_the_configured_windows_and_acts_once(engines: Any, tmp_path: Path) -> None:
