@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from qualitycheck.testserver import TestServer
-from tests.helpers import qa_cases, write_suite
+from tests.helpers import qa_cases, run_argv, write_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "qualitycheck"
@@ -144,18 +144,7 @@ def test_quick_start_in_a_clean_venv(clean_venv: Path, tmp_path: Path) -> None:
         run = _run(
             clean_venv,
             str(bin_ / "qualitycheck"),
-            "run",
-            "--baseline",
-            b.url,
-            "--candidate",
-            c.url,
-            "--model",
-            "m",
-            "--suite",
-            str(suite),
-            "--out",
-            str(out),
-            "--no-preflight",
+            *run_argv(b.url, c.url, suite, out, model="m"),
             cwd=tmp_path,
             ok=(0, 1),
         )

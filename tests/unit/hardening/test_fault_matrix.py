@@ -19,7 +19,7 @@ import yaml
 from qualitycheck.cli._main import main
 from qualitycheck.core._store import RunStore
 from qualitycheck.testserver import Fault, TestServer
-from tests.helpers import qa_cases, write_suite
+from tests.helpers import qa_cases, run_argv, write_suite
 
 N = 200
 RETRIES = 2
@@ -70,24 +70,7 @@ def test_every_case_is_stored_exactly_once_under_random_faults(tmp_path: Path) -
         fs = [fault(k, f"question qa {i}?", p) for i, spec in faults[side].items() if spec for k, p in [spec]]
         servers[side] = TestServer(default=answer, faults=fs, ttft_s=0.01, itl_s=0.002)
     with servers["baseline"] as b, servers["candidate"] as c:
-        code = main(
-            [
-                "run",
-                "-c",
-                str(cfg),
-                "--baseline",
-                b.url,
-                "--candidate",
-                c.url,
-                "--model",
-                "m",
-                "--suite",
-                str(suite),
-                "--out",
-                str(tmp_path / "run"),
-                "--no-preflight",
-            ]
-        )
+        code = main(run_argv(b.url, c.url, suite, tmp_path / "run", "-c", str(cfg), model="m"))
     assert code == 1  # persistent faults are errors, and errors fail the gate
 
     with RunStore.open(tmp_path / "run") as store:

@@ -13,7 +13,7 @@ from qualitycheck.core._cases import load_suite
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation._runner import in_shard
 from qualitycheck.testserver import TestServer
-from tests.helpers import qa_cases, write_suite
+from tests.helpers import qa_cases, run_argv, write_suite
 
 VOLATILE = {"latency", "created_at", "wall_s", "run_dir", "out", "generated_at", "duration_s"}
 
@@ -35,25 +35,7 @@ def suite(tmp: Path) -> Path:
 
 
 def run(b: TestServer, c: TestServer, s: Path, out: Path, *extra: str) -> int:
-    return main(
-        [
-            "run",
-            "--baseline",
-            b.url,
-            "--candidate",
-            c.url,
-            "--model",
-            "m",
-            "--suite",
-            str(s),
-            "--out",
-            str(out),
-            "--no-preflight",
-            "--retries",
-            "0",
-            *extra,
-        ]
-    )
+    return main(run_argv(b.url, c.url, s, out, "--retries", "0", *extra, model="m"))
 
 
 def summary(folder: Path) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from qualitycheck.cli._main import main
 from qualitycheck.testserver import TestServer
-from tests.helpers import qa_cases, write_suite
+from tests.helpers import qa_cases, run_argv, write_suite
 
 from .conftest import prefer
 
@@ -32,24 +32,7 @@ def test_run_with_a_judge_reports_judge_per_judged_category(tmp_path: Path) -> N
         TestServer(default="same answer", answers=candidate_answers) as c,
         TestServer(default=judge, model="J") as j,
     ):
-        argv = [
-            "run",
-            "--baseline",
-            b.url,
-            "--candidate",
-            c.url,
-            "--model",
-            "m",
-            "--suite",
-            str(suite),
-            "--out",
-            str(out),
-            "--no-preflight",
-            "--judge",
-            j.url,
-            "--judge-model",
-            "J",
-        ]
+        argv = run_argv(b.url, c.url, suite, out, "--judge", j.url, "--judge-model", "J", model="m")
         main(argv)
         sent = len(j.requests("/chat/completions"))
         assert sent == 2 * 2 + 2  # two divergent pairwise cases in both orders, one rubric pair
