@@ -89,7 +89,7 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 
 def _watch(
-    tmp: Path, metrics_url: str, min_acceptance: float, until: Any, limit_s: float = 300, min_drafts: int = 5, window: str = "6s"
+    tmp: Path, metrics_url: str, min_acceptance: float, until: Any, limit_s: float = 600, min_drafts: int = 5, window: str = "6s"
 ) -> tuple[int, list[dict[str, Any]], list[Any], str]:
     """Run the watcher until `until(records)` holds (or `limit_s`), stop it with SIGTERM; (exit, records, actions, stderr)."""
     cfg = tmp / "qualitycheck.yaml"
@@ -122,32 +122,47 @@ def _watch(
         while time.monotonic() < deadline and proc.poll() is None and not until(_records(out)):
             time.sleep(0.5)
         if proc.poll() is None and not until(_records(out)):
-            # out of time: what the kernel says of each thread (running, sleeping, stopped; in which call), then
-            # SIGABRT, on which faulthandler prints where every thread of the watcher is, into its stderr
-            stuck = _thread_states(proc.pid)
+            # out of time: what the kernel says of each thread of the watcher and of its children (running,
+            # sleeping, stopped; in which call), then SIGABRT, on which faulthandler prints its Python stacks
+            stuck = _stuck(proc.pid)
             proc.send_signal(signal.SIGABRT)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                stuck += f"\nno exit within 120 s of SIGTERM: {_stuck(proc.pid)}"
+                proc.kill()
         _, err = proc.communicate(timeout=60)
     ran = [json.loads(x) for x in log.read_text().splitlines()] if log.is_file() else []
     return proc.returncode, _records(out), ran, (stuck + "\n" if stuck else "") + err
 
 
-def _thread_states(pid: int) -> str:
-    """`/proc` on each thread of `pid`: its state and the kernel function it waits in."""
-    lines = []
+def _stuck(pid: int) -> str:
+    """Each thread of `pid` and of its child processes as `/proc` shows it: state, kernel wait channel, CPU ticks."""
+    lines = _threads(pid)
+    return "watcher stuck: " + "; ".join(lines) if lines else f"watcher (pid {pid}) gone"
+
+
+def _threads(pid: int) -> list[str]:
+    lines: list[str] = []
     for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
         try:
             stat = (task / "stat").read_text()
-            wchan = (task / "wchan").read_text() if (task / "wchan").exists() else "?"
+            wchan = (task / "wchan").read_text()
+            children = (task / "children").read_text().split()
         except OSError:
             continue
         name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        lines.append(f"thread {task.name} ({name}): state {rest[0]}, waiting in {wchan or '-'}, utime {rest[11]} stime {rest[12]}")
-    return "watcher stuck: " + "; ".join(lines)
+        lines.append(
+            f"pid {pid} thread {task.name} ({name}): state {rest[0]}, waiting in {wchan or '-'}, utime {rest[11]} stime {rest[12]}"
+        )
+        for child in children:
+            lines += _threads(int(child))
+    return lines
 
 
 def test_ngram_candidate_on_open_ended_traffic_trips_after_the_configured_windows_and_acts_once(engines: Any, tmp_path: Path) -> None:
