@@ -22,6 +22,8 @@ last. A folder holding anything but an earlier replay is refused.
 from __future__ import annotations
 
 import gc
+import importlib
+import importlib.util
 import json
 import multiprocessing as mp
 import os
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import types
 from array import array
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
@@ -181,6 +184,7 @@ def _load_problem(key: str, spec: Any) -> str | None:
         return None
     memo = (key, json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True))
     if memo not in _LOAD_CACHE:
+        _import_schema_library()  # before a family's load imports it whole
         ctx = LoadContext(Path.cwd())
         load(spec, ctx)
         if len(_LOAD_CACHE) >= _LOAD_CACHE_MAX:
@@ -201,6 +205,44 @@ def _case_problem(case: dict[str, Any]) -> str | None:
         if problem:
             return problem
     return None
+
+
+_IRI_GRAMMAR = "rfc3987_syntax"
+
+
+def _import_schema_library() -> None:
+    """Import jsonschema with the IRI grammar left for the first check of an `iri` format.
+
+    jsonschema's format checker imports `rfc3987_syntax`, which compiles
+    some forty Earley grammars as it is imported: seconds of CPU before the
+    first line is read, for formats (`iri`, `iri-reference`) that checking a
+    schema against its meta-schema never asserts. While jsonschema is
+    imported, a stand-in takes that module's place; the checker keeps the
+    stand-in's `is_valid_syntax`, which imports the real one when first
+    called and answers as it does, so every check behaves the same. The
+    stand-in leaves `sys.modules` once jsonschema is in: whoever imports the
+    grammar's module later gets the real one. No stand-in is put in when
+    the grammar's module is imported already, or not installed (jsonschema
+    then checks no IRI format, with or without this).
+    """
+    if "jsonschema" in sys.modules:
+        return
+    stand_in = None
+    if _IRI_GRAMMAR not in sys.modules and importlib.util.find_spec(_IRI_GRAMMAR) is not None:
+        stand_in = types.ModuleType(_IRI_GRAMMAR)
+        stand_in.is_valid_syntax = _is_valid_iri_syntax  # type: ignore[attr-defined]
+        sys.modules[_IRI_GRAMMAR] = stand_in
+    try:
+        import jsonschema  # noqa: F401
+    finally:
+        if stand_in is not None and sys.modules.get(_IRI_GRAMMAR) is stand_in:
+            del sys.modules[_IRI_GRAMMAR]
+
+
+def _is_valid_iri_syntax(term: str, value: str) -> bool:
+    """`rfc3987_syntax.is_valid_syntax`, imported on first use."""
+    real: Callable[[str, str], bool] = importlib.import_module(_IRI_GRAMMAR).is_valid_syntax
+    return real(term, value)
 
 
 _SHAPE_CACHE: dict[str | bytes, str | None] = {}
@@ -385,8 +427,8 @@ def _results(jobs: Iterator[_Job], setup: _Setup, workers: int, bounds: Callable
             _setup = before
         return
     fork = _can_fork()
-    if fork:  # imported once here rather than in every worker: the schema check's imports take seconds
-        import jsonschema  # noqa: F401
+    if fork:  # imported once here rather than in every worker
+        _import_schema_library()
     ctx = mp.get_context("fork" if fork else "spawn")
     with ctx.Pool(workers, initializer=_start_worker, initargs=(setup,)) as pool:
         pending: deque[Any] = deque()

@@ -401,3 +401,31 @@ def test_a_span_a_worker_cannot_read_is_one_skip_naming_its_lines(tmp_path: Path
     assert result.usable == 0 and result.cases == []
     ((line, reason),) = result.skips
     assert line == 1 and reason.startswith(f"lines 1 to {span.after - 1} cannot be read (SpanUnreadable") and "rotated" in reason
+
+
+def test_the_schema_library_comes_without_its_iri_grammar_and_checks_iris_the_same() -> None:
+    """Replay imports jsonschema before the workers fork; the grammar of the `iri` formats (seconds to build) is left
+    for the first IRI checked, which then answers as a plain import of jsonschema does. Fresh interpreters:
+    this one has imported jsonschema already."""
+    import subprocess
+    import sys
+
+    check = (
+        "from jsonschema import validators; V = validators.Draft202012Validator; "
+        "answers = [[e.message for e in V({'format': f}, format_checker=V.FORMAT_CHECKER).iter_errors(v)] "
+        "for f in ('iri', 'iri-reference') for v in ('http://example.org/ä', 'a b ::', '#frag', 3)]; "
+        "answers += [[e.message for e in V(V.META_SCHEMA, format_checker=V.FORMAT_CHECKER).iter_errors({'$id': i})] "
+        "for i in ('http://example.org/s', 'not a uri ::')]"
+    )
+    deferred = (
+        "import sys; from qualitycheck.traffic._replay import _import_schema_library; _import_schema_library(); "
+        "assert 'jsonschema' in sys.modules and 'rfc3987_syntax' not in sys.modules; "
+    )
+    plain = subprocess.run([sys.executable, "-c", check + "; print(answers)"], capture_output=True, text=True, check=True).stdout
+    lazy = subprocess.run(
+        [sys.executable, "-c", deferred + check + "; print(answers); assert type(sys.modules['rfc3987_syntax']).__name__ == 'module'"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert lazy == plain and "is not a 'iri'" in plain and "is not a 'iri-reference'" in plain
