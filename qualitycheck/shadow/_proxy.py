@@ -176,7 +176,7 @@ class ShadowProxy:
         self._mirror_session: aiohttp.ClientSession | None = None
         self._candidate: Endpoint | None = None
         self._again: Endpoint | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._periods: asyncio.Task[None] | None = None
         self._before: dict[str, dict[str, Any]] = {}
         self.url = ""
@@ -211,9 +211,10 @@ class ShadowProxy:
             self._again = Endpoint("control", again, opts, self._mirror_session, parse_after=True)
         self._before = await self._scrape()
         self._note_acceptance(self._before)
-        app = web.Application(client_max_size=int(cfg.shadow.max_body_mb * 2**20))
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=cfg.shadow.drain_timeout_s)
+        # aiohttp's low-level server: every path goes to one handler, so an application's router, middlewares and
+        # signals would be work per request for nothing
+        server = web.Server(self._handle, request_factory=self._request_factory(), handler_cancellation=True, access_log=None)
+        self._runner = web.ServerRunner(server, shutdown_timeout=cfg.shadow.drain_timeout_s)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, backlog=4096, reuse_address=True)
         await site.start()
@@ -222,6 +223,16 @@ class ShadowProxy:
         self.url = f"http://{host}:{port}"
         self._periods = asyncio.get_running_loop().create_task(self._run_periods())
         return self.url
+
+    def _request_factory(self) -> Callable[..., web.BaseRequest]:
+        """Requests whose body may be `max_body_mb` (aiohttp answers 413 beyond it, as it does for an application)."""
+        loop = asyncio.get_running_loop()
+        max_size = int(self.cfg.shadow.max_body_mb * 2**20)
+
+        def make(message: Any, payload: Any, protocol: Any, writer: Any, task: asyncio.Task[None]) -> web.BaseRequest:
+            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=max_size)
+
+        return make
 
     async def drain(self) -> DrainRecord:
         """SIGTERM: stop listening, let in-flight requests and mirrors finish within the timeout, record what is left."""
@@ -305,7 +316,7 @@ class ShadowProxy:
                 opened = now
 
     # ------------------------------------------------------------ requests
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         path = request.path
         if path.startswith("/qc/"):
             return self._own(path)
@@ -345,7 +356,7 @@ class ShadowProxy:
         pair.task = asyncio.get_running_loop().create_task(self._mirror(pair))
         return pair
 
-    async def _forward(self, request: web.Request, body: bytes, pair: _Pair | None) -> web.StreamResponse:
+    async def _forward(self, request: web.BaseRequest, body: bytes, pair: _Pair | None) -> web.StreamResponse:
         assert self._session is not None
         headers = _headers_without(request.headers, _NOT_TO_UPSTREAM)
         url = URL(self._root + request.raw_path, encoded=True)

@@ -221,3 +221,14 @@ def test_health_and_prometheus_metrics_are_served_by_the_proxy_itself(servers: A
     ):
         assert line in text.splitlines(), line
     assert base.requests("/qc") == []  # the proxy's own paths never reach the baseline
+
+
+def test_a_body_over_max_body_mb_is_refused_with_413_and_not_forwarded(servers: Any, proxy_for: Any) -> None:
+    base, cand = servers
+    p = proxy_for(shadow_config(base.url, cand.url, max_body_mb=0.01))
+    status, _, _ = call(p.url, "/v1/chat/completions", chat("x" * 20_000))
+    assert status == 413 and base.requests() == []
+    status, _, body = call(p.url, "/v1/chat/completions", chat("small enough"))
+    assert status == 200 and json.loads(body)["choices"]
+    p.settled()
+    assert p.counter("qc_shadow_requests_total", endpoint="chat") == 1
