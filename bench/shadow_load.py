@@ -4,8 +4,13 @@ It measures what a caller sees: time to the first content chunk and to the
 end of the answer, per request, the same way whether it talks to the server
 directly or through the proxy, so the two runs can be set side by side.
 
-Run: `python bench/shadow_load.py URL N CONCURRENCY [--no-stream]`; prints a
-JSON line {wall_s, cpu_s, ok, errors, ttft_ms: [...], e2e_ms: [...]}.
+Run: `python bench/shadow_load.py URL N CONCURRENCY [--no-stream] [--stagger S]`;
+prints a JSON line {wall_s, cpu_s, ok, errors, ttft_ms: [...], e2e_ms: [...]}.
+
+`--stagger S` starts client i of c after i/c x S seconds: callers that do not
+all send in the same millisecond. Without it the c clients start together,
+and when every answer takes as long as the next (a paced server), they stay
+in step for the whole run, so every request arrives in a burst of c.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import time
 import aiohttp
 
 
-async def run(url: str, n: int, concurrency: int, stream: bool) -> dict:
+async def run(url: str, n: int, concurrency: int, stream: bool, stagger: float = 0.0) -> dict:
     conn = aiohttp.TCPConnector(limit=concurrency)
     ttft: list[float] = []
     e2e: list[float] = []
@@ -28,8 +33,10 @@ async def run(url: str, n: int, concurrency: int, stream: bool) -> dict:
 
     async with aiohttp.ClientSession(connector=conn) as session:
 
-        async def worker() -> None:
+        async def worker(k: int) -> None:
             nonlocal ok, errors
+            if stagger:
+                await asyncio.sleep(stagger * k / concurrency)
             for i in queue:
                 body = {
                     "model": "bench",
@@ -64,7 +71,7 @@ async def run(url: str, n: int, concurrency: int, stream: bool) -> dict:
                 e2e.append((end - t0) * 1000)
 
         t0, c0 = time.perf_counter(), time.process_time()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"wall_s": wall, "cpu_s": cpu, "ok": ok, "errors": errors, "ttft_ms": ttft, "e2e_ms": e2e}
 
@@ -75,6 +82,7 @@ def main() -> None:
     ap.add_argument("n", type=int)
     ap.add_argument("concurrency", type=int)
     ap.add_argument("--no-stream", action="store_true")
+    ap.add_argument("--stagger", type=float, default=0.0, help="seconds over which the clients' first requests are spread")
     a = ap.parse_args()
     run_ = asyncio.run
     try:
@@ -83,7 +91,7 @@ def main() -> None:
         run_ = uvloop.run
     except ImportError:
         pass
-    out = run_(run(a.url, a.n, a.concurrency, not a.no_stream))
+    out = run_(run(a.url, a.n, a.concurrency, not a.no_stream, a.stagger))
     json.dump(out, sys.stdout)
     sys.stdout.write("\n")
 
