@@ -16,8 +16,6 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import groupby
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -184,13 +182,24 @@ class RunStore:
         for body in self._case_bodies(by_id=by_id, page=page, judged_only=judged_only):
             yield _case_of(body)
 
-    def _case_bodies(self, *, by_id: bool, page: int = 500, judged_only: bool = False) -> Iterator[str]:
-        """The cases' stored JSON, a page per query (see `iter_cases`)."""
+    def _case_bodies(
+        self, *, by_id: bool, page: int = 500, judged_only: bool = False, start: str | None = None, stop: str | None = None
+    ) -> Iterator[str]:
+        """The cases' stored JSON, a page per query (see `iter_cases`); `by_id` from id `start` (inclusive) to `stop` (exclusive)."""
         key = "id" if by_id else "idx"
         last: Any = "" if by_id else -1
         where = f" AND {_JUDGED}" if judged_only else ""
+        args: tuple[Any, ...] = ()
+        if start is not None:
+            where += " AND id >= ?"
+            args += (start,)
+        if stop is not None:
+            where += " AND id < ?"
+            args += (stop,)
         while True:
-            rows = self._db.execute(f"SELECT {key}, body FROM cases WHERE {key} > ?{where} ORDER BY {key} LIMIT ?", (last, page)).fetchall()
+            rows = self._db.execute(
+                f"SELECT {key}, body FROM cases WHERE {key} > ?{where} ORDER BY {key} LIMIT ?", (last, *args, page)
+            ).fetchall()
             for last, body in rows:  # noqa: B007  (`last` is the page key the next query starts after)
                 yield body
             if len(rows) < page:
@@ -198,6 +207,11 @@ class RunStore:
 
     def case_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM cases").fetchone()[0])
+
+    def case_id_at(self, rank: int) -> str | None:
+        """The id of the case at 0-based `rank` in id order (the order `by_case` walks); None past the last."""
+        row = self._db.execute("SELECT id FROM cases ORDER BY id LIMIT 1 OFFSET ?", (rank,)).fetchone()
+        return str(row[0]) if row else None
 
     def judged_case_count(self) -> int:
         """Cases that ask for a judge (`checks.judge`), counted by SQLite without parsing a case."""
@@ -216,7 +230,9 @@ class RunStore:
             out.setdefault(cat, {})[route] = n
         return out
 
-    def by_case(self, *, scores: bool = True, judged_only: bool = False, inputs: bool = False) -> Iterator[CaseRecords]:
+    def by_case(
+        self, *, scores: bool = True, judged_only: bool = False, inputs: bool = False, start: str | None = None, stop: str | None = None
+    ) -> Iterator[CaseRecords]:
         """Every case with its responses (and scores), one case in memory at a time.
 
         A merge of three reads ordered by case id, so a 100,000-case run costs
@@ -225,14 +241,18 @@ class RunStore:
         `judged_only` walks only the cases that ask for a judge: the other
         cases' rows are skipped unparsed. `inputs` adds a digest of the rows
         read (`CaseRecords.inputs`), for a stage that keeps what it derived
-        from them (`comparisons_with_inputs`).
+        from them (`comparisons_with_inputs`). `start` and `stop` walk only
+        the cases whose id is in [start, stop) (`case_id_at` finds a split).
         """
-        resp = GroupsById(self._response_groups())
+        where, args = _id_range("case_id", start, stop)
+        resp = GroupsById(self._response_groups(where, args))
         sc = GroupsById(
-            _grouped(self._db.execute('SELECT case_id, body FROM scores ORDER BY case_id, target, repeat, "check"')) if scores else iter(())
+            _grouped(self._db.execute(f'SELECT case_id, body FROM scores{where} ORDER BY case_id, target, repeat, "check"', args))
+            if scores
+            else iter(())
         )
         response_of, score_of = Response.model_validate_json, Score.model_validate_json
-        for body in self._case_bodies(by_id=True, judged_only=judged_only):
+        for body in self._case_bodies(by_id=True, judged_only=judged_only, start=start, stop=stop):
             case = _case_of(body)
             r_bodies, s_bodies = resp.take(case.id), sc.take(case.id)
             yield CaseRecords(
@@ -296,8 +316,8 @@ class RunStore:
         for cid, bodies in self._response_groups():
             yield cid, [Response.model_validate_json(b) for b in bodies]
 
-    def _response_groups(self) -> Iterator[tuple[str, list[str]]]:
-        return _grouped(self._db.execute("SELECT case_id, body FROM responses ORDER BY case_id, target, repeat"))
+    def _response_groups(self, where: str = "", args: tuple[str, ...] = ()) -> Iterator[tuple[str, list[str]]]:
+        return _grouped(self._db.execute(f"SELECT case_id, body FROM responses{where} ORDER BY case_id, target, repeat", args))
 
     def count_responses(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -350,10 +370,17 @@ class RunStore:
             self._db.execute("DELETE FROM artifacts WHERE name='comparisons'")  # the single-blob form of older runs
         return n
 
-    def comparisons_with_inputs(self) -> GroupsById:
-        """The stored comparison records by case (`take(case_id)`), each group led by the digest they were made from ("" if none)."""
-        q = "SELECT c.case_id, COALESCE(d.inputs, ''), c.body FROM comparisons c LEFT JOIN compared d ON d.case_id = c.case_id ORDER BY c.case_id, c.repeat"
-        return GroupsById(_grouped(_led(self._db.execute(q))))
+    def comparisons_with_inputs(self, start: str | None = None, stop: str | None = None) -> GroupsById:
+        """The stored comparison records by case (`take(case_id)`), each group led by the digest they were made from ("" if none).
+
+        `start` and `stop`: only the cases whose id is in [start, stop), as `by_case`.
+        """
+        where, args = _id_range("c.case_id", start, stop)
+        q = (
+            "SELECT c.case_id, COALESCE(d.inputs, ''), c.body FROM comparisons c LEFT JOIN compared d ON d.case_id = c.case_id"
+            f"{where} ORDER BY c.case_id, c.repeat"
+        )
+        return GroupsById(_grouped(_led(self._db.execute(q, args))))
 
     def update_comparisons(self, cases: Iterable[tuple[str, str, list[tuple[int, str]] | None]]) -> None:
         """Bring the compare stage's records up to date, case by case, in one transaction.
@@ -485,10 +512,30 @@ class GroupsById:
         return bodies
 
 
+def _id_range(column: str, start: str | None, stop: str | None) -> tuple[str, tuple[str, ...]]:
+    """A WHERE clause (and its arguments) keeping the rows whose `column` is in [start, stop); empty for the whole run."""
+    terms = [(f"{column} >= ?", start), (f"{column} < ?", stop)]
+    kept = [(t, v) for t, v in terms if v is not None]
+    return (" WHERE " + " AND ".join(t for t, _ in kept), tuple(v for _, v in kept)) if kept else ("", ())
+
+
 def _grouped(rows: Iterable[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:
-    """(case id, body) rows ordered by case id → (case id, bodies), one group at a time."""
-    for cid, group in groupby(rows, key=itemgetter(0)):
-        yield cid, [body for _, body in group]
+    """(case id, body) rows ordered by case id → (case id, bodies), one group at a time.
+
+    A plain loop: `itertools.groupby` with a list per group costs twice as
+    much per row, and every walk of the store groups every row it reads.
+    """
+    current: str | None = None
+    bodies: list[str] = []
+    for cid, body in rows:
+        if cid == current:
+            bodies.append(body)
+            continue
+        if current is not None:
+            yield current, bodies
+        current, bodies = cid, [body]
+    if current is not None:
+        yield current, bodies
 
 
 def _case_of(body: str) -> Case:

@@ -20,7 +20,7 @@ from qualitycheck.core._errors import RunIncompleteError
 from qualitycheck.core._store import RunStore, StoredCases
 
 if TYPE_CHECKING:
-    from qualitycheck.verdict._compare import CaseConsumer
+    from qualitycheck.verdict._compare import CaseConsumer, SplitTally
     from qualitycheck.verdict._model import Summary
 
 __all__ = ["finish", "manifest_for", "redo", "run", "summarize"]
@@ -128,7 +128,7 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True, re
 
     with _few_collections():
         rows = RowCollector(store, max_cases=(cfg or Config()).run.report_max_cases) if report else None
-        summary = summarize(store, cfg, also=[rows.add] if rows is not None else [])
+        summary = summarize(store, cfg, also=[rows] if rows is not None else [])
         write_summary(store.folder, summary)
         write_signoff(store.folder, summary)
         if rows is not None:
@@ -160,7 +160,7 @@ def _few_collections(young: int = 20_000) -> Iterator[None]:
         gc.unfreeze()
 
 
-def summarize(store: RunStore, cfg: Config | None = None, *, also: Sequence[CaseConsumer] = ()) -> Summary:
+def summarize(store: RunStore, cfg: Config | None = None, *, also: Sequence[CaseConsumer | SplitTally] = ()) -> Summary:
     """summary.json as `finish` writes it, without writing anything: the verdict and its sign-off text.
 
     The sign-off is rendered here, by the layer above both the verdict and

@@ -16,7 +16,9 @@ from __future__ import annotations
 import heapq
 import json
 import pickle
+import shutil
 import time
+import zlib
 from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -229,64 +231,88 @@ def _comparison_slots(records: Iterable[CaseComparison], repeats: int) -> list[d
 
 
 class _Reservoir:
-    """A uniform sample of at most `size` values from a stream of arrays (Algorithm R, seeded).
+    """A uniform sample of at most `size` values from a stream of arrays, whatever order they come in or however the stream is cut.
 
-    Everything is kept, in arrival order, until `size` is reached, so a small
-    run's chart is exactly what it was; past that each new value replaces a
-    random slot with probability size/seen. Values are buffered and drawn for
-    in batches: one RNG call per response (100 gaps) would cost more than
-    reading the response.
+    Each value comes with a key, a hash of where it comes from (`_Latency`:
+    its response and its place in it), and the sample is the `size` values
+    with the smallest keys (a bottom-k sample): a uniform random sample
+    that depends on the set of values only, so the samples of two walks of
+    halves of a run merge (`merge`) into the sample of one walk of all of
+    it. While at most `size` values have come, every one is kept in arrival
+    order, so a small run's chart holds every gap.
     """
 
-    BATCH = 1 << 16
-
-    def __init__(self, size: int, seed: int = 0):
+    def __init__(self, size: int):
         self.size, self.seen = size, 0
-        self._kept: list[np.ndarray] = []
-        self._pending: list[np.ndarray] = []
-        self._pending_n = 0
-        self._buf: np.ndarray | None = None
-        self._rng = np.random.default_rng(seed)
+        self._values: list[np.ndarray] = []
+        self._keys: list[np.ndarray] = []
+        self._held = 0
+        self._bound: np.uint64 | None = None
+        """Once more than `size` values were held: the largest key kept. A value with a larger key is never sampled."""
 
-    def add(self, values: np.ndarray) -> None:
-        self._pending.append(values)
-        self._pending_n += len(values)
-        if self._pending_n >= self.BATCH:
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        values = np.concatenate(self._pending)
-        self._pending, self._pending_n = [], 0
-        if self._buf is None:
-            room = self.size - self.seen
-            if len(values) <= room:
-                self._kept.append(values)
-                self.seen += len(values)
-                return
-            self._kept.append(values[:room])
-            self.seen += room
-            values = values[room:]
-            self._buf = np.concatenate(self._kept)
-            self._kept = []
-        slots = self._rng.integers(0, self.seen + 1 + np.arange(len(values)))  # value at 0-based position p draws from [0, p]
-        keep = slots < self.size
-        self._buf[slots[keep]] = values[keep]  # in order: a later value wins a slot, as in the sequential algorithm
+    def add(self, values: np.ndarray, keys: np.ndarray) -> None:
         self.seen += len(values)
+        if self._bound is not None:
+            low = keys <= self._bound
+            values, keys = values[low], keys[low]
+        self._values.append(values)
+        self._keys.append(keys)
+        self._held += len(values)
+        if self._held > 2 * self.size:  # pruned now and then, not on every batch
+            self._prune()
+
+    def _prune(self) -> None:
+        values, keys = np.concatenate(self._values), np.concatenate(self._keys)
+        if len(keys) > self.size:
+            best = np.argpartition(keys, self.size - 1)[: self.size]
+            values, keys = values[best], keys[best]
+            self._bound = keys.max()
+        self._values, self._keys, self._held = [values], [keys], len(values)
+
+    def merge(self, later: _Reservoir) -> None:
+        """Fold in the sample of the values that came after this one's."""
+        seen = self.seen + later.seen
+        for values, keys in zip(later._values, later._keys, strict=True):
+            self.add(values, keys)
+        self.seen = seen
 
     def values(self) -> np.ndarray:
-        self._flush()
-        if self._buf is not None:
-            return self._buf
-        return np.concatenate(self._kept) if self._kept else np.empty(0)
+        """Every value in arrival order while there are at most `size`; else the sample, by key."""
+        if not self._values:
+            return np.empty(0)
+        if self.seen <= self.size:
+            return np.concatenate(self._values)
+        self._prune()
+        return self._values[0][np.argsort(self._keys[0], kind="stable")]
+
+
+def _mixed(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on uint64 values: nearby inputs give unrelated, evenly spread outputs."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    out: np.ndarray = x ^ (x >> np.uint64(31))
+    return out
+
+
+def _response_seed(case_id: str, target: str, repeat: int) -> int:
+    """A response's identity as the high 32 bits of its gaps' sampling keys (the low 32 are a gap's place): the same in every process and walk.
+
+    A CRC, not a cryptographic hash: it is computed for every streamed
+    response. Two responses whose CRCs collide draw the same keys, so both
+    keep or drop their k-th gap together; each gap's chance is unchanged.
+    """
+    return zlib.crc32(f"{case_id}\0{target}\0{repeat}".encode()) << 32
 
 
 class _Latency:
     """The chart samples: per-response metrics as packed doubles, per-token gaps through a reservoir.
 
     Chunk times are appended to a flat buffer per side and turned into gaps
-    a batch at a time (numpy per response cost more than parsing it).
+    a batch at a time (numpy per response cost more than parsing it). Each
+    gap's sampling key hashes its response's identity and its place in the
+    response (`_Reservoir`).
     """
 
     BATCH = 1 << 16
@@ -294,11 +320,14 @@ class _Latency:
     def __init__(self, itl_sample: int):
         self.per_response: dict[str, dict[str, array[float]]] = {m: {} for m in ("ttft_ms", "tpot_ms", "e2e_ms")}
         self.itl: dict[str, _Reservoir] = {}
+        """side → its gaps' sample, in the order the sides first streamed more than one chunk."""
         self.itl_sample = itl_sample
         self._times: dict[str, array[float]] = {}
         self._tokens: dict[str, list[tuple[int, list[int]]]] = {}
         """side → (offset in the buffer, tokens per chunk) of the responses that report them; 1 elsewhere."""
         self._starts: dict[str, list[int]] = {}
+        self._seeds: dict[str, list[int]] = {}
+        """side → `_response_seed` of each buffered response."""
 
     def _samples(self, metric: str, side: str) -> array[float]:
         per_side = self.per_response[metric]
@@ -321,8 +350,11 @@ class _Latency:
             buf = self._times.get(side)
             if buf is None:
                 buf = self._times[side] = array("d")
-                self._starts[side] = []
+                self._starts[side], self._seeds[side] = [], []
+                if side not in self.itl:
+                    self.itl[side] = _Reservoir(self.itl_sample)
             self._starts[side].append(len(buf))
+            self._seeds[side].append(_response_seed(r.case_id, side, r.repeat))
             buf.extend(times)
             toks = r.chunk_tokens
             if toks and len(toks) == len(times):
@@ -342,17 +374,36 @@ class _Latency:
             for at, toks in spans:
                 tokens[at : at + len(toks)] = toks
             gaps = gaps / np.maximum(1, tokens[1:])
+        starts = np.asarray(self._starts[side], dtype=np.int64)
+        owner = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(times))))  # the response of each chunk time
+        place = (np.arange(len(times)) - starts[owner]).astype(np.uint64)
+        keys = _mixed(np.asarray(self._seeds[side], dtype=np.uint64)[owner] | place)
         within = np.ones(len(gaps), dtype=bool)
-        starts = np.asarray(self._starts[side][1:], dtype=np.int64)
-        within[starts - 1] = False  # the step from one response's last chunk to the next one's first is no gap
-        if side not in self.itl:
-            self.itl[side] = _Reservoir(self.itl_sample)
-        self.itl[side].add(gaps[within])
-        self._times[side], self._tokens[side], self._starts[side] = array("d"), [], []
+        within[starts[1:] - 1] = False  # the step from one response's last chunk to the next one's first is no gap
+        self.itl[side].add(gaps[within], keys[:-1][within])
+        self._times[side], self._tokens[side], self._starts[side], self._seeds[side] = array("d"), [], [], []
 
-    def arrays(self) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, int]]]:
+    def flush(self) -> None:
+        """Every buffered response's gaps into its side's sample."""
         for side in list(self._times):
             self._flush(side)
+
+    def merge(self, later: _Latency) -> None:
+        """Fold in the samples of the responses after this one's (per-response values in order, gap samples merged)."""
+        self.flush()
+        later.flush()
+        for metric, sides in later.per_response.items():
+            for side, values in sides.items():
+                self._samples(metric, side).extend(values)
+        for side, sample in later.itl.items():
+            mine = self.itl.get(side)
+            if mine is None:
+                self.itl[side] = sample
+            else:
+                mine.merge(sample)
+
+    def arrays(self) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, int]]]:
+        self.flush()
         out: dict[str, dict[str, np.ndarray]] = {}
         sampled: dict[str, dict[str, int]] = {}
         for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
@@ -467,7 +518,7 @@ class _Spill:
         self._limit = limit
         self._rows: dict[str, CaseRow] = {}
         self._db: Any = None
-        self._dir: Any = None
+        self._dir: str | None = None
 
     def put(self, row: CaseRow) -> None:
         if self._db is None and len(self._rows) < self._limit:
@@ -477,8 +528,8 @@ class _Spill:
             import sqlite3
             import tempfile
 
-            self._dir = tempfile.TemporaryDirectory(prefix="qc-report-")
-            self._db = sqlite3.connect(Path(self._dir.name) / "rows.sqlite")
+            self._dir = tempfile.mkdtemp(prefix="qc-report-")
+            self._db = sqlite3.connect(Path(self._dir) / "rows.sqlite")
             self._db.execute("CREATE TABLE rows (id TEXT PRIMARY KEY, body BLOB NOT NULL)")
         self._db.execute("INSERT OR REPLACE INTO rows VALUES (?,?)", (row.id, pickle.dumps(row, pickle.HIGHEST_PROTOCOL)))
 
@@ -489,12 +540,56 @@ class _Spill:
         (body,) = self._db.execute("SELECT body FROM rows WHERE id=?", (case_id,)).fetchone()
         return pickle.loads(body)  # type: ignore[no-any-return]
 
+    def hand_over(self) -> tuple[dict[str, CaseRow], str | None]:
+        """The rows held, for another process's spill (`take_over`): those in memory, and the folder of the file holding the rest.
+
+        The file is left in place, closed and complete, for the receiver to read and delete.
+        """
+        rows, folder = self._rows, None
+        if self._db is not None:
+            self._db.commit()
+            self._db.close()
+            folder, self._db, self._dir = self._dir, None, None
+        self._rows = {}
+        return rows, folder
+
+    def take_over(self, rows: dict[str, CaseRow], folder: str | None) -> None:
+        """Hold the rows another process's spill handed over (`hand_over`), and delete its file."""
+        for row in rows.values():
+            self.put(row)
+        if folder is not None:
+            import sqlite3
+
+            db = sqlite3.connect(Path(folder) / "rows.sqlite")
+            try:
+                for (body,) in db.execute("SELECT body FROM rows"):
+                    self.put(pickle.loads(body))
+            finally:
+                db.close()
+                shutil.rmtree(folder, ignore_errors=True)
+
     def close(self) -> None:
         self._rows.clear()
         if self._db is not None:
             self._db.close()
-            self._dir.cleanup()
+            shutil.rmtree(self._dir or "", ignore_errors=True)
             self._db = self._dir = None
+
+
+@dataclass
+class _RowsPart:
+    """A `RowCollector`'s gatherings, sent from the process that walked the second half of a run (`RowCollector.part`)."""
+
+    latency: _Latency
+    flag_counts: dict[str, int]
+    primary: dict[str, int]
+    category_flags: dict[str, dict[str, int]]
+    checks: set[str]
+    heap: list[tuple[int, int, CaseRow]]
+    pending: list[tuple[str, str, int, CaseStatus]]
+    rows: dict[str, CaseRow]
+    """The pending cases' rows held in memory; the rest are in `spilled`, a folder with their file."""
+    spilled: str | None
 
 
 class RowCollector:
@@ -581,6 +676,41 @@ class RowCollector:
             heapq.heappush(heap, (*key, row))
         else:
             heapq.heapreplace(heap, (*key, row))
+
+    def part(self) -> _RowsPart:
+        """What this collector gathered, for the collector that walked the cases before these (`merge`)."""
+        self.latency.flush()
+        rows, spilled = self._spill.hand_over()
+        return _RowsPart(
+            self.latency, self.flag_counts, self.primary, self.category_flags, self.checks, self._heap, self._pending, rows, spilled
+        )
+
+    def merge(self, part: _RowsPart) -> None:
+        """Fold in the part of a collector that walked the cases after this one's, as if `add` had gone on with them.
+
+        Counts add up (categories and statuses first seen there after this
+        one's), the kept rows are the `max_cases` most important of both
+        (every key is distinct: a case's suite index), and the cases that
+        wait for the statistics wait here, after this collector's own.
+        """
+        self.latency.merge(part.latency)
+        for f, n in part.flag_counts.items():
+            self.flag_counts[f] += n
+        for f, n in part.primary.items():
+            self.primary[f] = self.primary.get(f, 0) + n
+        for category, counts in part.category_flags.items():
+            per_cat = self._per_category(category)
+            for f, n in counts.items():
+                per_cat[f] += n
+        self.checks |= part.checks
+        heap = self._heap
+        for entry in part.heap:
+            if len(heap) < self.max_cases:
+                heapq.heappush(heap, entry)
+            elif entry[:2] > heap[0][:2]:
+                heapq.heapreplace(heap, entry)
+        self._pending.extend(part.pending)
+        self._spill.take_over(part.rows, part.spilled)
 
     def result(self, summary: Summary) -> ReportData:
         """The report of the walked run, with every case's status from `summary`."""

@@ -59,6 +59,15 @@ class ErrorTally:
         else:
             entry[0] = int(entry[0]) + 1
 
+    def merge(self, later: ErrorTally) -> None:
+        """Fold in the failures of the responses after this tally's: counts add up, each kind keeps its first message."""
+        for kind, (n, message) in later._kinds.items():
+            entry = self._kinds.get(kind)
+            if entry is None:
+                self._kinds[kind] = [n, message]
+            else:
+                entry[0] = int(entry[0]) + int(n)
+
     def kinds(self) -> list[ErrorKind]:
         """Most frequent first (ties by kind), so the first line says what mostly went wrong."""
         rows = [ErrorKind(kind=k, count=int(n), message=str(m)) for k, (n, m) in self._kinds.items()]

@@ -374,6 +374,28 @@ class LatencyTally:
                         if r.target in cat_sides:
                             cat_sides[r.target].bucket()
 
+    def merge(self, later: LatencyTally) -> None:
+        """Fold in the tally of the cases after this one's: samples pooled per (category, side).
+
+        A side is bucketed, in every category, when either tally bucketed it
+        or their held samples together pass `EXACT_SAMPLES`: where one walk
+        of all the cases would have bucketed it. Percentiles do not depend
+        on the order of the samples, and bucket counts add up.
+        """
+        per_cat = self._per_cat
+        for cat, sides in later._per_cat.items():
+            mine = per_cat.setdefault(cat, {})
+            for target, s in sides.items():
+                got = mine.get(target)
+                mine[target] = s if got is None else LatencySamples.merged([got, s])
+        for target, n in later._held.items():
+            self._held[target] = self._held.get(target, 0) + n
+        for target, n in self._held.items():
+            cells = [sides[target] for sides in per_cat.values() if target in sides]
+            if n > EXACT_SAMPLES or not all(s.exact for s in cells):
+                for s in cells:
+                    s.bucket()
+
     def summary(self) -> dict[str, Any]:
         """{baseline: {...}, candidate: {...}, [control], per_category: {cat: {side: {...}}}}."""
         per_cat, price = self._per_cat, self._price

@@ -102,6 +102,26 @@ class SliceTally:
                 cell[0] += status == "pass"
                 cell[1] += 1
 
+    def merge(self, later: SliceTally) -> None:
+        """Fold in the tally of the cases after this one's (every figure is a sum)."""
+        self._fold()
+        later._fold()
+        acc = self._acc
+        for key, theirs in later._acc.items():
+            a = acc.get(key)
+            if a is None:
+                acc[key] = theirs
+                continue
+            a["cases"] += theirs["cases"]
+            a["pairs"] += theirs["pairs"]
+            a["identical"] += theirs["identical"]
+            for check, sides in theirs["checks"].items():
+                per_check = a["checks"].setdefault(check, {})
+                for side, (p, n) in sides.items():
+                    tot = per_check.setdefault(side, [0, 0])
+                    tot[0] += p
+                    tot[1] += n
+
     def _fold(self) -> None:
         """Add the held combinations into every bucket they name."""
         acc = self._acc

@@ -14,8 +14,14 @@ run never holds more than one case's records.
 from __future__ import annotations
 
 import difflib
+import os
+import pickle
+import signal
+import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from pathlib import Path
+from typing import IO, Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +32,7 @@ __all__ = [
     "CaseComparison",
     "CaseConsumer",
     "CheckOutcome",
+    "SplitTally",
     "compare_case",
     "compare_run",
     "first_divergence",
@@ -247,8 +254,36 @@ CaseConsumer = Callable[[CaseRecords, list[CaseComparison]], None]
 """What a walk of the store hands each case to: its records (as read) and its comparisons (as made)."""
 
 
+@runtime_checkable
+class SplitTally(Protocol):
+    """A consumer of the walk whose work on a later range of cases folds into its own: what lets the walk use two processes.
+
+    `add` takes each case as `CaseConsumer` does. `part()` is what the tally
+    gathered, picklable (the second process sends it back); `merge(part)`
+    folds in the part of a tally that walked the cases after this one's, so
+    that the result equals one tally that walked them all in order.
+    """
+
+    def add(self, rec: CaseRecords, comps: list[CaseComparison]) -> None: ...
+
+    def part(self) -> Any: ...
+
+    def merge(self, part: Any) -> None: ...
+
+
+SPLIT_MIN_CASES = 1_000
+"""Cases from which the walk is split over two processes (below it the fork and the merge cost more than they save)."""
+
+_Item = tuple[str, str, list[tuple[int, str]] | None]
+"""(case id, inputs digest, fresh records or None): what `RunStore.update_comparisons` takes per case."""
+
+
 def compare_run(
-    store: RunStore, consume: Callable[[list[CaseComparison]], None] | None = None, *, each: Sequence[CaseConsumer] = ()
+    store: RunStore,
+    consume: Callable[[list[CaseComparison]], None] | None = None,
+    *,
+    each: Sequence[CaseConsumer | SplitTally] = (),
+    workers: int | None = None,
 ) -> int:
     """Compare every stored (case, repeat), store the records, and hand each case on as it is compared.
 
@@ -265,33 +300,160 @@ def compare_run(
     compared again: its records are read back, equal to what comparing
     would make, and nothing is written. `report` and `gate` of a finished
     run therefore compare only what changed since the last summary.
+
+    Reading and parsing the records is most of a report's time, so a run of
+    `SPLIT_MIN_CASES` or more is walked by two processes when every one of
+    `each` is a `SplitTally` (`_split_walk`); `workers=1` keeps it in one,
+    `workers=2` splits any run where a fork is possible.
     """
     from qualitycheck.scoring._format import format_features  # the scoring package loads every check family: only when comparing
 
     salt = comparison_salt(format_features)
-    stored = store.comparisons_with_inputs()
-    count = 0
+    counted = [0]
+    tallies = [f for f in each if isinstance(f, SplitTally)]
+    if consume is None and len(tallies) == len(each) and _may_split(store, workers):
+        second = _SecondHalf(store, salt, tallies)  # forked before the store's transaction begins: no lock is held across the fork
+        try:
+            store.update_comparisons(_split_walk(store, salt, tallies, counted, second))
+        finally:
+            second.close()
+    else:
+        store.update_comparisons(_walk(store, salt, each, consume, counted))
+    return counted[0]
 
-    def cases() -> Iterator[tuple[str, str, list[tuple[int, str]] | None]]:
-        nonlocal count
-        for rec in store.by_case(inputs=True):
-            inputs = f"{salt}:{rec.inputs}"
-            kept = stored.take(rec.case.id)
-            fresh: list[tuple[int, str]] | None = None
-            if kept and kept[0] == inputs:
-                comps = [CaseComparison.model_validate_json(b) for b in kept[1:]]
-            else:
-                comps = compare_case(rec, format_features)
-                fresh = [(c.repeat, c.model_dump_json()) for c in comps]
-            for f in each:
-                f(rec, comps)
-            count += len(comps)
-            if comps and consume is not None:
-                consume(comps)
-            yield rec.case.id, inputs, fresh
 
-    store.update_comparisons(cases())
-    return count
+def _walk(
+    store: RunStore,
+    salt: str,
+    each: Sequence[CaseConsumer | SplitTally],
+    consume: Callable[[list[CaseComparison]], None] | None,
+    counted: list[int],
+    start: str | None = None,
+    stop: str | None = None,
+) -> Iterator[_Item]:
+    """The walk of the cases whose id is in [start, stop): each compared (or its records read back) and handed on."""
+    from qualitycheck.scoring._format import format_features
+
+    calls = [f.add if isinstance(f, SplitTally) else f for f in each]
+    stored = store.comparisons_with_inputs(start, stop)
+    for rec in store.by_case(inputs=True, start=start, stop=stop):
+        inputs = f"{salt}:{rec.inputs}"
+        kept = stored.take(rec.case.id)
+        fresh: list[tuple[int, str]] | None = None
+        if kept and kept[0] == inputs:
+            comps = [CaseComparison.model_validate_json(b) for b in kept[1:]]
+        else:
+            comps = compare_case(rec, format_features)
+            fresh = [(c.repeat, c.model_dump_json()) for c in comps]
+        for f in calls:
+            f(rec, comps)
+        counted[0] += len(comps)
+        if comps and consume is not None:
+            consume(comps)
+        yield rec.case.id, inputs, fresh
+
+
+def _may_split(store: RunStore, workers: int | None) -> bool:
+    """Whether this walk can use a second process: asked for (or a run large enough), a second core, and a safe fork.
+
+    A fork copies only the calling thread: with other threads running (a
+    lock one of them holds would stay held in the copy forever) the walk
+    stays in one process.
+    """
+    if workers == 1 or not hasattr(os, "fork") or threading.active_count() > 1:
+        return False
+    if workers is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return cores >= 2 and store.case_count() >= SPLIT_MIN_CASES
+    return store.case_count() >= 2
+
+
+class _Done:
+    """The last thing the second process sends: how many records it walked, and each tally's part."""
+
+    def __init__(self, count: int, parts: list[Any]):
+        self.count, self.parts = count, parts
+
+
+class _SecondHalf:
+    """The fork that walks the cases from the middle id on (`_walk_second`), and the file it writes to.
+
+    Forked while this process's connection holds no statement and no
+    transaction open: the fork opens a connection of its own, and SQLite's
+    bookkeeping of the locks of this one, copied into it, records none.
+    """
+
+    def __init__(self, store: RunStore, salt: str, tallies: Sequence[SplitTally]):
+        self.middle = store.case_id_at(store.case_count() // 2)
+        self.out = tempfile.TemporaryFile()  # noqa: SIM115  (closed by `close`, after the walk that reads it)
+        self.pid: int | None = os.fork()
+        if self.pid == 0:  # pragma: no cover  (the fork: the tests check what it sends)
+            _walk_second(store.folder, salt, tallies, self.middle, self.out)
+
+    def finished(self) -> bool:
+        """Wait for the fork; True when it wrote everything (it exits 0 only then)."""
+        assert self.pid is not None
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = None
+        return os.waitstatus_to_exitcode(status) == 0
+
+    def close(self) -> None:
+        """Stop the fork if it is still running (the walk failed or was interrupted), and drop its file."""
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self.pid = None
+        self.out.close()
+
+
+def _split_walk(store: RunStore, salt: str, tallies: Sequence[SplitTally], counted: list[int], second: _SecondHalf) -> Iterator[_Item]:
+    """The walk over two processes: this one takes the cases before the middle id, the fork the rest.
+
+    The fork walks its range with its copies of the tallies (still empty)
+    and writes its items, a batch at a time, and then its tallies' parts to
+    a temporary file, so neither process holds more than a batch of cases.
+    Once this process has walked its range, it reads the fork's items in
+    order (the store's transaction writes them as its own) and merges the
+    parts into its tallies. If the fork failed in any way, this process
+    walks the second range itself: the same result, one core's time.
+    """
+    yield from _walk(store, salt, tallies, None, counted, stop=second.middle)
+    if not second.finished():
+        yield from _walk(store, salt, tallies, None, counted, start=second.middle)
+        return
+    out = second.out
+    out.seek(0)
+    while not isinstance(got := pickle.load(out), _Done):
+        yield from got
+    counted[0] += got.count
+    for tally, part in zip(tallies, got.parts, strict=True):
+        tally.merge(part)
+
+
+def _walk_second(folder: Path, salt: str, tallies: Sequence[SplitTally], start: str | None, out: IO[bytes]) -> NoReturn:
+    """The fork's side of `_split_walk`: walk [start, end), write the items and the parts, and exit at once.
+
+    `os._exit`: nothing of the parent's (its connection, its temporary
+    files, atexit handlers, buffered output) is closed or flushed twice.
+    """
+    code = 1
+    try:
+        counted = [0]
+        with RunStore.open(folder) as own:
+            batch: list[_Item] = []
+            for item in _walk(own, salt, tallies, None, counted, start=start):
+                batch.append(item)
+                if len(batch) >= 256:
+                    pickle.dump(batch, out, pickle.HIGHEST_PROTOCOL)
+                    batch = []
+            pickle.dump(batch, out, pickle.HIGHEST_PROTOCOL)
+            pickle.dump(_Done(counted[0], [t.part() for t in tallies]), out, pickle.HIGHEST_PROTOCOL)
+            out.flush()
+        code = 0
+    except BaseException:  # whatever failed, the parent walks this range itself
+        code = 1
+    finally:
+        os._exit(code)
 
 
 def comparison_salt(features: Features) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from itertools import groupby
 from typing import Any
 
@@ -63,6 +63,17 @@ class TextTally:
             self.rep_pairs += 1
             self.rep_identical += c.baseline_repeat_identical
 
+    def merge(self, later: TextTally) -> None:
+        """Fold in the tally of the cases after this one's: counts add up, values follow in order."""
+        for name in _COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(later, name))
+        self.similarity.extend(later.similarity)
+        self.divergence.extend(later.divergence)
+
+
+_COUNTS = tuple(f.name for f in fields(TextTally) if f.name not in ("similarity", "divergence"))
+"""`TextTally`'s counters (everything but its value arrays)."""
+
 
 @dataclass
 class RunDigest:
@@ -100,6 +111,34 @@ class RunDigest:
                 d = per.setdefault(side, {"count": 0, "requests": 0})
                 d["requests"] += 1
                 d["count"] += not ok
+
+    def merge(self, later: RunDigest) -> None:
+        """Fold in the digest of the cases after this one's, as if `add` had gone on with them.
+
+        Lists and arrays continue in case order and dictionaries gain the
+        later keys after their own (the order the statistics and
+        summary.json see them in is the order of one walk).
+        """
+        for cat, checks in later.outcomes.items():
+            mine = self.outcomes.setdefault(cat, {})
+            for name, outs in checks.items():
+                mine.setdefault(name, []).extend(outs)
+        for cat, text in later.text.items():
+            if cat in self.text:
+                self.text[cat].merge(text)
+            else:
+                self.text[cat] = text
+        for cat, drift in later.drift.items():
+            if cat in self.drift:
+                self.drift[cat].merge(drift)
+            else:
+                self.drift[cat] = drift
+        for route, sides in later.route_errors.items():
+            per = self.route_errors.setdefault(route, {})
+            for side, d in sides.items():
+                got = per.setdefault(side, {"count": 0, "requests": 0})
+                got["count"] += d["count"]
+                got["requests"] += d["requests"]
 
     @classmethod
     def of(cls, comps: Iterable[CaseComparison]) -> RunDigest:

@@ -124,6 +124,27 @@ class JudgeTally:
         if d.get("rubric_delta") is not None:
             a["_deltas"].append(float(d["rubric_delta"]))
 
+    def merge(self, later: JudgeTally) -> None:
+        """Fold in the tally of the cases after this one's: counts add up, lists go on in case order."""
+        for cat, theirs in later._acc.items():
+            acc = self._acc.get(cat)
+            if acc is None:
+                self._acc[cat] = theirs
+                continue
+            for key, value in theirs.items():
+                if isinstance(value, list):
+                    acc[key].extend(value)
+                else:
+                    acc[key] += value
+        for mine, other in ((self._aa, later._aa), (self._bias, later._bias)):
+            for name, counts in other.items():
+                got = mine.get(name)
+                if got is None:
+                    mine[name] = counts
+                else:
+                    for key, n in counts.items():
+                        got[key] += n
+
     def summary(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for cat, acc in sorted(self._acc.items()):

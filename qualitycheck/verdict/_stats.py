@@ -192,6 +192,10 @@ class CaseOutcome:
     def c_rate(self) -> float:
         return sum(self.candidate) / len(self.candidate)
 
+    def __reduce__(self) -> tuple[Callable[..., CaseOutcome], tuple[Any, ...]]:
+        """Pickled as a constructor call (a third of the time of a slotted dataclass's state), and re-sharing its tuples when read."""
+        return _outcome, (self.case_id, self.route, self.baseline, self.candidate, self.control, self.control_pairs)
+
 
 _SHARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 """Outcome tuples repeat endlessly ((True,), (False,), ...): one shared copy each keeps 100,000 cases small."""
@@ -199,6 +203,11 @@ _SHARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 def _shared(t: tuple[Any, ...]) -> tuple[Any, ...]:
     return _SHARED.setdefault(t, t) if len(t) <= 8 else t
+
+
+def _outcome(case_id: str, route: str, *outcomes: tuple[Any, ...]) -> CaseOutcome:
+    """A `CaseOutcome` read back from a pickle (the walk's second process sends them), its outcome tuples shared again."""
+    return CaseOutcome(case_id, route, *map(_shared, outcomes))
 
 
 def add_case_outcomes(into: dict[str, dict[str, list[CaseOutcome]]], reps: Sequence[CaseComparison]) -> None:
@@ -689,6 +698,22 @@ class DriftTally:
         if into:
             self._loose.append(into)
             self._loose_rows.append(row)
+
+    def merge(self, later: DriftTally) -> None:
+        """Fold in the rows of the cases after this tally's, numbered after its own (blocks of a layout it has continue)."""
+        offset = self.rows
+        for key, block in later._blocks.items():
+            mine = self._blocks.get(key)
+            if mine is None:
+                mine = self._blocks[key] = _Block(block.keys, block.k is not None)
+            mine.rows.frombytes((np.frombuffer(block.rows, dtype=np.int64) + offset).tobytes())
+            mine.b.extend(block.b)
+            mine.c.extend(block.c)
+            if mine.k is not None and block.k is not None:
+                mine.k.extend(block.k)
+        self._loose.extend(later._loose)
+        self._loose_rows.extend(row + offset for row in later._loose_rows)
+        self.rows += later.rows
 
     def samples(self) -> dict[str, DriftSamples]:
         """feature → its paired values in row order (features without a single pair are absent, as with `add_drift`)."""

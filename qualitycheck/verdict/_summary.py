@@ -19,7 +19,7 @@ from qualitycheck.core._records import FORMAT_VERSION
 from qualitycheck.core._store import NOISE_FLOOR_ARTIFACT, PREFLIGHT_ARTIFACT, CaseRecords, RunStore
 from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary, gpu_summary
 from qualitycheck.serving._errors import ErrorTally
-from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, compare_run
+from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, SplitTally, compare_run
 from qualitycheck.verdict._digest import RunDigest, TextTally
 from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, build_rules, decide, parse_guardrails
 from qualitycheck.verdict._human_summary import add_human_stats, human_category, human_review, human_tally
@@ -77,6 +77,15 @@ class _Errors:
             if r.error is not None:
                 self._sides.setdefault(r.target, ErrorTally()).add(r)
 
+    def merge(self, later: _Errors) -> None:
+        """Fold in the errors of the cases after this tally's (each kind keeps its first message)."""
+        for side, tally in later._sides.items():
+            mine = self._sides.get(side)
+            if mine is None:
+                self._sides[side] = tally
+            else:
+                mine.merge(tally)
+
     def summary(self, store: RunStore) -> dict[str, ErrorCounts]:
         return {
             t: ErrorCounts(
@@ -87,6 +96,32 @@ class _Errors:
             )
             for t, v in store.count_responses().items()
         }
+
+
+class _Tallies:
+    """The summary's share of the walk: the digest and the latency, slice, judge and error tallies (a `SplitTally`)."""
+
+    def __init__(self, store: RunStore):
+        self.digest = RunDigest()
+        self.latency, self.slices, self.judge = LatencyTally.for_store(store), SliceTally(), JudgeTally.for_store(store)
+        self.errors = _Errors()
+
+    def add(self, rec: CaseRecords, comps: list[CaseComparison]) -> None:
+        self.digest.add(comps)
+        self.latency.add(rec)
+        self.slices.add(rec)
+        self.judge.add(rec)
+        self.errors.add(rec)
+
+    def part(self) -> _Tallies:
+        return self
+
+    def merge(self, later: _Tallies) -> None:
+        self.digest.merge(later.digest)
+        self.latency.merge(later.latency)
+        self.slices.merge(later.slices)
+        self.judge.merge(later.judge)
+        self.errors.merge(later.errors)
 
 
 def _check(s: CheckStats, tolerated: list[str], judge: dict[str, object] | None) -> CheckSummary:
@@ -191,7 +226,7 @@ def _noise_floor(store: RunStore, text: Mapping[str, TextTally]) -> NoiseFloorSu
     return NoiseFloorSummary(source="none", note="not measured: every pass→fail flip counts as a regression")
 
 
-def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[CaseConsumer] = ()) -> Summary:
+def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[CaseConsumer | SplitTally] = ()) -> Summary:
     """The whole verdict from the store: comparisons, statistics, guardrails, case statuses, fallback.
 
     One walk of the store (`compare_run`): each case is read and parsed once,
@@ -199,26 +234,25 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
     verdict always follows the current scores), and handed to the digest,
     the latency, slice and judge tallies, and every consumer in `also` (the
     report's row selection), so memory stays flat in the number of cases.
-    The sign-off text (`Summary.signoff`) is rendered by the caller.
+    When every consumer is a `SplitTally`, a large run is walked by two
+    processes (`compare_run`). The sign-off text (`Summary.signoff`) is
+    rendered by the caller.
     """
     cfg = cfg or Config()
     guard = parse_guardrails(cfg)
-    digest = RunDigest()
-    latency_tally, slice_tally, judge_tally = LatencyTally.for_store(store), SliceTally(), JudgeTally.for_store(store)
-    error_tally = _Errors()
+    tallies = _Tallies(store)
     humans = human_tally(store)  # None unless reviewers' labels were imported
+    each: list[CaseConsumer | SplitTally] = [tallies, *also]
+    if humans is not None:  # reviewers' labels fold in walk order only: a run with them is walked by one process
 
-    def tally(rec: CaseRecords, comps: list[CaseComparison]) -> None:
-        digest.add(comps)
-        latency_tally.add(rec)
-        slice_tally.add(rec)
-        judge_tally.add(rec)
-        error_tally.add(rec)
-        if humans is not None:
+        def add_humans(rec: CaseRecords, comps: list[CaseComparison]) -> None:
             for sc in rec.scores:
                 humans.add_judge_score(sc)
 
-    compare_run(store, each=[tally, *also])
+        each.append(add_humans)
+    compare_run(store, each=each)
+    digest, latency_tally, slice_tally = tallies.digest, tallies.latency, tallies.slices
+    judge_tally, error_tally = tallies.judge, tallies.errors
     noise = _noise_floor(store, digest.text)
     memo = StatsMemo.from_json(store.artifact(STATS_MEMO_ARTIFACT))
     with memo.active():  # a rebuild of an unchanged run computes nothing with scipy, and never imports it

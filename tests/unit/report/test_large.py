@@ -14,7 +14,7 @@ from qualitycheck.core._cases import Case
 from qualitycheck.core._records import ErrorInfo, Response, Score
 from qualitycheck.core._store import RunStore
 from qualitycheck.report import collect, print_summary, render_html, write_report
-from qualitycheck.report._data import _Reservoir
+from qualitycheck.report._data import _mixed, _Reservoir
 from qualitycheck.report._terminal import make_console
 from qualitycheck.verdict._compare import similarity
 from qualitycheck.verdict._model import Summary
@@ -168,13 +168,14 @@ def test_a_sampled_chart_says_so(mixed: tuple[Path, Summary]) -> None:
 
 
 def test_the_itl_chart_samples_uniformly_past_its_bound() -> None:
-    res = _Reservoir(1_000, seed=3)
-    for chunk in np.array_split(np.arange(100_000, dtype=np.float64), 700):
-        res.add(chunk)
+    res = _Reservoir(1_000)
+    keys = _mixed(np.arange(100_000, dtype=np.uint64) + np.uint64(3 << 32))  # each value's key: a hash of where it comes from
+    for chunk, chunk_keys in zip(np.array_split(np.arange(100_000, dtype=np.float64), 700), np.array_split(keys, 700)):
+        res.add(chunk, chunk_keys)
     sample = res.values()
     assert res.seen == 100_000 and len(sample) == 1_000 and len(set(sample.tolist())) == 1_000
     assert 40_000 < float(np.median(sample)) < 60_000 and sample.min() < 5_000 and sample.max() > 95_000  # spans the stream
     small = _Reservoir(1_000)
-    small.add(np.array([3.0, 1.0]))
-    small.add(np.array([2.0]))
+    small.add(np.array([3.0, 1.0]), np.array([9, 8], dtype=np.uint64))
+    small.add(np.array([2.0]), np.array([7], dtype=np.uint64))
     assert small.values().tolist() == [3.0, 1.0, 2.0]  # under the bound: every value, in order
