@@ -85,6 +85,8 @@ class Proxy:
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
+            if not self.thread.is_alive():  # a loop left open fails in its __del__ whenever a later collection finds it
+                self.loop.close()
 
     def counter(self, name: str, **labels: str) -> float:
         value = self.metrics.registry.get_sample_value(name, labels or None)
