@@ -251,14 +251,15 @@ class RunStore:
             if scores
             else iter(())
         )
-        response_of, score_of = Response.model_validate_json, Score.model_validate_json
+        # the validators themselves: `model_validate_json` adds a Python call per record to what they do
+        response_of, score_of = Response.__pydantic_validator__.validate_json, Score.__pydantic_validator__.validate_json
         for body in self._case_bodies(by_id=True, judged_only=judged_only, start=start, stop=stop):
             case = _case_of(body)
             r_bodies, s_bodies = resp.take(case.id), sc.take(case.id)
             yield CaseRecords(
                 case,
-                [response_of(b) for b in r_bodies],
-                [score_of(b) for b in s_bodies],
+                list(map(response_of, r_bodies)),
+                list(map(score_of, s_bodies)),
                 _digest_of(body, r_bodies, s_bodies) if inputs else "",
             )
 

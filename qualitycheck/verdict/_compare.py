@@ -17,6 +17,7 @@ import difflib
 import os
 import pickle
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -335,13 +336,14 @@ def _walk(
     from qualitycheck.scoring._format import format_features
 
     calls = [f.add if isinstance(f, SplitTally) else f for f in each]
+    comparison_of = CaseComparison.__pydantic_validator__.validate_json  # without `model_validate_json`'s Python call per record
     stored = store.comparisons_with_inputs(start, stop)
     for rec in store.by_case(inputs=True, start=start, stop=stop):
         inputs = f"{salt}:{rec.inputs}"
         kept = stored.take(rec.case.id)
         fresh: list[tuple[int, str]] | None = None
         if kept and kept[0] == inputs:
-            comps = [CaseComparison.model_validate_json(b) for b in kept[1:]]
+            comps = [comparison_of(b) for b in kept[1:]]
         else:
             comps = compare_case(rec, format_features)
             fresh = [(c.repeat, c.model_dump_json()) for c in comps]
@@ -358,9 +360,10 @@ def _may_split(store: RunStore, workers: int | None) -> bool:
 
     A fork copies only the calling thread: with other threads running (a
     lock one of them holds would stay held in the copy forever) the walk
-    stays in one process.
+    stays in one process. Linux only: elsewhere system libraries numpy may
+    load (macOS's Accelerate) are not safe to use after a fork.
     """
-    if workers == 1 or not hasattr(os, "fork") or threading.active_count() > 1:
+    if workers == 1 or sys.platform != "linux" or threading.active_count() > 1:
         return False
     if workers is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -465,8 +468,6 @@ def comparison_salt(features: Features) -> str:
     upgrade or an edit of any of them makes every case compared afresh.
     """
     import hashlib
-    import sys
-    from pathlib import Path
 
     import pydantic
 
