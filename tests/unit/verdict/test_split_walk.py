@@ -242,6 +242,23 @@ def test_one_process_when_threads_run_or_asked(tmp_path: Path) -> None:
             thread.join()
 
 
+def test_a_large_run_splits_only_with_a_core_free(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    store, _ = mixed(tmp_path, n=4)
+    monkeypatch.setattr(_compare, "SPLIT_MIN_CASES", 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    with store:
+        monkeypatch.setattr(os, "getloadavg", lambda: (0.3, 0.3, 0.3))
+        assert _compare._may_split(store, workers=None)
+        monkeypatch.setattr(os, "getloadavg", lambda: (1.6, 0.3, 0.3))  # the second core is busy: one process is faster
+        assert not _compare._may_split(store, workers=None)
+        assert _compare._may_split(store, workers=2)  # asked for: split whatever the load
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+        monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+        assert not _compare._may_split(store, workers=None)  # one core
+
+
 def _keys(n: int, seed: int) -> np.ndarray:
     return _mixed(np.arange(n, dtype=np.uint64) + np.uint64(seed << 32))
 
