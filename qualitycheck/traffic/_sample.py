@@ -85,12 +85,29 @@ _SPACE = b" \t\n\r\x0b\x0c"
 _ASCII_LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
 
 
+_ASCII = bytes(range(128))
+
+
 def _normalised(text: str) -> bytes:
     """Lower-cased, without whitespace: byte operations that run at memory speed, where splitting a
     prompt into words and joining them again costs more than the rest of a line's drafting. ASCII text
-    (most prompts) is lower-cased and stripped in one pass over its bytes; `str.lower` gives the same bytes."""
+    (most prompts) is lower-cased and stripped in one pass over its bytes; `str.lower` gives the same bytes.
+
+    Text with a few characters beyond ASCII (typographic quotes and dashes,
+    accented names) takes the same path when `str.lower` leaves each of
+    those characters as it is: UTF-8 spells them in bytes of 128 and above,
+    which the ASCII translation leaves alone, so only the ASCII letters
+    change, as they would. `str.lower` over the whole text costs several
+    times more per character, and is what any other text gets (a character
+    it changes, such as `É`, `İ`, the Kelvin sign, or a sigma, whose
+    lower case depends on what follows it).
+    """
     if text.isascii():
         return text.encode().translate(_ASCII_LOWER, _SPACE)
+    raw = text.encode("utf-8", "surrogatepass")
+    beyond = raw.translate(None, _ASCII).decode("utf-8", "surrogatepass")
+    if beyond.lower() == beyond:
+        return raw.translate(_ASCII_LOWER, _SPACE)
     return text.lower().encode("utf-8", "surrogatepass").translate(None, _SPACE)
 
 

@@ -177,3 +177,18 @@ def test_keys_and_digests_are_the_documented_hashes() -> None:
         h.update(f"\x1f{m['role']}\x1f".encode() + text)
     h.update(b"\x1f" + repr(case["params"]["tools"]).encode())
     assert prompt_digest(case) == int.from_bytes(h.digest(), "big")
+
+
+def test_text_beyond_ascii_normalises_as_str_lower_does() -> None:
+    """Text whose characters beyond ASCII `str.lower` leaves alone is lower-cased as bytes; it must give what
+    `str.lower` gives, for every mix of those with characters it changes (sigma depends on what follows it)."""
+    chars = [*"aZ \t\n1’“”—ßıσςé", "Σ", "İ", "K", "É", "ǅ", "ẞ", "Ω", "\ud800", "\U0001d400", "ﬀ"]
+
+    def by_str_lower(text: str) -> bytes:
+        return text.lower().encode("utf-8", "surrogatepass").translate(None, b" \t\n\r\x0b\x0c")
+
+    rng = random.Random(3)
+    texts = [a + b + c for a in chars for b in chars for c in chars]
+    texts += ["".join(rng.choice(chars) for _ in range(rng.randint(4, 40))) for _ in range(5000)]
+    texts += ["Qu’est-ce QUE “ça”? — Rien.", "ΟΔΟΣ ΣΑΣ", "İSTANBUL", "The Kelvin sign: 5 K"]
+    assert [_sample._normalised(t) for t in texts] == [by_str_lower(t) for t in texts]
