@@ -400,8 +400,89 @@ def loads(raw: bytes) -> Any:
         return json.loads(raw)
 
 
+class _Function(msgspec.Struct):
+    name: str
+    arguments: str
+
+
+class _ToolCall(msgspec.Struct):
+    function: _Function | None = None
+
+
+class _Message(msgspec.Struct):
+    content: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Choice(msgspec.Struct):
+    message: _Message | None = None
+    text: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    completion_tokens: int | None = None
+
+
+class _Completion(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+
+
+class _RequestLine(msgspec.Struct):
+    """A request/response line as a well-formed log writes it: the answer read into its few fields replay needs.
+
+    Decoding into these types skips what replay never reads (ids, roles,
+    finish reasons, other usage counts) and the checks a dict would need.
+    Whatever has another type anywhere in those fields is refused as a
+    whole and read by the generic path, which then decides, so a line gives
+    the same request (or the same reason) either way.
+    """
+
+    request: Any = None
+    response: _Completion | None = None
+    tags: dict[str, Any] | None = None
+    id: Any = None
+
+
+_decode_request_line = msgspec.json.Decoder(_RequestLine).decode
+
+
+def _logged_typed(response: _Completion | None) -> Logged | None:
+    """`logged_from_completion` for a completion of the expected types."""
+    if response is None:
+        return None
+    tokens = response.usage.completion_tokens if response.usage is not None else None
+    if tokens is not None and tokens < 0:
+        tokens = None
+    if not response.choices:
+        return Logged(completion_tokens=tokens) if tokens is not None else None
+    choice = response.choices[0]
+    msg = choice.message
+    if msg is None:
+        return Logged(choice.text, (), tokens)
+    calls = tuple((c.function.name, c.function.arguments) for c in msg.tool_calls or () if c.function is not None)
+    return Logged(msg.content, calls, tokens)
+
+
+def _request_line(raw: bytes) -> Request | str | None:
+    """A request/response line through the typed decoder; None when it refuses the line (the generic path reads it)."""
+    try:
+        line = _decode_request_line(raw)
+    except Exception:  # any refusal (a type, malformed JSON, nesting): the generic path gives the value or the reason
+        return None
+    tags = _tags(line.tags)
+    if isinstance(tags, str):
+        return tags
+    key = line.id if isinstance(line.id, str) else None
+    return _body_request(line.request, tags, _logged_typed(line.response), key)
+
+
 def parse_json_line(fmt: LogFormat, raw: bytes, outputs: dict[str, Logged] | None = None) -> Request | str:
     """One line of a JSON log as a request, or why it cannot be one."""
+    if fmt == "request_response":
+        typed = _request_line(raw)
+        if typed is not None:
+            return typed
     try:
         obj = loads(raw)
     except ValueError as exc:

@@ -274,3 +274,64 @@ def test_loads_reads_what_json_loads_reads_and_fails_as_it_fails(raw: bytes) -> 
             return ("error", type(exc), str(exc))
 
     assert outcome(loads) == outcome(json.loads)
+
+
+_ANSWERS: list[Any] = [
+    None,
+    {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+        "usage": {"completion_tokens": 7},
+    },
+    {"choices": [{"message": {"content": None, "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]}}]},
+    {"choices": [{"message": {"content": None, "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]}}]},
+    {"choices": [{"message": {"tool_calls": [{"function": {"arguments": "{}"}}, {"function": None}, "x", None]}}]},
+    {"choices": [{"message": {"content": [{"type": "text", "text": "parts"}]}}]},
+    {"choices": [{"message": "a string"}, {"text": "second"}]},
+    {"choices": [{"message": None, "text": "plain completion"}]},
+    {"choices": [{"text": 5}]},
+    {"choices": ["x"]},
+    {"choices": []},
+    {"choices": {"0": {}}},
+    {"usage": {"completion_tokens": 3}},
+    {"usage": {"completion_tokens": True}},
+    {"usage": {"completion_tokens": -2}, "choices": [{"message": {"content": "abc"}}]},
+    {"usage": {"completion_tokens": 1.5}},
+    {"usage": {"completion_tokens": "3"}},
+    {"usage": {"completion_tokens": 10**30}},
+    {"usage": "none"},
+    [],
+    "text",
+]
+
+
+@pytest.mark.parametrize("answer", _ANSWERS)
+@pytest.mark.parametrize(
+    "rest",
+    [
+        {"request": {"messages": [{"role": "user", "content": "hi"}]}, "tags": {"route": "a", "n": 5, "off": None}, "id": "r-1"},
+        {"request": {"prompt": "hi"}, "id": 3, "tags": None},
+        {"request": [1], "tags": ["a"]},
+        {"tags": {"route": "a"}},
+    ],
+)
+def test_the_typed_decode_of_a_request_line_gives_what_the_generic_path_gives(
+    answer: Any, rest: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Request/response lines are decoded into typed structs; a line they refuse (any other type anywhere
+    in the fields read) goes to the generic path. Either way the request, or the reason, is the same."""
+    from qualitycheck.traffic import _formats
+
+    raws = [json.dumps({**rest, "response": answer}).encode()]
+    raws.append(raws[0].replace(b'"request"', b'"request": 0, "request"', 1))  # a repeated key: the last one counts
+    raws.append(raws[0][:-1] + b', "extra": NaN}')
+    typed = [parse_json_line("request_response", raw) for raw in raws]
+    monkeypatch.setattr(_formats, "_request_line", lambda raw: None)
+    assert typed == [parse_json_line("request_response", raw) for raw in raws]
+
+
+def test_a_well_formed_request_line_takes_the_typed_decode() -> None:
+    from qualitycheck.traffic._formats import _request_line
+
+    line = {"request": {"messages": []}, "response": _ANSWERS[1], "tags": {"route": "a"}}
+    assert _request_line(json.dumps(line).encode()) == parse_json_line("request_response", json.dumps(line).encode())
+    assert _request_line(json.dumps({**line, "response": _ANSWERS[3]}).encode()) is None  # arguments as an object: generic
