@@ -226,7 +226,14 @@ def test_latency_bucketed_past_its_bound_is_bucketed_alike(
     assert two == one
 
 
-def test_one_process_when_threads_run_or_asked(tmp_path: Path) -> None:
+def _threads_from_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Count only the threads started from here on, plus this one (a test runner may run threads of its own)."""
+    before = len(threading.enumerate())
+    monkeypatch.setattr(threading, "active_count", lambda: len(threading.enumerate()) - before + 1)
+
+
+def test_one_process_when_threads_run_or_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _threads_from_now(monkeypatch)
     store, _ = mixed(tmp_path, n=4)
     with store:
         assert _compare._may_split(store, workers=2)
@@ -245,6 +252,7 @@ def test_one_process_when_threads_run_or_asked(tmp_path: Path) -> None:
 def test_a_large_run_splits_only_with_a_core_free(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
+    _threads_from_now(monkeypatch)
     store, _ = mixed(tmp_path, n=4)
     monkeypatch.setattr(_compare, "SPLIT_MIN_CASES", 4)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
