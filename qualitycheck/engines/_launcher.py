@@ -16,7 +16,6 @@ a 4 GB process behind.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import json
 import os
 import shlex
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from qualitycheck.core._errors import QualitycheckError
+from qualitycheck.core._process import die_with_parent
 
 __all__ = [
     "LaunchError",
@@ -137,11 +137,7 @@ def api_server_argv(
 
 def _set_parent_death_signal() -> None:
     """Runs in the child before exec: if qualitycheck is SIGKILLed, the kernel sends the server SIGTERM."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    die_with_parent(signal.SIGTERM)
 
 
 _LIVE: set[VllmServer] = set()

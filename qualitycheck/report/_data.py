@@ -13,12 +13,13 @@ matter most, so a 100,000-case run costs what 5,000 cases cost.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import pickle
 import shutil
 import time
-import zlib
+import weakref
 from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -252,6 +253,8 @@ class _Reservoir:
 
     def add(self, values: np.ndarray, keys: np.ndarray) -> None:
         self.seen += len(values)
+        if self.size <= 0:  # a chart without gaps
+            return
         if self._bound is not None:
             low = keys <= self._bound
             values, keys = values[low], keys[low]
@@ -297,13 +300,13 @@ def _mixed(x: np.ndarray) -> np.ndarray:
 
 
 def _response_seed(case_id: str, target: str, repeat: int) -> int:
-    """A response's identity as the high 32 bits of its gaps' sampling keys (the low 32 are a gap's place): the same in every process and walk.
+    """A response's identity, 64 bits, combined with each gap's place into the gap's sampling key: the same in every process and walk.
 
-    A CRC, not a cryptographic hash: it is computed for every streamed
-    response. Two responses whose CRCs collide draw the same keys, so both
-    keep or drop their k-th gap together; each gap's chance is unchanged.
+    64 bits so that two gaps practically never share a key: with equal keys
+    at the sample's edge, which one is kept would depend on the order the
+    walk met them in, and the split walk's sample would differ from one walk's.
     """
-    return zlib.crc32(f"{case_id}\0{target}\0{repeat}".encode()) << 32
+    return int.from_bytes(hashlib.blake2b(f"{case_id}\0{target}\0{repeat}".encode(), digest_size=8).digest(), "little")
 
 
 class _Latency:
@@ -377,7 +380,7 @@ class _Latency:
         starts = np.asarray(self._starts[side], dtype=np.int64)
         owner = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(times))))  # the response of each chunk time
         place = (np.arange(len(times)) - starts[owner]).astype(np.uint64)
-        keys = _mixed(np.asarray(self._seeds[side], dtype=np.uint64)[owner] | place)
+        keys = _mixed(np.asarray(self._seeds[side], dtype=np.uint64)[owner] ^ place)
         within = np.ones(len(gaps), dtype=bool)
         within[starts[1:] - 1] = False  # the step from one response's last chunk to the next one's first is no gap
         self.itl[side].add(gaps[within], keys[:-1][within])
@@ -519,6 +522,8 @@ class _Spill:
         self._rows: dict[str, CaseRow] = {}
         self._db: Any = None
         self._dir: str | None = None
+        self._cleanup: Any = None
+        """Deletes the folder if this spill is dropped without `close` (a summary that failed half-way)."""
 
     def put(self, row: CaseRow) -> None:
         if self._db is None and len(self._rows) < self._limit:
@@ -529,6 +534,7 @@ class _Spill:
             import tempfile
 
             self._dir = tempfile.mkdtemp(prefix="qc-report-")
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self._dir, True)
             self._db = sqlite3.connect(Path(self._dir) / "rows.sqlite")
             self._db.execute("CREATE TABLE rows (id TEXT PRIMARY KEY, body BLOB NOT NULL)")
         self._db.execute("INSERT OR REPLACE INTO rows VALUES (?,?)", (row.id, pickle.dumps(row, pickle.HIGHEST_PROTOCOL)))
@@ -549,6 +555,7 @@ class _Spill:
         if self._db is not None:
             self._db.commit()
             self._db.close()
+            self._cleanup.detach()  # the receiver deletes it
             folder, self._db, self._dir = self._dir, None, None
         self._rows = {}
         return rows, folder
@@ -572,7 +579,7 @@ class _Spill:
         self._rows.clear()
         if self._db is not None:
             self._db.close()
-            shutil.rmtree(self._dir or "", ignore_errors=True)
+            self._cleanup()
             self._db = self._dir = None
 
 

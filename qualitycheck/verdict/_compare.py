@@ -16,16 +16,19 @@ from __future__ import annotations
 import difflib
 import os
 import pickle
+import shutil
 import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from qualitycheck.core._process import die_with_parent
 from qualitycheck.core._records import FORMAT_VERSION, Response, Score
 from qualitycheck.core._store import CaseRecords, RunStore
 
@@ -274,6 +277,8 @@ class SplitTally(Protocol):
 
 SPLIT_MIN_CASES = 1_000
 """Cases from which the walk is split over two processes (below it the fork and the merge cost more than they save)."""
+SECOND_HALF_GRACE_S = 60.0
+"""How long past four times this process's own half the fork may take before it is taken for stuck (and its half walked here)."""
 
 _Item = tuple[str, str, list[tuple[int, str]] | None]
 """(case id, inputs digest, fresh records or None): what `RunStore.update_comparisons` takes per case."""
@@ -312,8 +317,10 @@ def compare_run(
     salt = comparison_salt(format_features)
     counted = [0]
     tallies = [f for f in each if isinstance(f, SplitTally)]
-    if consume is None and len(tallies) == len(each) and _may_split(store, workers):
-        second = _SecondHalf(store, salt, tallies)  # forked before the store's transaction begins: no lock is held across the fork
+    second = (
+        _SecondHalf.start(store, salt, tallies) if consume is None and len(tallies) == len(each) and _may_split(store, workers) else None
+    )
+    if second is not None:
         try:
             store.update_comparisons(_split_walk(store, salt, tallies, counted, second))
         finally:
@@ -383,34 +390,73 @@ class _Done:
 
 
 class _SecondHalf:
-    """The fork that walks the cases from the middle id on (`_walk_second`), and the file it writes to.
+    """The fork that walks the cases from the middle id on (`_walk_second`), the file it writes to, and its temporary folder.
 
     Forked while this process's connection holds no statement and no
-    transaction open: the fork opens a connection of its own, and SQLite's
-    bookkeeping of the locks of this one, copied into it, records none.
+    transaction open. The fork opens a connection of its own and never
+    touches the copy of this one; SQLite's record of this process's locks
+    is copied with it, so the fork's own connection may rely on locks that
+    this process holds. Hence the rule: this process keeps its connection
+    open until the fork has ended (`close` comes before the store's), and
+    the fork dies with it (`die_with_parent`).
     """
 
     def __init__(self, store: RunStore, salt: str, tallies: Sequence[SplitTally]):
         self.middle = store.case_id_at(store.case_count() // 2)
-        self.out = tempfile.TemporaryFile()  # noqa: SIM115  (closed by `close`, after the walk that reads it)
-        self.pid: int | None = os.fork()
+        self.tmp = tempfile.mkdtemp(prefix="qc-walk-")
+        """The fork's temporary files (a spill of rows) go here, and go with it whatever becomes of the fork."""
+        self.out = tempfile.TemporaryFile(dir=self.tmp)  # noqa: SIM115  (closed by `close`, after the walk that reads it)
+        parent = os.getpid()
+        self.pid: int | None = None
+        try:
+            self.pid = os.fork()
+        except BaseException:
+            self._remove()
+            raise
         if self.pid == 0:  # pragma: no cover  (the fork: the tests check what it sends)
+            die_with_parent(signal.SIGKILL, parent)
+            tempfile.tempdir = self.tmp
             _walk_second(store.folder, salt, tallies, self.middle, self.out)
 
-    def finished(self) -> bool:
-        """Wait for the fork; True when it wrote everything (it exits 0 only then)."""
+    @classmethod
+    def start(cls, store: RunStore, salt: str, tallies: Sequence[SplitTally]) -> _SecondHalf | None:
+        """The fork, or None when the system refuses one (a process limit, memory): the walk then stays in one process."""
+        try:
+            return cls(store, salt, tallies)
+        except OSError:
+            return None
+
+    def finished(self, timeout_s: float) -> bool:
+        """Wait for the fork, at most `timeout_s`; True when it wrote everything (it exits 0 only then).
+
+        A fork still running then is stopped: this process walks its half
+        itself, as it does when the fork failed.
+        """
         assert self.pid is not None
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = None
-        return os.waitstatus_to_exitcode(status) == 0
+        deadline = time.monotonic() + timeout_s
+        pause = 0.001
+        while True:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid != 0:
+                self.pid = None
+                return os.waitstatus_to_exitcode(status) == 0
+            if time.monotonic() >= deadline:
+                self.close()
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def close(self) -> None:
-        """Stop the fork if it is still running (the walk failed or was interrupted), and drop its file."""
+        """Stop the fork if it is still running (the walk failed or was interrupted), and drop its files."""
         if self.pid is not None:
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
             self.pid = None
+        self._remove()
+
+    def _remove(self) -> None:
         self.out.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def _split_walk(store: RunStore, salt: str, tallies: Sequence[SplitTally], counted: list[int], second: _SecondHalf) -> Iterator[_Item]:
@@ -424,8 +470,10 @@ def _split_walk(store: RunStore, salt: str, tallies: Sequence[SplitTally], count
     parts into its tallies. If the fork failed in any way, this process
     walks the second range itself: the same result, one core's time.
     """
+    began = time.monotonic()
     yield from _walk(store, salt, tallies, None, counted, stop=second.middle)
-    if not second.finished():
+    # the fork's half is as large as this one: a fork that takes several times as long is stuck, not slow
+    if not second.finished(timeout_s=SECOND_HALF_GRACE_S + 4 * (time.monotonic() - began)):
         yield from _walk(store, salt, tallies, None, counted, start=second.middle)
         return
     out = second.out

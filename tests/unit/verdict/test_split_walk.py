@@ -9,9 +9,14 @@ fork) and on a report of the finished run (every record read back).
 
 from __future__ import annotations
 
+import gc
+import os
 import re
+import tempfile
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +27,7 @@ from qualitycheck.core._config import Config
 from qualitycheck.core._records import ErrorInfo, Response, Score, Usage
 from qualitycheck.core._store import RunStore
 from qualitycheck.pipeline._run import finish, summarize
-from qualitycheck.report._data import RowCollector, _mixed, _Reservoir
+from qualitycheck.report._data import RowCollector, _mixed, _Reservoir, _Spill
 from qualitycheck.report._html import render_html
 from qualitycheck.verdict import _compare
 from tests.unit.verdict.summary_scenarios import SCENARIOS, drift_features
@@ -109,8 +114,8 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> Callable[[bool], list[bool]]:
     finished: list[bool] = []
     original = _compare._SecondHalf.finished
 
-    def spy(self: Any) -> bool:
-        finished.append(original(self))
+    def spy(self: Any, **kwargs: Any) -> bool:
+        finished.append(original(self, **kwargs))
         return finished[-1]
 
     monkeypatch.setattr(_compare._SecondHalf, "finished", spy)
@@ -184,6 +189,81 @@ def test_a_failed_fork_is_walked_again_by_the_parent(
     two = _finished(mixed, tmp_path / "two", capsys)
     assert finished == [False, False]
     assert two == one
+
+
+@pytest.fixture
+def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temporary folder of this test's for every temporary file the walk makes, to see what it leaves behind."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_a_fork_the_system_refuses_leaves_the_walk_in_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forced: Callable[[bool], list[bool]], capsys: pytest.CaptureFixture[str], own_tmp: Path
+) -> None:
+    forced(False)
+    one = _finished(mixed, tmp_path / "one", capsys)
+    finished = forced(True)
+
+    def refuse() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")  # fork's EAGAIN at a process limit
+
+    monkeypatch.setattr(os, "fork", refuse)
+    two = _finished(mixed, tmp_path / "two", capsys)
+    assert finished == []  # never forked
+    assert two == one
+    assert list(own_tmp.iterdir()) == []
+
+
+def test_a_stuck_fork_is_stopped_and_its_half_walked_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forced: Callable[[bool], list[bool]], capsys: pytest.CaptureFixture[str], own_tmp: Path
+) -> None:
+    forced(False)
+    one = _finished(mixed, tmp_path / "one", capsys)
+    finished = forced(True)
+
+    def hang(*args: Any) -> None:
+        time.sleep(3600)
+        os._exit(0)
+
+    monkeypatch.setattr(_compare, "_walk_second", hang)
+    monkeypatch.setattr(_compare, "SECOND_HALF_GRACE_S", 0.2)
+    two = _finished(mixed, tmp_path / "two", capsys)
+    assert finished == [False, False]
+    assert two == one
+    assert list(own_tmp.iterdir()) == []  # the stuck fork's folder went with it
+
+
+def test_a_split_walk_leaves_no_temporary_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forced: Callable[[bool], list[bool]], own_tmp: Path
+) -> None:
+    finished = forced(True)
+    _summary_and_report(mixed, tmp_path / "run", max_cases=0, itl_sample=5)  # both processes spill their waiting rows to files
+    assert finished == [True]
+    assert list(own_tmp.iterdir()) == []
+
+
+@dataclass
+class _Row:
+    id: str
+
+
+def test_a_spill_dropped_without_close_deletes_its_file(own_tmp: Path) -> None:
+    spill = _Spill(limit=0)
+    spill.put(_Row("a"))  # type: ignore[arg-type]
+    assert len(list(own_tmp.iterdir())) == 1
+    spill._db.close()
+    del spill
+    gc.collect()
+    assert list(own_tmp.iterdir()) == []
+
+
+def test_a_reservoir_of_size_zero_keeps_nothing() -> None:
+    r = _Reservoir(0)
+    r.add(np.arange(5.0), _keys(5, 1))
+    assert r.seen == 5 and r.values().tolist() == []
 
 
 def _summary_and_report(make: Make, folder: Path, *, max_cases: int, itl_sample: int) -> tuple[str, str]:
