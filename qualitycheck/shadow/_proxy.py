@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
@@ -320,6 +320,8 @@ class ShadowProxy:
         path = request.path
         if path.startswith("/qc/"):
             return self._own(path)
+        if "Expect" in request.headers and (refused := await _answer_expect(request)) is not None:
+            return refused
         kind = MIRRORED.get(path) if request.method == "POST" else None
         body = await request.read()
         self.metrics.requests[kind or "other"].inc()
@@ -552,4 +554,21 @@ def _decoder(encoding: str) -> Any:
         return zlib.decompressobj(16 + zlib.MAX_WBITS)
     if enc == "deflate":
         return zlib.decompressobj()
+    return None
+
+
+async def _answer_expect(request: web.BaseRequest) -> web.Response | None:
+    """`Expect: 100-continue` answered at once, as aiohttp's Application answers it (its low-level server leaves it to the handler).
+
+    A caller that sends the header waits for the interim answer before it
+    sends the body, so without it every such request would wait out the
+    caller's own expect timeout. Any other expectation is refused (417).
+    """
+    if request.version != HttpVersion11:
+        return None
+    expect = request.headers["Expect"]
+    if expect.lower() != "100-continue":
+        return web.Response(status=417, text=f"Unknown Expect: {expect}")
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0  # the interim answer is not part of the response's size
     return None

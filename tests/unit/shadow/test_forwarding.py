@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -232,3 +233,25 @@ def test_a_body_over_max_body_mb_is_refused_with_413_and_not_forwarded(servers: 
     assert status == 200 and json.loads(body)["choices"]
     p.settled()
     assert p.counter("qc_shadow_requests_total", endpoint="chat") == 1
+
+
+def test_expect_100_continue_is_answered_before_the_body_is_sent(servers: Any, proxy_for: Any) -> None:
+    """curl sends `Expect: 100-continue` with a large body and waits for the interim answer before sending it."""
+    base, cand = servers
+    p = proxy_for(shadow_config(base.url, cand.url))
+    parts = urlsplit(p.url)
+    body = json.dumps(chat("hello")).encode()
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n".encode()
+        )
+        assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")  # before the body: the caller would wait otherwise
+        sock.sendall(body)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += sock.recv(65536)
+    assert got.startswith(b"HTTP/1.1 200")
+    assert [r["body"]["messages"] for r in base.requests("/chat/completions")] == [chat("hello")["messages"]]
+    status, _, _ = call(p.url, "/v1/chat/completions", chat("x"), headers={"Expect": "something-else"})
+    assert status == 417 and len(base.requests("/chat/completions")) == 1
