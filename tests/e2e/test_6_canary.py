@@ -108,14 +108,14 @@ def _watch(
     script.write_text(RECORDER)
     log = tmp / "actions.jsonl"
     out = tmp / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "qualitycheck", "canary", "-c", str(cfg), "--candidate-metrics", metrics_url]
-        + ["--interval", "2s", "--window", window, "--trip-after", "2", "--on-fail", f"{sys.executable} {script} {log}", "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "NO_COLOR": "1", "PYTHONFAULTHANDLER": "1"},
-    )
+    # output to files, not pipes: nothing reads a pipe while the watcher runs, and a full one would stop it
+    stderr_path = tmp / "watcher.stderr"
+    argv = [sys.executable, "-m", "qualitycheck", "canary", "-c", str(cfg), "--candidate-metrics", metrics_url, "--out", str(out)]
+    argv += ["--interval", "2s", "--window", window, "--trip-after", "2", "--on-fail", f"{sys.executable} {script} {log}"]
+    with open(stderr_path, "w") as stderr_file:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=stderr_file, env={**os.environ, "NO_COLOR": "1", "PYTHONFAULTHANDLER": "1"}
+        )
     deadline = time.monotonic() + limit_s
     stuck = ""
     try:
@@ -136,7 +136,8 @@ def _watch(
             except subprocess.TimeoutExpired:
                 stuck += f"\nno exit within 120 s of SIGTERM: {_stuck(proc.pid)}"
                 proc.kill()
-        _, err = proc.communicate(timeout=60)
+        proc.wait(60)
+    err = stderr_path.read_text()
     ran = [json.loads(x) for x in log.read_text().splitlines()] if log.is_file() else []
     return proc.returncode, _records(out), ran, (stuck + "\n" if stuck else "") + err
 
