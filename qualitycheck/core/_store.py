@@ -523,8 +523,8 @@ def _id_range(column: str, start: str | None, stop: str | None) -> tuple[str, tu
 def _grouped(rows: Iterable[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:
     """(case id, body) rows ordered by case id → (case id, bodies), one group at a time.
 
-    A plain loop: `itertools.groupby` with a list per group costs twice as
-    much per row, and every walk of the store groups every row it reads.
+    A plain loop: `itertools.groupby` with a list per group costs more per
+    row (docs/PERFORMANCE.md), and every walk of the store groups every row it reads.
     """
     current: str | None = None
     bodies: list[str] = []

@@ -214,7 +214,7 @@ def _import_schema_library() -> None:
     """Import jsonschema with the IRI grammar left for the first check of an `iri` format.
 
     jsonschema's format checker imports `rfc3987_syntax`, which compiles
-    some forty Earley grammars as it is imported: seconds of CPU before the
+    its Earley grammars as it is imported: serial CPU before the
     first line is read, for formats (`iri`, `iri-reference`) that checking a
     schema against its meta-schema never asserts. While jsonschema is
     imported, a stand-in takes that module's place; the checker keeps the

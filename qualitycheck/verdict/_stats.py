@@ -193,7 +193,7 @@ class CaseOutcome:
         return sum(self.candidate) / len(self.candidate)
 
     def __reduce__(self) -> tuple[Callable[..., CaseOutcome], tuple[Any, ...]]:
-        """Pickled as a constructor call (a third of the time of a slotted dataclass's state), and re-sharing its tuples when read."""
+        """Pickled as a constructor call (cheaper than a slotted dataclass's state), and re-sharing its tuples when read."""
         return _outcome, (self.case_id, self.route, self.baseline, self.candidate, self.control, self.control_pairs)
 
 
