@@ -1,11 +1,22 @@
-"""Process plumbing for the stages that start processes of their own: vLLM servers, the report's second walk."""
+"""Process plumbing for the stages that start processes of their own or run long allocation-heavy loops.
+
+vLLM servers and the report's second walk end with the process that
+started them (`die_with_parent`); replay's workers and the report's second
+walk fork only when that is safe (`fork_is_safe`); the walk of the store and
+replay's read of a log run with the cyclic collector kept out of the way
+(`few_collections`).
+"""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["die_with_parent"]
+__all__ = ["die_with_parent", "few_collections", "fork_is_safe"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -26,3 +37,34 @@ def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> Non
         return
     if parent is not None and os.getppid() != parent:
         os.kill(os.getpid(), sig)
+
+
+def fork_is_safe() -> bool:
+    """Whether this process can fork: the system has fork, and no other thread runs.
+
+    A fork copies only the calling thread; a lock another thread holds at
+    that moment stays held in the copy forever.
+    """
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
+@contextmanager
+def few_collections(young: int, older: tuple[int, int] | None = None) -> Iterator[None]:
+    """A loop over millions of short-lived records without the cyclic collector rescanning the heap every few hundred.
+
+    Such records die by reference count, yet at the default threshold (700
+    new containers) the collector runs thousands of times, and its
+    collections of the older generations rescan every object alive, every
+    imported module's included. Inside the block, what was loaded before it
+    is frozen (never rescanned) and the young generation is collected every
+    `young` containers at least (`older`: the older generations' thresholds,
+    else unchanged); both are put back after.
+    """
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(max(threshold[0], young), *(older or threshold[1:]))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()

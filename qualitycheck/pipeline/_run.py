@@ -7,16 +7,15 @@ run folder redo their part without calling an endpoint.
 
 from __future__ import annotations
 
-import gc
 import sys
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qualitycheck.core._cases import Case, SuiteCases, scan_suite, suite_fingerprint
 from qualitycheck.core._config import Config
 from qualitycheck.core._errors import RunIncompleteError
+from qualitycheck.core._process import few_collections
 from qualitycheck.core._store import RunStore, StoredCases
 
 if TYPE_CHECKING:
@@ -24,6 +23,9 @@ if TYPE_CHECKING:
     from qualitycheck.verdict._model import Summary
 
 __all__ = ["finish", "manifest_for", "redo", "run", "summarize"]
+
+WALK_YOUNG_COLLECTION = 20_000
+"""Containers between young collections while the store is walked: its records die by reference count (`few_collections`)."""
 
 EXIT_FOR_VERDICT = {"pass": 0, "fail": 1, "inconclusive": 1}
 
@@ -126,7 +128,7 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True, re
     from qualitycheck.report._signoff import write_signoff
     from qualitycheck.verdict._summary import write_summary
 
-    with _few_collections():
+    with few_collections(WALK_YOUNG_COLLECTION):
         rows = RowCollector(store, max_cases=(cfg or Config()).run.report_max_cases) if report else None
         summary = summarize(store, cfg, also=[rows] if rows is not None else [])
         write_summary(store.folder, summary)
@@ -136,28 +138,6 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True, re
         else:
             print_summary(summary)
     return EXIT_FOR_VERDICT[summary.verdict]
-
-
-@contextmanager
-def _few_collections(young: int = 20_000) -> Iterator[None]:
-    """The walk of a large run without the cyclic collector rescanning the heap every few hundred records.
-
-    The walk parses millions of small records that reference counting frees
-    (they form no cycles), yet at the default threshold (700 new containers)
-    the collector runs thousands of times, and its collections of the older
-    generations rescan every object alive: all imported modules and every
-    row the report keeps. Here what is loaded before the walk is frozen
-    (never rescanned) and the young generation is collected every `young`
-    containers; both are restored after.
-    """
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(max(threshold[0], young), *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 def summarize(store: RunStore, cfg: Config | None = None, *, also: Sequence[CaseConsumer | SplitTally] = ()) -> Summary:

@@ -673,16 +673,24 @@ class RowCollector:
                 self._spill.put(row)
             return
         key = (-_RANK[self._count(case.category, known.statuses)], -index)
-        heap = self._heap
-        if self.max_cases == 0 or (len(heap) >= self.max_cases and key <= heap[0][:2]):
+        if not self._earns_place(key):
             return  # less important than every kept case: its row is never built
         row = _case_row(rec, repeats)
         _set_status(row, known)
         self._fill(row, rec, comps)
-        if len(heap) < self.max_cases:
-            heapq.heappush(heap, (*key, row))
+        self._keep((*key, row))
+
+    def _earns_place(self, key: tuple[int, int]) -> bool:
+        """Whether a case of this rank is among the `max_cases` most important so far."""
+        heap = self._heap
+        return self.max_cases > 0 and (len(heap) < self.max_cases or key > heap[0][:2])
+
+    def _keep(self, entry: tuple[int, int, CaseRow]) -> None:
+        """Keep a row that earned its place, dropping the least important kept one when the page is full."""
+        if len(self._heap) < self.max_cases:
+            heapq.heappush(self._heap, entry)
         else:
-            heapq.heapreplace(heap, (*key, row))
+            heapq.heapreplace(self._heap, entry)
 
     def part(self) -> _RowsPart:
         """What this collector gathered, for the collector that walked the cases before these (`merge`)."""
@@ -710,12 +718,9 @@ class RowCollector:
             for f, n in counts.items():
                 per_cat[f] += n
         self.checks |= part.checks
-        heap = self._heap
         for entry in part.heap:
-            if len(heap) < self.max_cases:
-                heapq.heappush(heap, entry)
-            elif entry[:2] > heap[0][:2]:
-                heapq.heapreplace(heap, entry)
+            if self._earns_place((entry[0], entry[1])):
+                self._keep(entry)
         self._pending.extend(part.pending)
         self._spill.take_over(part.rows, part.spilled)
 

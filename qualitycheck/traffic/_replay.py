@@ -31,7 +31,6 @@ import shutil
 import sys
 import tempfile
 import textwrap
-import threading
 import types
 from array import array
 from collections import Counter, deque
@@ -47,6 +46,7 @@ from pydantic import ValidationError
 from qualitycheck.core._cases import Case, _loc
 from qualitycheck.core._checks import LoadContext, check_registry
 from qualitycheck.core._errors import InputError, Problem
+from qualitycheck.core._process import few_collections, fork_is_safe
 from qualitycheck.traffic._formats import (
     JSON_FORMATS,
     SPAN_BYTES,
@@ -151,7 +151,7 @@ worker reads itself)."""
 _setup: _Setup | None = None
 
 
-_GC_THRESHOLDS = (50_000, 20, 100)
+_GC_YOUNG, _GC_OLDER = 50_000, (20, 100)
 """A line allocates some twenty containers that die with it: at the default threshold (700) the collector runs
 every few dozen lines and walks every young object; this rarely, it still frees cycles but costs little."""
 
@@ -160,7 +160,7 @@ def _start_worker(setup: _Setup) -> None:
     global _setup
     _setup = setup
     gc.freeze()  # the modules imported so far are never garbage: keep the collector from walking them per chunk
-    gc.set_threshold(*_GC_THRESHOLDS)
+    gc.set_threshold(_GC_YOUNG, *_GC_OLDER)
 
 
 def _case_id(key: str | None, name: str, line: int, redactor: Redactor | None) -> str:
@@ -410,11 +410,6 @@ def _jobs(requests: Sequence[LogSource], columns: dict[int, Columns]) -> Iterato
             yield i, "unreadable", name, [(last + 1, f"the rest of the file cannot be read ({type(exc).__name__})")]
 
 
-def _can_fork() -> bool:
-    """fork is cheap, but forking a process with other threads can copy a lock held by one of them."""
-    return "fork" in mp.get_all_start_methods() and threading.active_count() == 1
-
-
 def _results(jobs: Iterator[_Job], setup: _Setup, workers: int, bounds: Callable[[], _Bounds | None]) -> Iterator[_Result]:
     """Each job's result, in job order; at most a few jobs in flight, so reading never runs ahead of the workers."""
     global _setup
@@ -426,7 +421,7 @@ def _results(jobs: Iterator[_Job], setup: _Setup, workers: int, bounds: Callable
         finally:
             _setup = before
         return
-    fork = _can_fork()
+    fork = fork_is_safe()
     if fork:  # imported once here rather than in every worker
         _import_schema_library()
     ctx = mp.get_context("fork" if fork else "spawn")
@@ -730,52 +725,50 @@ def replay(logs: Sequence[str | Path], out: str | Path, options: ReplayOptions |
     staging = _Staging(out)
     writer = _Writer(staging.tmp)
     tally = _Tally(requests, options, writer)
-    gc.freeze()  # every line allocates; the collector would otherwise walk every imported module's objects, often
-    thresholds = gc.get_threshold()
-    gc.set_threshold(*_GC_THRESHOLDS)
-    try:
-        for result in _results(_jobs(requests, columns), setup, _workers(options.workers, requests), tally.bounds):
-            tally.add(result)
-        unusable = tally.unusable()
-        if unusable:
-            raise InputError(unusable)
-        not_sampled = tally.finish()
-        writer.close()
-        used = sum(writer.cases.values())
-        matched = {k for k in outputs}
-        manifest = ReplayManifest(
-            sources=[
-                SourceRecord(path=str(s.path), format=s.format, compressed=s.compressed, lines=tally.read[i])
-                for i, s in enumerate(requests)
-            ]
-            + [
-                SourceRecord(path=str(s.path), format=s.format, compressed=s.compressed, lines=lines, joined=len(ids & matched))
-                for s, (lines, ids) in zip(answers, joined)
-            ],
-            options=ReplayOptionsRecord(sample=options.sample, seed=options.seed, rules=rules.source, keep_pii=options.keep_pii),
-            lines=LineCounts(read=sum(tally.read), used=used, skipped=tally.skipped, duplicates=tally.duplicates, not_sampled=not_sampled),
-            skipped=SkippedLines(count=tally.skipped, reasons=tally.reasons, by_reason=dict(tally.by_reason.most_common())),
-            redactions={k: writer.redactions.get(k, 0) for k in KINDS},
-            strata={
-                Stratum(*s).key(): StratumRecord(
-                    category=s[0], output=s[1], temperature=s[2], prompt=s[3], system=s[4], lines=n, written=writer.by_stratum[s]
-                )
-                for s, n in sorted(tally.strata.items())
-            },
-            categories={
-                c: CategoryCases(file=f"{c}.jsonl", cases=n, checks=dict(sorted(writer.checks[c].items())))
-                for c, n in sorted(writer.cases.items())
-            },
-            cases_without_check=writer.no_check,
-        )
-        staging.commit(manifest)
-    except BaseException:
-        writer.close()
-        staging.abort()
-        raise
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
+    # every line allocates: the collector would otherwise walk every imported module's objects, often
+    with few_collections(_GC_YOUNG, _GC_OLDER):
+        try:
+            for result in _results(_jobs(requests, columns), setup, _workers(options.workers, requests), tally.bounds):
+                tally.add(result)
+            unusable = tally.unusable()
+            if unusable:
+                raise InputError(unusable)
+            not_sampled = tally.finish()
+            writer.close()
+            used = sum(writer.cases.values())
+            matched = {k for k in outputs}
+            manifest = ReplayManifest(
+                sources=[
+                    SourceRecord(path=str(s.path), format=s.format, compressed=s.compressed, lines=tally.read[i])
+                    for i, s in enumerate(requests)
+                ]
+                + [
+                    SourceRecord(path=str(s.path), format=s.format, compressed=s.compressed, lines=lines, joined=len(ids & matched))
+                    for s, (lines, ids) in zip(answers, joined)
+                ],
+                options=ReplayOptionsRecord(sample=options.sample, seed=options.seed, rules=rules.source, keep_pii=options.keep_pii),
+                lines=LineCounts(
+                    read=sum(tally.read), used=used, skipped=tally.skipped, duplicates=tally.duplicates, not_sampled=not_sampled
+                ),
+                skipped=SkippedLines(count=tally.skipped, reasons=tally.reasons, by_reason=dict(tally.by_reason.most_common())),
+                redactions={k: writer.redactions.get(k, 0) for k in KINDS},
+                strata={
+                    Stratum(*s).key(): StratumRecord(
+                        category=s[0], output=s[1], temperature=s[2], prompt=s[3], system=s[4], lines=n, written=writer.by_stratum[s]
+                    )
+                    for s, n in sorted(tally.strata.items())
+                },
+                categories={
+                    c: CategoryCases(file=f"{c}.jsonl", cases=n, checks=dict(sorted(writer.checks[c].items())))
+                    for c, n in sorted(writer.cases.items())
+                },
+                cases_without_check=writer.no_check,
+            )
+            staging.commit(manifest)
+        except BaseException:
+            writer.close()
+            staging.abort()
+            raise
     return manifest
 
 

@@ -20,7 +20,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import IO, Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from qualitycheck.core._process import die_with_parent
+from qualitycheck.core._process import die_with_parent, fork_is_safe
 from qualitycheck.core._records import FORMAT_VERSION, Response, Score
 from qualitycheck.core._store import CaseRecords, RunStore
 
@@ -365,16 +364,15 @@ def _walk(
 def _may_split(store: RunStore, workers: int | None) -> bool:
     """Whether this walk can use a second process: asked for (or a run large enough, with a second core free), and a safe fork.
 
-    A fork copies only the calling thread: with other threads running (a
-    lock one of them holds would stay held in the copy forever) the walk
-    stays in one process. Linux only: elsewhere system libraries numpy may
+    With other threads running the walk stays in one process
+    (`fork_is_safe`). Linux only: elsewhere system libraries numpy may
     load (macOS's Accelerate) are not safe to use after a fork. Unless asked
     for, a second core must be free (the 1-minute load average below
     `cores - 0.5`): on a busy machine the two halves share a core, and the
     fork's extra work (rows it builds that the merge drops, the pickled
     parts) makes the report slower, not faster.
     """
-    if workers == 1 or sys.platform != "linux" or threading.active_count() > 1:
+    if workers == 1 or sys.platform != "linux" or not fork_is_safe():
         return False
     if workers is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -88,7 +88,7 @@ def test_the_report_of_the_walk_is_the_report_of_the_written_summary(tmp_path: P
 
 
 def test_finish_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
-    """The walk collects cycles less often (`_few_collections`); a process that calls `finish` gets its settings back."""
+    """The walk collects cycles less often (`core._process.few_collections`); a process that calls `finish` gets its settings back."""
     import gc
 
     before = (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled())
