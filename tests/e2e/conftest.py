@@ -25,6 +25,7 @@ import pytest
 
 from qualitycheck.engines._launcher import VllmServer, draft_model_config, launch, ngram_config
 from tests.e2e.e2e_helpers import MODEL
+from tests.e2e.machine import MachineWatch, Span
 
 
 def _engine_present() -> bool:
@@ -45,10 +46,36 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return f"e2e: {'FAILING (CI is set)' if IN_CI else 'skipped'} — {SKIP_REASON}"
 
 
+WATCH: MachineWatch | None = None
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Say why the e2e tests did not run, even without -rs or in quiet mode."""
+    """Say why the e2e tests did not run, even without -rs or in quiet mode; what the machine did while they ran."""
     if not ENGINE_PRESENT and not IN_CI and terminalreporter.stats.get("skipped"):
         terminalreporter.write_line(f"e2e tests skipped: {SKIP_REASON}")
+    if WATCH is not None:
+        for line in WATCH.report():
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def _machine_watch() -> Iterator[MachineWatch]:
+    global WATCH
+    WATCH = MachineWatch().start()
+    try:
+        yield WATCH
+    finally:
+        WATCH.stop()
+
+
+@pytest.fixture(autouse=True)
+def machine(_machine_watch: MachineWatch, request: pytest.FixtureRequest) -> Iterator[Span]:
+    """The machine's pauses and pressure during this test, for failure messages that must say whether it stalled."""
+    span = _machine_watch.begin(request.node.nodeid)
+    try:
+        yield span
+    finally:
+        _machine_watch.begin("(between tests)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

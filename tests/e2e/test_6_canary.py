@@ -9,7 +9,6 @@ threads sending chat requests for as long as the watcher runs.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -27,6 +26,7 @@ import pytest
 import yaml
 
 from tests.e2e.e2e_helpers import MODEL
+from tests.e2e.machine import Span
 
 pytestmark = pytest.mark.e2e
 
@@ -116,30 +116,65 @@ def _watch(
         proc = subprocess.Popen(
             argv, stdout=subprocess.DEVNULL, stderr=stderr_file, env={**os.environ, "NO_COLOR": "1", "PYTHONFAULTHANDLER": "1"}
         )
-    deadline = time.monotonic() + limit_s
+    budget = Budget(limit_s)
     stuck = ""
     try:
-        while time.monotonic() < deadline and proc.poll() is None and not until(_records(out)):
-            time.sleep(0.5)
+        while not budget.spent() and proc.poll() is None and not until(_records(out)):
+            budget.sleep(0.5)
         if proc.poll() is None and not until(_records(out)):
             # out of time: what the kernel says of each thread of the watcher and of its children (running,
             # sleeping, stopped; in which call), then SIGABRT, on which faulthandler prints its Python stacks
-            stuck = _stuck(proc.pid)
+            stuck = f"out of time after {budget.describe()}: {_stuck(proc.pid)}"
             proc.send_signal(signal.SIGABRT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(10)
+            _wait(proc, 10)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
+            if not _wait(proc, 120):
                 stuck += f"\nno exit within 120 s of SIGTERM: {_stuck(proc.pid)}"
                 proc.kill()
-        proc.wait(60)
+                if not _wait(proc, 300):
+                    stuck += f"\nno exit within 300 s of SIGKILL: {_stuck(proc.pid)}"
     err = stderr_path.read_text()
     ran = [json.loads(x) for x in log.read_text().splitlines()] if log.is_file() else []
     return proc.returncode, _records(out), ran, (stuck + "\n" if stuck else "") + err
+
+
+class Budget:
+    """Seconds to wait, charged only while this process runs.
+
+    A virtual machine whose host is busy pauses every process at once and the
+    clocks jump on resume: a half-second sleep that returns minutes later is
+    charged half a second, so a limit measures time the machine was running,
+    not time it was stopped; the pauses are kept for the failure message.
+    """
+
+    def __init__(self, limit_s: float) -> None:
+        self.left = limit_s
+        self.limit_s = limit_s
+        self.paused_s = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        took = time.monotonic() - t0
+        charged = min(took, seconds + 2.0)
+        self.paused_s += took - charged
+        self.left -= charged
+
+    def spent(self) -> bool:
+        return self.left <= 0
+
+    def describe(self) -> str:
+        return f"{self.limit_s - self.left:.0f} s running and {self.paused_s:.0f} s paused"
+
+
+def _wait(proc: subprocess.Popen[bytes], limit_s: float) -> bool:
+    """Whether `proc` exited within `limit_s` of running time (never raises, unlike Popen.wait's timeout)."""
+    budget = Budget(limit_s)
+    while proc.poll() is None and not budget.spent():
+        budget.sleep(0.2)
+    return proc.poll() is not None
 
 
 def _stuck(pid: int) -> str:
@@ -166,7 +201,9 @@ def _threads(pid: int) -> list[str]:
     return lines
 
 
-def test_ngram_candidate_on_open_ended_traffic_trips_after_the_configured_windows_and_acts_once(engines: Any, tmp_path: Path) -> None:
+def test_ngram_candidate_on_open_ended_traffic_trips_after_the_configured_windows_and_acts_once(
+    engines: Any, tmp_path: Path, machine: Span
+) -> None:
     cand = engines.use("fp32", "fp32-ngram")["fp32-ngram"]
 
     def tripped_and_two_more(recs: list[dict[str, Any]]) -> bool:
@@ -177,7 +214,7 @@ def test_ngram_candidate_on_open_ended_traffic_trips_after_the_configured_window
         code, recs, ran, err = _watch(tmp_path, cand.url + "/metrics", 0.55, tripped_and_two_more)
     trip = next((i for i, r in enumerate(recs) if r["tripped_now"]), None)
     seen = [(g["result"]["observed"], g["evidence"], g["streak"]) for r in recs for g in r["guardrails"]]
-    assert trip is not None, f"no trip; windows (acceptance, evidence, streak): {seen}; sent {sent}\n{err[-3000:]}"
+    assert trip is not None, f"no trip; windows (acceptance, evidence, streak): {seen}; sent {sent}\n{err[-3000:]}\n{machine.describe()}"
     failing = [r["guardrails"][0] for r in recs[: trip + 1] if r["guardrails"][0]["result"]["passed"] is False]
     assert [g["streak"] for g in failing][-2:] == [1, 2], seen
     assert recs[trip]["tripped_now"] == ["chat"] and recs[trip]["status"] == "tripped"
@@ -187,11 +224,11 @@ def test_ngram_candidate_on_open_ended_traffic_trips_after_the_configured_window
     assert env["QC_ROUTE"] == "chat" and env["QC_GUARDRAIL"] == "min_acceptance_rate"
     assert env["QC_ACTION"] == "disable_speculative_decoding_for_route" and float(env["QC_THRESHOLD"]) == 0.55
     assert float(env["QC_OBSERVED"]) < 0.55 and ran[0]["event"]["route"] == "chat"
-    assert code == 1, err[-3000:]  # stopped while tripped
+    assert code == 1, err[-3000:] + "\n" + machine.describe()  # stopped while tripped
     assert sent["ok"] > 0
 
 
-def test_the_same_candidate_with_a_minimum_below_its_acceptance_does_not_trip(engines: Any, tmp_path: Path) -> None:
+def test_the_same_candidate_with_a_minimum_below_its_acceptance_does_not_trip(engines: Any, tmp_path: Path, machine: Span) -> None:
     cand = engines.use("fp32", "fp32-ngram")["fp32-ngram"]
 
     def four_evaluated(recs: list[dict[str, Any]]) -> bool:
@@ -203,7 +240,7 @@ def test_the_same_candidate_with_a_minimum_below_its_acceptance_does_not_trip(en
         code, recs, ran, err = _watch(tmp_path, cand.url + "/metrics", 0.01, four_evaluated, min_drafts=60, window="20s")
     seen = [(g["result"]["observed"], g["evidence"]) for r in recs for g in r["guardrails"]]
     evaluated = [r for r in recs if r["guardrails"][0]["result"]["passed"] is not None]
-    assert len(evaluated) >= 4, f"windows (acceptance, evidence): {seen}\n{err[-3000:]}"
+    assert len(evaluated) >= 4, f"windows (acceptance, evidence): {seen}\n{err[-3000:]}\n{machine.describe()}"
     assert all(r["guardrails"][0]["result"]["passed"] is True for r in evaluated), seen
     assert not any(r["tripped_now"] for r in recs) and ran == []
-    assert code == 0, err[-3000:]
+    assert code == 0, err[-3000:] + "\n" + machine.describe()

@@ -1,0 +1,160 @@
+"""What the machine did while the end-to-end tests ran: pauses, steal, pressure, free memory.
+
+The e2e tests wait on real servers with wall-clock limits. When one of them runs
+out of time, the question is whether the code under test was slow or the
+machine stopped running it: a virtual machine whose host is busy pauses every
+process at once (the guest's clocks jump on resume), and a machine short of
+memory or disk bandwidth stalls fresh processes on page faults. A thread samples
+the kernel once a second and charges what it sees to the test running at the
+time; the session's summary names the tests during which the machine stalled,
+so a CI failure carries the evidence either way.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PERIOD_S = 1.0
+PAUSE_S = 3.0
+"""A one-second sleep that took this much longer: this process was not running (host or kernel paused it)."""
+
+TICK_S = 1 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+
+@dataclass
+class Sample:
+    """Cumulative kernel counters at one moment; differences between two samples are what happened between."""
+
+    steal_s: float = 0.0
+    io_full_s: float = 0.0
+    memory_full_s: float = 0.0
+    cpu_some_s: float = 0.0
+    available_mb: float = 0.0
+
+    @classmethod
+    def now(cls) -> Sample:
+        s = cls()
+        try:
+            cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+            s.steal_s = int(cpu[8]) * TICK_S
+        except (OSError, IndexError, ValueError):
+            pass
+        s.io_full_s = _psi("io", "full")
+        s.memory_full_s = _psi("memory", "full")
+        s.cpu_some_s = _psi("cpu", "some")
+        try:
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                if line.startswith("MemAvailable:"):
+                    s.available_mb = int(line.split()[1]) / 1024
+                    break
+        except (OSError, ValueError):
+            pass
+        return s
+
+
+def _psi(resource: str, kind: str) -> float:
+    """Seconds (cumulative) some or all tasks waited on `resource`, from /proc/pressure; 0 where PSI is off."""
+    try:
+        for line in Path(f"/proc/pressure/{resource}").read_text().splitlines():
+            if line.startswith(kind):
+                return int(line.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0.0
+
+
+@dataclass
+class Span:
+    """What the machine did during one test."""
+
+    name: str
+    wall_s: float = 0.0
+    pauses: list[float] = field(default_factory=list)
+    steal_s: float = 0.0
+    io_full_s: float = 0.0
+    memory_full_s: float = 0.0
+    cpu_some_s: float = 0.0
+    least_available_mb: float = float("inf")
+
+    def notable(self) -> bool:
+        return bool(self.pauses) or self.io_full_s > 5 or self.memory_full_s > 1 or self.steal_s > max(5.0, 0.1 * self.wall_s)
+
+    def describe(self) -> str:
+        paused = (
+            f"paused {len(self.pauses)}x (longest {max(self.pauses):.0f} s, {sum(self.pauses):.0f} s in all)" if self.pauses else "no pause"
+        )
+        return (
+            f"{self.name}: {self.wall_s:.0f} s, {paused}, steal {self.steal_s:.1f} s, io full {self.io_full_s:.1f} s, "
+            f"memory full {self.memory_full_s:.1f} s, cpu some {self.cpu_some_s:.0f} s, least available {self.least_available_mb:.0f} MB"
+        )
+
+
+class MachineWatch:
+    """A daemon thread that charges the kernel's counters, once a second, to the test running at the time."""
+
+    def __init__(self, period_s: float = PERIOD_S) -> None:
+        self.period_s = period_s
+        self.spans: list[Span] = []
+        self._current = Span("(between tests)")
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="machine-watch", daemon=True)
+
+    def start(self) -> MachineWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.begin("(end)")
+
+    def begin(self, name: str) -> Span:
+        """Start charging to `name`; the span charged so far is kept."""
+        with self._lock:
+            if self._current.wall_s:
+                self.spans.append(self._current)
+            self._current = Span(name)
+            return self._current
+
+    def current(self) -> Span:
+        with self._lock:
+            return self._current
+
+    def _run(self) -> None:
+        before, t0 = Sample.now(), time.monotonic()
+        while not self._stop.wait(self.period_s):
+            after, t1 = Sample.now(), time.monotonic()
+            with self._lock:
+                span = self._current
+                span.wall_s += t1 - t0
+                if t1 - t0 > self.period_s + PAUSE_S:
+                    span.pauses.append(t1 - t0 - self.period_s)
+                span.steal_s += after.steal_s - before.steal_s
+                span.io_full_s += after.io_full_s - before.io_full_s
+                span.memory_full_s += after.memory_full_s - before.memory_full_s
+                span.cpu_some_s += after.cpu_some_s - before.cpu_some_s
+                if after.available_mb:
+                    span.least_available_mb = min(span.least_available_mb, after.available_mb)
+            before, t0 = after, t1
+
+    def report(self) -> list[str]:
+        """One line for the whole session, then one for each test during which the machine stalled."""
+        with self._lock:
+            spans = [*self.spans, self._current] if self._current.wall_s else list(self.spans)
+        if not spans:
+            return []
+        total = Span(f"machine during the e2e tests ({os.cpu_count()} cores)")
+        for s in spans:
+            total.wall_s += s.wall_s
+            total.pauses += s.pauses
+            total.steal_s += s.steal_s
+            total.io_full_s += s.io_full_s
+            total.memory_full_s += s.memory_full_s
+            total.cpu_some_s += s.cpu_some_s
+            total.least_available_mb = min(total.least_available_mb, s.least_available_mb)
+        return [total.describe()] + ["  " + s.describe() for s in spans if s.notable()]
