@@ -2,7 +2,9 @@
 
 vLLM servers and the report's second walk end with the process that
 started them (`die_with_parent`); replay's workers and the report's second
-walk fork only when that is safe (`fork_is_safe`); the walk of the store and
+walk fork only when that is safe (`fork_is_safe`), and the second walk
+only when no other work wants the core it would take (`others_running`);
+the walk of the store and
 replay's read of a log run with the cyclic collector kept out of the way
 (`few_collections`).
 """
@@ -13,10 +15,11 @@ import gc
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["die_with_parent", "few_collections", "fork_is_safe"]
+__all__ = ["die_with_parent", "few_collections", "fork_is_safe", "others_running"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -46,6 +49,28 @@ def fork_is_safe() -> bool:
     that moment stays held in the copy forever.
     """
     return hasattr(os, "fork") and threading.active_count() == 1
+
+
+def others_running(readings: int = 5, gap_s: float = 0.004, path: str = "/proc/loadavg") -> int | None:
+    """Tasks other than the calling thread that are running or waiting for a core now; None where the kernel does not say.
+
+    Linux's count of runnable tasks (the fourth field of /proc/loadavg, the
+    caller included), as the median of a few readings milliseconds apart, so
+    that a task which runs for an instant does not decide. The load averages
+    of the same file lag by a minute: a run that ended seconds ago still
+    counts there, and one that has just begun does not yet.
+    """
+    counts: list[int] = []
+    for i in range(readings):
+        if i:
+            time.sleep(gap_s)
+        try:
+            with open(path, encoding="ascii") as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, IndexError, ValueError):
+            return None
+        counts.append(max(0, running - 1))
+    return sorted(counts)[len(counts) // 2]
 
 
 @contextmanager

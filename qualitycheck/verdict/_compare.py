@@ -27,7 +27,7 @@ from typing import IO, Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from qualitycheck.core._process import die_with_parent, fork_is_safe
+from qualitycheck.core._process import die_with_parent, fork_is_safe, others_running
 from qualitycheck.core._records import FORMAT_VERSION, Response, Score
 from qualitycheck.core._store import CaseRecords, RunStore
 
@@ -367,16 +367,20 @@ def _may_split(store: RunStore, workers: int | None) -> bool:
     With other threads running the walk stays in one process
     (`fork_is_safe`). Linux only: elsewhere system libraries numpy may
     load (macOS's Accelerate) are not safe to use after a fork. Unless asked
-    for, a second core must be free (the 1-minute load average below
-    `cores - 0.5`): on a busy machine the two halves share a core, and the
-    fork's extra work (rows it builds that the merge drops, the pickled
-    parts) makes the report slower, not faster.
+    for, a second core must be free now (`others_running` at most
+    `cores - 2`; where the kernel gives no such count, the 1-minute load
+    average below `cores - 0.5`): on a busy machine the two halves share a
+    core, and the fork's extra work (rows it builds that the merge drops,
+    the pickled parts) makes the report slower, not faster.
     """
     if workers == 1 or sys.platform != "linux" or not fork_is_safe():
         return False
     if workers is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return cores >= 2 and os.getloadavg()[0] < cores - 0.5 and store.case_count() >= SPLIT_MIN_CASES
+        if cores < 2 or store.case_count() < SPLIT_MIN_CASES:
+            return False
+        others = others_running()
+        return others <= cores - 2 if others is not None else os.getloadavg()[0] < cores - 0.5
     return store.case_count() >= 2
 
 

@@ -337,13 +337,19 @@ def test_a_large_run_splits_only_with_a_core_free(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(_compare, "SPLIT_MIN_CASES", 4)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     with store:
-        monkeypatch.setattr(os, "getloadavg", lambda: (0.3, 0.3, 0.3))
+        monkeypatch.setattr(_compare, "others_running", lambda: 0)
+        monkeypatch.setattr(os, "getloadavg", lambda: (1.9, 1.9, 1.9))  # a run that ended seconds ago: the lagging average does not decide
         assert _compare._may_split(store, workers=None)
-        monkeypatch.setattr(os, "getloadavg", lambda: (1.6, 0.3, 0.3))  # the second core is busy: one process is faster
+        monkeypatch.setattr(_compare, "others_running", lambda: 1)  # the second core is busy: one process is faster
+        monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
         assert not _compare._may_split(store, workers=None)
         assert _compare._may_split(store, workers=2)  # asked for: split whatever the load
+        monkeypatch.setattr(_compare, "others_running", lambda: None)  # no count from the kernel: the 1-minute average
+        assert _compare._may_split(store, workers=None)
+        monkeypatch.setattr(os, "getloadavg", lambda: (1.6, 0.3, 0.3))
+        assert not _compare._may_split(store, workers=None)
+        monkeypatch.setattr(_compare, "others_running", lambda: 0)
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-        monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
         assert not _compare._may_split(store, workers=None)  # one core
 
 
