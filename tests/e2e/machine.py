@@ -22,6 +22,9 @@ PERIOD_S = 1.0
 PAUSE_S = 3.0
 """A one-second sleep that took this much longer: this process was not running (host or kernel paused it)."""
 
+STALL_S = 60.0
+"""Seconds of pauses, or of PSI full pressure on the disk or memory, in one test that mean the machine stalled."""
+
 TICK_S = 1 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
 
 
@@ -79,6 +82,11 @@ class Span:
     memory_full_s: float = 0.0
     cpu_some_s: float = 0.0
     least_available_mb: float = float("inf")
+
+    def stalled(self) -> bool:
+        """Whether the machine, not the code under test, stopped for minutes: pytest itself paused, or every
+        task waiting on the disk or on memory (PSI "full"), a minute in all or more."""
+        return sum(self.pauses) >= STALL_S or self.io_full_s >= STALL_S or self.memory_full_s >= STALL_S
 
     def notable(self) -> bool:
         return bool(self.pauses) or self.io_full_s > 5 or self.memory_full_s > 1 or self.steal_s > max(5.0, 0.1 * self.wall_s)
