@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -172,9 +173,16 @@ class DigestSet:
     About 8 bytes a prompt (a Python set of ints costs near 70), so ten
     million lines need some 80 MB here; lookups are done a chunk of lines at
     a time, in numpy.
+
+    Each chunk copies the recent array once (its insert) and each merge
+    copies the sorted one: merging when the recent array reaches about 32
+    times the square root of the sorted one's size keeps the two costs level
+    as the log grows (a chunk holds about a thousand digests), where a fixed
+    size favours one length of log.
     """
 
-    _MERGE_AT = 1 << 18
+    _MERGE_AT = 1 << 15
+    """The recent array's size at which it is merged, at least."""
 
     def __init__(self) -> None:
         self._base = np.empty(0, dtype=np.uint64)
@@ -201,7 +209,7 @@ class DigestSet:
                 fresh &= seen[at] != unique
         out[first[fresh]] = True
         self._recent = _merged(self._recent, unique[fresh])
-        if self._recent.size >= self._MERGE_AT:
+        if self._recent.size >= max(self._MERGE_AT, math.isqrt(self._base.size) << 5):
             self._base = _merged(self._base, self._recent)
             self._recent = np.empty(0, dtype=np.uint64)
         return out
