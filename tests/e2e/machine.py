@@ -15,59 +15,84 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 PERIOD_S = 1.0
 PAUSE_S = 3.0
-"""A one-second sleep that took this much longer: this process was not running (host or kernel paused it)."""
+"""A one-second sleep of the sampling thread that returned this much later: the thread was not run for that
+long (the host paused the machine, the kernel did not schedule pytest, or another thread held the
+interpreter); `steal` beside it tells the host's part."""
 
 STALL_S = 60.0
-"""Seconds of pauses, or of PSI full pressure on the disk or memory, in one test that mean the machine stalled."""
+"""Seconds of pauses, or of PSI full pressure on the disk or memory, in one stretch that mean the machine stalled."""
 
 TICK_S = 1 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
 
 
 @dataclass
 class Sample:
-    """Cumulative kernel counters at one moment; differences between two samples are what happened between."""
+    """Cumulative kernel counters at one moment; differences between two samples are what happened between.
 
-    steal_s: float = 0.0
-    io_full_s: float = 0.0
-    memory_full_s: float = 0.0
-    cpu_some_s: float = 0.0
-    available_mb: float = 0.0
+    A counter that cannot be read keeps the value of the sample before
+    (`now(previous)`), so a failed read never charges a counter's whole
+    total since boot to one test; with no reading yet it stays None.
+    """
+
+    steal_s: float | None = None
+    io_full_s: float | None = None
+    memory_full_s: float | None = None
+    cpu_some_s: float | None = None
+    available_mb: float | None = None
 
     @classmethod
-    def now(cls) -> Sample:
-        s = cls()
-        try:
-            cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-            s.steal_s = int(cpu[8]) * TICK_S
-        except (OSError, IndexError, ValueError):
-            pass
-        s.io_full_s = _psi("io", "full")
-        s.memory_full_s = _psi("memory", "full")
-        s.cpu_some_s = _psi("cpu", "some")
-        try:
-            for line in Path("/proc/meminfo").read_text().splitlines():
-                if line.startswith("MemAvailable:"):
-                    s.available_mb = int(line.split()[1]) / 1024
-                    break
-        except (OSError, ValueError):
-            pass
+    def now(cls, previous: Sample | None = None) -> Sample:
+        before = previous or cls()
+        s = cls(
+            steal_s=_or(_steal(), before.steal_s),
+            io_full_s=_or(_psi("io", "full"), before.io_full_s),
+            memory_full_s=_or(_psi("memory", "full"), before.memory_full_s),
+            cpu_some_s=_or(_psi("cpu", "some"), before.cpu_some_s),
+            available_mb=_available_mb(),
+        )
         return s
 
 
-def _psi(resource: str, kind: str) -> float:
-    """Seconds (cumulative) some or all tasks waited on `resource`, from /proc/pressure; 0 where PSI is off."""
+def _or(value: float | None, before: float | None) -> float | None:
+    return value if value is not None else before
+
+
+def _delta(after: float | None, before: float | None) -> float:
+    return after - before if after is not None and before is not None else 0.0
+
+
+def _steal() -> float | None:
+    """Seconds (cumulative) the host ran something else while this machine's CPUs wanted to run, from /proc/stat."""
+    try:
+        return int(Path("/proc/stat").read_text().split("\n", 1)[0].split()[8]) * TICK_S
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _available_mb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return None
+
+
+def _psi(resource: str, kind: str) -> float | None:
+    """Seconds (cumulative) some or all tasks waited on `resource`, from /proc/pressure; None where PSI is off."""
     try:
         for line in Path(f"/proc/pressure/{resource}").read_text().splitlines():
             if line.startswith(kind):
                 return int(line.rsplit("total=", 1)[1]) / 1e6
     except (OSError, IndexError, ValueError):
         pass
-    return 0.0
+    return None
 
 
 @dataclass
@@ -83,9 +108,26 @@ class Span:
     cpu_some_s: float = 0.0
     least_available_mb: float = float("inf")
 
+    def copy(self) -> Span:
+        """The span as it stands: `since` takes what was charged after it."""
+        return replace(self, pauses=list(self.pauses))
+
+    def since(self, earlier: Span) -> Span:
+        """What was charged to this span after `earlier` (a `copy` of it): the stretch between the two."""
+        return Span(
+            f"{self.name} (the last {self.wall_s - earlier.wall_s:.0f} s)",
+            wall_s=self.wall_s - earlier.wall_s,
+            pauses=self.pauses[len(earlier.pauses) :],
+            steal_s=self.steal_s - earlier.steal_s,
+            io_full_s=self.io_full_s - earlier.io_full_s,
+            memory_full_s=self.memory_full_s - earlier.memory_full_s,
+            cpu_some_s=self.cpu_some_s - earlier.cpu_some_s,
+            least_available_mb=self.least_available_mb,
+        )
+
     def stalled(self) -> bool:
-        """Whether the machine, not the code under test, stopped for minutes: pytest itself paused, or every
-        task waiting on the disk or on memory (PSI "full"), a minute in all or more."""
+        """Whether the machine, not the code under test, stopped for minutes: the sampling thread not run (see
+        `PAUSE_S`), or every task waiting on the disk or on memory (PSI "full"), a minute in all or more."""
         return sum(self.pauses) >= STALL_S or self.io_full_s >= STALL_S or self.memory_full_s >= STALL_S
 
     def notable(self) -> bool:
@@ -97,7 +139,8 @@ class Span:
         )
         return (
             f"{self.name}: {self.wall_s:.0f} s, {paused}, steal {self.steal_s:.1f} s, io full {self.io_full_s:.1f} s, "
-            f"memory full {self.memory_full_s:.1f} s, cpu some {self.cpu_some_s:.0f} s, least available {self.least_available_mb:.0f} MB"
+            f"memory full {self.memory_full_s:.1f} s, cpu some {self.cpu_some_s:.0f} s, least available "
+            + (f"{self.least_available_mb:.0f} MB" if self.least_available_mb != float("inf") else "not read")
         )
 
 
@@ -136,17 +179,17 @@ class MachineWatch:
     def _run(self) -> None:
         before, t0 = Sample.now(), time.monotonic()
         while not self._stop.wait(self.period_s):
-            after, t1 = Sample.now(), time.monotonic()
+            after, t1 = Sample.now(before), time.monotonic()
             with self._lock:
                 span = self._current
                 span.wall_s += t1 - t0
                 if t1 - t0 > self.period_s + PAUSE_S:
                     span.pauses.append(t1 - t0 - self.period_s)
-                span.steal_s += after.steal_s - before.steal_s
-                span.io_full_s += after.io_full_s - before.io_full_s
-                span.memory_full_s += after.memory_full_s - before.memory_full_s
-                span.cpu_some_s += after.cpu_some_s - before.cpu_some_s
-                if after.available_mb:
+                span.steal_s += _delta(after.steal_s, before.steal_s)
+                span.io_full_s += _delta(after.io_full_s, before.io_full_s)
+                span.memory_full_s += _delta(after.memory_full_s, before.memory_full_s)
+                span.cpu_some_s += _delta(after.cpu_some_s, before.cpu_some_s)
+                if after.available_mb is not None:
                     span.least_available_mb = min(span.least_available_mb, after.available_mb)
             before, t0 = after, t1
 

@@ -84,8 +84,10 @@ def open_ended_load(base_url: str, workers: int = 2) -> Iterator[dict[str, int]]
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
+    """The watcher's records so far; a last line it is still writing is left for the next look."""
     path = out / "canary.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+    text = path.read_text() if path.is_file() else ""
+    return [json.loads(x) for x in text[: text.rfind("\n") + 1].splitlines()]
 
 
 def _watch(
@@ -100,10 +102,11 @@ def _watch(
 ) -> tuple[int, list[dict[str, Any]], list[Any], str]:
     """Run the watcher until `until(records)` holds (or `limit_s`), stop it with SIGTERM; (exit, records, actions, stderr).
 
-    Out of time while the machine itself stalled (`Span.stalled`: minutes in
-    which no process could read the disk or get memory, or pytest was not
-    run at all), the test is skipped with what the kernel reported: that
-    says nothing of the watcher. Out of time on a healthy machine fails.
+    Out of time while the machine itself stalled during the watch
+    (`Span.stalled`: a minute or more in which no task could read the disk
+    or get memory, or pytest was not run at all), the test is skipped with
+    what the kernel reported: that says nothing of the watcher. Out of time
+    on a healthy machine, or a watcher that does not stop when told, fails.
     """
     cfg = tmp / "qualitycheck.yaml"
     cfg.write_text(
@@ -130,11 +133,14 @@ def _watch(
             argv, stdout=subprocess.DEVNULL, stderr=stderr_file, env={**os.environ, "NO_COLOR": "1", "PYTHONFAULTHANDLER": "1"}
         )
     budget = Budget(limit_s)
+    watched = machine.copy()
     stuck = ""
+    out_of_time = False
     try:
         while not budget.spent() and proc.poll() is None and not until(_records(out)):
             budget.sleep(0.5)
         if proc.poll() is None and not until(_records(out)):
+            out_of_time = True
             # out of time: what the kernel says of each thread of the watcher and of its children (running,
             # sleeping, stopped; in which call), then SIGABRT, on which faulthandler prints its Python stacks
             stuck = f"out of time after {budget.describe()}: {_stuck(proc.pid)}"
@@ -149,36 +155,39 @@ def _watch(
                 if not _wait(proc, 300):
                     stuck += f"\nno exit within 300 s of SIGKILL: {_stuck(proc.pid)}"
     err = stderr_path.read_text()
-    if stuck and machine.stalled():
-        pytest.skip(f"the machine stalled while the watcher ran ({machine.describe()}); {stuck}"[:3000])
+    during = machine.since(watched)
+    if out_of_time and during.stalled():
+        pytest.skip(f"the machine stalled while the watcher ran ({during.describe()}); {stuck}"[:3000])
     ran = [json.loads(x) for x in log.read_text().splitlines()] if log.is_file() else []
     return proc.returncode, _records(out), ran, (stuck + "\n" if stuck else "") + err
 
 
 class Budget:
-    """Seconds to wait, charged only while this process runs.
+    """Seconds to wait, charged only while the machine runs, and never more than three times as long by the clock.
 
-    A virtual machine whose host is busy pauses every process at once and the
-    clocks jump on resume: a half-second sleep that returns minutes later is
-    charged half a second, so a limit measures time the machine was running,
-    not time it was stopped; the pauses are kept for the failure message.
+    A virtual machine whose host is busy pauses every process at once, and
+    the clocks jump on resume. Each step (a sleep and the looks around it)
+    is charged what it took, but at most 2 s more than its sleep: a step
+    that returns minutes later was stopped, not slow, so the limit measures
+    time the machine ran. The pauses are kept for the failure message.
     """
 
     def __init__(self, limit_s: float) -> None:
-        self.left = limit_s
         self.limit_s = limit_s
+        self.left = limit_s
         self.paused_s = 0.0
+        self._began = self._last = time.monotonic()
 
     def sleep(self, seconds: float) -> None:
-        t0 = time.monotonic()
         time.sleep(seconds)
-        took = time.monotonic() - t0
+        now = time.monotonic()
+        took, self._last = now - self._last, now
         charged = min(took, seconds + 2.0)
         self.paused_s += took - charged
         self.left -= charged
 
     def spent(self) -> bool:
-        return self.left <= 0
+        return self.left <= 0 or time.monotonic() - self._began >= 3 * self.limit_s
 
     def describe(self) -> str:
         return f"{self.limit_s - self.left:.0f} s running and {self.paused_s:.0f} s paused"
