@@ -366,8 +366,8 @@ def _compile_bytecode() -> str:
     import compileall
 
     ok = compileall.compile_dir(str(ROOT / "qualitycheck"), quiet=1)
-    unset = "PYTHONDONTWRITEBYTECODE set" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "bytecode writes on"
-    return f"package bytecode compiled first ({unset})" if ok else "package bytecode: compileall failed, start-ups include compiling"
+    writes = "PYTHONDONTWRITEBYTECODE set" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "bytecode writes on"
+    return f"package bytecode compiled first ({writes})" if ok else "package bytecode: compileall failed, start-ups include compiling"
 
 
 def main() -> int:

@@ -58,10 +58,11 @@ def others_running(readings: int = 5, gap_s: float = 0.004, path: str = "/proc/l
     caller included), as the median of a few readings milliseconds apart, so
     that a task which runs for an instant does not decide. The load averages
     of the same file lag by a minute: a run that ended seconds ago still
-    counts there, and one that has just begun does not yet.
+    counts there, and one that has just begun does not yet. The count is the
+    whole system's, also tasks on cores this process may not use.
     """
     counts: list[int] = []
-    for i in range(readings):
+    for i in range(max(1, readings)):
         if i:
             time.sleep(gap_s)
         try:

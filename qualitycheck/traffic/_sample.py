@@ -183,6 +183,8 @@ class DigestSet:
 
     _MERGE_AT = 1 << 15
     """The recent array's size at which it is merged, at least."""
+    _MERGE_SHIFT = 5
+    """log2 of the multiple of the sorted array's square root at which the recent array is merged."""
 
     def __init__(self) -> None:
         self._base = np.empty(0, dtype=np.uint64)
@@ -209,7 +211,7 @@ class DigestSet:
                 fresh &= seen[at] != unique
         out[first[fresh]] = True
         self._recent = _merged(self._recent, unique[fresh])
-        if self._recent.size >= max(self._MERGE_AT, math.isqrt(self._base.size) << 5):
+        if self._recent.size >= max(self._MERGE_AT, math.isqrt(self._base.size) << self._MERGE_SHIFT):
             self._base = _merged(self._base, self._recent)
             self._recent = np.empty(0, dtype=np.uint64)
         return out

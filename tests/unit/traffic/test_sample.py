@@ -144,10 +144,13 @@ def test_digest_arrays_mark_first_sightings_in_order(monkeypatch: pytest.MonkeyP
     import numpy as np
 
     monkeypatch.setattr(DigestSet, "_MERGE_AT", 50)
+    monkeypatch.setattr(DigestSet, "_MERGE_SHIFT", 0)
     rng = np.random.default_rng(3)
     seen, naive = DigestSet(), set()
-    for size in (0, 1, 30, 200, 7, 500, 64):
-        chunk = rng.integers(0, 400, size, dtype=np.uint64)
+    merged_into = []
+    for size in (0, 1, 30, 200, 7, 500, 64, 300, 120):
+        base_before = seen._base.size
+        chunk = rng.integers(0, 1500, size, dtype=np.uint64)
         chunk[: size // 10] = np.uint64(2**64 - 1 - size % 3)  # values beyond int64 too
         want = []
         for d in chunk.tolist():
@@ -155,6 +158,9 @@ def test_digest_arrays_mark_first_sightings_in_order(monkeypatch: pytest.MonkeyP
             naive.add(d)
         assert seen.add_array(chunk).tolist() == want
         assert len(seen) == len(naive)
+        if seen._base.size > base_before:
+            merged_into.append(base_before)
+    assert len([n for n in merged_into if n]) >= 2, merged_into  # merges into a sorted array that held digests already
 
 
 def test_keys_and_digests_are_the_documented_hashes() -> None:
