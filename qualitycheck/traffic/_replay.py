@@ -77,7 +77,7 @@ from qualitycheck.traffic._manifest import (
     read_replay_manifest,
 )
 from qualitycheck.traffic._redact import KINDS, Redactor
-from qualitycheck.traffic._rules import Rules, draft_case, redact_case
+from qualitycheck.traffic._rules import Rules, draft_case, redact_case, redact_fields
 from qualitycheck.traffic._sample import DigestSet, StratifiedSample, Stratum, prompt_digest, sample_key, stratum_key
 
 __all__ = ["ReplayOptions", "replay", "summary_lines"]
@@ -116,8 +116,12 @@ class _Setup:
 
 
 _StratumT = tuple[str, str, str, str, bool]
-_CaseOut = tuple[int, _StratumT, int, int, str, bytes, dict[str, int], tuple[str, ...]]
-"""(line, stratum, prompt digest, sampling key, case id, suite line, redactions, check families)."""
+_CaseOut = tuple[int, _StratumT, int, int, str, bytes, dict[str, int] | None, tuple[str, ...], bytes | None]
+"""(line, stratum, prompt digest, sampling key, case id, suite line, redactions, check families, logged bytes).
+
+Redactions None: the suite line holds the case as logged, to be redacted when
+written (`_Writer.write`), with the logged bytes (or None) as the redactor's
+hint; a sampled replay sends its candidates this way (`_one`)."""
 _Counted = tuple[int, _StratumT, int, int]
 """(line, stratum, prompt digest, sampling key): a case the sample cannot take, only counted."""
 
@@ -305,7 +309,9 @@ def _one(
     digest, key = prompt_digest(d.case), sample_key(setup.seed, case_id)
     if bounds is not None and _beyond(key, stratum, bounds):  # the sample holds smaller keys: checked, not redacted nor serialised
         return _shape_problem(d.case) or (line, stratum, digest, key)
-    d = redact_case(d, setup.redactor, raw)
+    pending = bounds is not None and setup.redactor is not None
+    if not pending:
+        d = redact_case(d, setup.redactor, raw)
     problem = _shape_problem(d.case)  # redaction changes strings, not shapes; the cases written are validated whole
     if problem:
         return problem
@@ -315,10 +321,15 @@ def _one(
         digest,
         key,
         case_id,
-        json.dumps(d.case, ensure_ascii=False, separators=(",", ":")).encode() + b"\n",
-        d.redactions or {},
+        _suite_line(d.case),
+        None if pending else d.redactions or {},
         tuple(sorted(d.case.get("checks", {}))),
+        raw if pending else None,
     )
+
+
+def _suite_line(case: dict[str, Any]) -> bytes:
+    return json.dumps(case, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def _beyond(key: int, stratum: _StratumT, bounds: _Bounds) -> bool:
@@ -329,7 +340,8 @@ def _beyond(key: int, stratum: _StratumT, bounds: _Bounds) -> bool:
 
 def _work(job: _Job, bounds: _Bounds | None) -> _Result:
     """One chunk of lines. `bounds` (`StratifiedSample.bounds`, None without --sample) tells the lines the
-    sample cannot take: those are neither redacted nor serialised."""
+    sample cannot take: those are not serialised. With a sample, the others go back as logged (`_CaseOut`):
+    of the thousands a long log offers, the main process redacts the few the sample takes."""
     src, fmt, name, items = job
     if isinstance(items, LineSpan):
         span = items
@@ -549,8 +561,9 @@ class _Writer:
     only when that is taken too is the case refused.
     """
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, redactor: Redactor | None):
         self.folder = folder
+        self.redactor = redactor
         self.files: dict[str, IO[bytes]] = {}
         self.ids: set[str] = set()
         self.cases: Counter[str] = Counter()
@@ -561,13 +574,24 @@ class _Writer:
 
     def write(self, c: _CaseOut, fallback_id: str) -> str | None:
         """Write the case; None, or why it cannot be written."""
-        _, stratum, _, _, case_id, line, redactions, checks = c
+        _, stratum, _, _, case_id, line, redactions, checks, raw = c
         case = json.loads(line)
+        if redactions is None:  # a sampled candidate, sent as logged: only the cases the sample takes are redacted
+            assert self.redactor is not None, "only a replay that redacts sends cases as logged"
+            try:
+                case, redactions = redact_fields(case, self.redactor, raw)
+            except RecursionError:
+                return "nested too deeply"
+            except Exception as exc:  # as the workers report a line they cannot turn into a case
+                return f"could not be read ({type(exc).__name__})"
+            line = b""
         if case_id in self.ids:
             if fallback_id in self.ids:
                 return "its id repeats an earlier request's"
             case["id"] = case_id = fallback_id
-            line = json.dumps(case, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+            line = b""
+        if not line:
+            line = _suite_line(case)
         problem = _case_problem(case)  # every case written is checked whole, as `qualitycheck validate` will
         if problem:
             return problem
@@ -723,7 +747,7 @@ def replay(logs: Sequence[str | Path], out: str | Path, options: ReplayOptions |
     setup = _Setup(rules, None if options.keep_pii else Redactor(), options.seed, outputs, columns)
 
     staging = _Staging(out)
-    writer = _Writer(staging.tmp)
+    writer = _Writer(staging.tmp, setup.redactor)
     tally = _Tally(requests, options, writer)
     # every line allocates: the collector would otherwise walk every imported module's objects, often
     with few_collections(_GC_YOUNG, _GC_OLDER):

@@ -54,6 +54,7 @@ __all__ = [
     "draft_case",
     "load_rules",
     "redact_case",
+    "redact_fields",
 ]
 
 KEPT_PARAMS = (
@@ -257,8 +258,9 @@ class Drafted:
     """A request turned into a case, with what sampling and the manifest need to know about it.
 
     `draft_case` makes it from the request as logged (`redactions` None);
-    `redact_case` returns it redacted. Replay drafts every line and redacts
-    only the cases its sample may keep.
+    `redact_case` returns it redacted. Replay drafts every line and, with a
+    sample, redacts only the cases the sample takes (`redact_fields`, as
+    they are written).
     """
 
     case: dict[str, Any]
@@ -388,12 +390,22 @@ def redact_case(d: Drafted, redactor: Redactor | None, raw: bytes | None = None)
     lets the redactor skip the scans those bytes rule out."""
     if redactor is None:
         return replace(d, redactions={})
+    case, counts = redact_fields(d.case, redactor, raw)
+    return replace(d, case=case, redactions=counts)
+
+
+_REDACTED_FIELDS = ("messages", "prompt", "params", "checks", "tags")
+
+
+def redact_fields(case: dict[str, Any], redactor: Redactor, raw: bytes | None = None) -> tuple[dict[str, Any], dict[str, int]]:
+    """A Contract 1 case with every PII value replaced, and kind → values replaced: `redact_case`'s work on the case alone.
+
+    One call over everything written, so a value is replaced wherever it
+    appears; a schema in the checks is the params' own and a reference the
+    logged answer: the same values get the same placeholders.
+    """
     conv = redactor.conversation(raw)
-    # one call over everything written, so a value is replaced wherever it appears; a schema in the checks
-    # is the params' own and a reference the logged answer: the same values get the same placeholders
-    fields = ("messages", "prompt", "params", "checks", "tags")
-    case = {**d.case, **conv.value({k: d.case[k] for k in fields if k in d.case})}
-    return replace(d, case=case, redactions=dict(conv.counts))
+    return {**case, **conv.value({k: case[k] for k in _REDACTED_FIELDS if k in case})}, dict(conv.counts)
 
 
 def case_from_request(

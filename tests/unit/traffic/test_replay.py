@@ -327,6 +327,58 @@ def test_a_large_log_is_sampled_in_bounded_memory(tmp_path: Path) -> None:
     assert_no_pii(tmp_path / "s")
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_sampled_replay_redacts_only_the_cases_it_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """Candidates cross to the main process as logged and only the sample's are redacted, once each, as they are
+    written: the suite, the counts and the placeholders are what redacting every candidate gave."""
+    from qualitycheck.traffic._redact import Redactor
+
+    log = tmp_path / "log.jsonl"
+    with log.open("w", encoding="utf-8") as f:
+        for i in range(600):
+            text = f"case {i}: write to maria.keller{i % 7}@example.com or call +44 20 7946 0{i % 1000:03d}, card 4111 1111 1111 1111"
+            f.write(json.dumps({"request": {"messages": [{"role": "user", "content": text}], "temperature": 0}}) + "\n")
+    calls: list[int] = []
+    real = Redactor.conversation
+
+    def counted(self: Redactor, raw: bytes | None = None) -> Any:
+        calls.append(1)
+        return real(self, raw)
+
+    monkeypatch.setattr(Redactor, "conversation", counted)  # one conversation per case redacted
+    m = replay([log], tmp_path / "s", ReplayOptions(sample=25, seed=3, workers=workers))
+    assert m.lines.used == 25
+    assert len(calls) == 25 if workers == 1 else len(calls) <= 25  # with workers, this process counts its own only
+    assert m.redactions["email"] == 25 and m.redactions["card"] == 25 and m.redactions["phone"] == 25
+    cases = [json.loads(x) for x in (tmp_path / "s" / "qa.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert all("<EMAIL_1>" in c["messages"][0]["content"] and "<CARD_1>" in c["messages"][0]["content"] for c in cases)
+    assert "@example.com" not in (tmp_path / "s" / "qa.jsonl").read_text(encoding="utf-8")
+    # the same suite as a replay that redacts in the workers (no sample: every case is written, each redacted there)
+    whole = replay([log], tmp_path / "all", ReplayOptions(workers=workers))
+    by_id = {json.loads(x)["id"]: x for x in (tmp_path / "all" / "qa.jsonl").read_text(encoding="utf-8").splitlines()}
+    assert whole.redactions["email"] == 600
+    assert all(by_id[c["id"]] == json.dumps(c, ensure_ascii=False, separators=(",", ":")) for c in cases)
+
+
+def test_a_case_the_redactor_cannot_take_is_skipped_when_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sampled case whose redaction fails is reported as a skipped line, never written as logged, never a crash."""
+    from qualitycheck.traffic import _replay
+
+    log = tmp_path / "log.jsonl"
+    log.write_text(
+        "".join(json.dumps({"request": {"messages": [{"role": "user", "content": f"mail {i}@example.com"}]}}) + "\n" for i in range(5)),
+        encoding="utf-8",
+    )
+
+    def fails(case: dict[str, Any], redactor: Any, raw: bytes | None = None) -> Any:
+        raise RecursionError
+
+    monkeypatch.setattr(_replay, "redact_fields", fails)
+    m = replay([log], tmp_path / "s", ReplayOptions(sample=3, workers=1))
+    assert m.lines.used == 0 and m.lines.skipped == 3 and m.skipped.by_reason == {"nested too deeply": 3}
+    assert not (tmp_path / "s" / "qa.jsonl").exists() or "@example.com" not in (tmp_path / "s" / "qa.jsonl").read_text()
+
+
 def _awkward_log(path: Path) -> bytes:
     """The fixture's requests with CRLF endings, blank lines, a bad line, long lines and no final newline."""
     lines = (FIXTURES / "requests.jsonl").read_bytes().splitlines()
