@@ -157,8 +157,21 @@ def test_quick_start_in_a_clean_venv(clean_venv: Path, tmp_path: Path) -> None:
 
 
 def test_editable_install_from_the_readme(clean_venv: Path, tmp_path: Path) -> None:
-    """The README's `pip install -e .` (into the same venv: its dependencies are already there)."""
+    """The README's `pip install -e .` (into the same venv: its dependencies are already there).
+
+    The venv held the built package, which the test above ran under pytest:
+    pytest rewrites the asserts of a plugin's whole distribution and, where
+    bytecode may be written, leaves `*-pytest-*.pyc` files in
+    site-packages/qualitycheck that pip's uninstall does not know of. The
+    folder they keep would be imported as an empty namespace package ahead
+    of the editable install, so it goes as docs/ENGINE.md tells a user who
+    switches installs to do.
+    """
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    subprocess.run([str(clean_venv / "bin" / "pip"), "uninstall", "-q", "-y", "qualitycheck"], check=True, timeout=300, env=env)
+    for stray in clean_venv.glob("lib/python*/site-packages/qualitycheck"):
+        assert not list(stray.rglob("*.py")), f"pip's uninstall left modules in {stray}"
+        shutil.rmtree(stray)
     subprocess.run(
         [str(clean_venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "-e", str(ROOT)], check=True, timeout=600, env=env
     )
