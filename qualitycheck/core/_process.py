@@ -4,9 +4,8 @@ vLLM servers and the report's second walk end with the process that
 started them (`die_with_parent`); replay's workers and the report's second
 walk fork only when that is safe (`fork_is_safe`), and the second walk
 only when no other work wants the core it would take (`others_running`);
-the walk of the store and
-replay's read of a log run with the cyclic collector kept out of the way
-(`few_collections`).
+the walk of the store and replay's read of a log run with the cyclic
+collector kept out of the way (`few_collections`).
 """
 
 from __future__ import annotations

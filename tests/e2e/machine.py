@@ -48,14 +48,13 @@ class Sample:
     @classmethod
     def now(cls, previous: Sample | None = None) -> Sample:
         before = previous or cls()
-        s = cls(
+        return cls(
             steal_s=_or(_steal(), before.steal_s),
             io_full_s=_or(_psi("io", "full"), before.io_full_s),
             memory_full_s=_or(_psi("memory", "full"), before.memory_full_s),
             cpu_some_s=_or(_psi("cpu", "some"), before.cpu_some_s),
             available_mb=_available_mb(),
         )
-        return s
 
 
 def _or(value: float | None, before: float | None) -> float | None:
@@ -170,10 +169,6 @@ class MachineWatch:
             if self._current.wall_s:
                 self.spans.append(self._current)
             self._current = Span(name)
-            return self._current
-
-    def current(self) -> Span:
-        with self._lock:
             return self._current
 
     def _run(self) -> None:
