@@ -16,6 +16,10 @@ instead of showing a traceback::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = [
     "ConfigError",
@@ -26,6 +30,7 @@ __all__ = [
     "RunMismatchError",
     "StoreError",
     "SuiteError",
+    "first_problem",
 ]
 
 
@@ -79,3 +84,16 @@ class RunIncompleteError(QualitycheckError):
     """Generation stopped before every request had an outcome (e.g. Ctrl-C)."""
 
     exit_code = 3
+
+
+def first_problem(exc: ValidationError) -> str:
+    """A stored record's validation failure in one line: `field.path: message`, and how many more there are.
+
+    For records the tool wrote itself (summary.json, replay.json, a run's
+    artifacts): one of them that does not validate was damaged or written by
+    other code, and the first problem is what a person needs to find it.
+    """
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"

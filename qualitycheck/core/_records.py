@@ -8,18 +8,23 @@ wants to change a result writes a new record instead of editing one.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "ARTIFACT_RECORDS",
     "FORMAT_VERSION",
+    "ArtifactRecord",
     "ErrorInfo",
+    "NoiseFloorRecord",
     "Response",
     "Score",
     "ScoreStatus",
     "ToolCall",
     "Usage",
+    "artifacts_json_schema",
     "render_tool_calls",
 ]
 
@@ -130,3 +135,71 @@ class Score(_Frozen):
     status: ScoreStatus
     value: Any = None
     detail: dict[str, Any] = Field(default_factory=dict)
+
+
+ARTIFACT_RECORDS: dict[str, type[ArtifactRecord]] = {}
+"""Every typed artifact by its name in the store: what `merge` asks how a kind of artifact combines."""
+
+
+class ArtifactRecord(_Frozen):
+    """A record a stage stores once per run (the store's `artifacts` table), under its class's `ARTIFACT` name.
+
+    `RunStore.put_record` writes one and `RunStore.record` reads it back
+    validated. Each kind says how the records of several folders combine
+    (`merged`), which is all `merge` needs to know about it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    ARTIFACT: ClassVar[str]
+    format_version: int = FORMAT_VERSION
+    """The store's format when it was written; a reader refuses a newer one."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "ARTIFACT" in cls.__dict__:
+            ARTIFACT_RECORDS[cls.ARTIFACT] = cls
+
+    @classmethod
+    def merged(cls, parts: Sequence[Any]) -> ArtifactRecord:
+        """One record for folders merged into one run (`parts` are of this class, at least one)."""
+        raise NotImplementedError
+
+
+class NoiseFloorRecord(ArtifactRecord):
+    """What the default noise floor asked: the baseline once more, for the cases whose candidate answer differed.
+
+    Written by generation before it asks (`generation._noise`) and kept
+    current by the shadow proxy as it stores pairs; the summary's
+    `noise_floor` is built from it and the `control` answers. Without it a
+    run measured its floor with a control target or repeats, or not at all.
+    """
+
+    ARTIFACT: ClassVar[str] = "noise_floor"
+    source: Literal["baseline_again"] = "baseline_again"
+    cases: int = Field(ge=0)
+    """Cases the baseline was asked again for."""
+    requests: int = Field(ge=0)
+    """Requests that cost (one per case asked again)."""
+    of_cases: int = Field(ge=0)
+    """Cases both sides answered, among which those that differed were found."""
+
+    @classmethod
+    def merged(cls, parts: Sequence[Any]) -> NoiseFloorRecord:
+        """Each folder asked the baseline again for its own cases: the counts add up."""
+        return cls(cases=sum(p.cases for p in parts), requests=sum(p.requests for p in parts), of_cases=sum(p.of_cases for p in parts))
+
+
+def artifacts_json_schema() -> dict[str, Any]:
+    """The JSON Schema (Draft 2020-12) of a run store's typed artifacts: one property per artifact name."""
+    from pydantic.json_schema import models_json_schema
+
+    kinds = sorted(ARTIFACT_RECORDS.items())
+    refs, top = models_json_schema([(k, "validation") for _, k in kinds], ref_template="#/$defs/{model}")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "qualitycheck run store artifacts",
+        "description": "The `body` of a row of run.sqlite's `artifacts` table, by its `name`.",
+        "type": "object",
+        "properties": {name: refs[(kind, "validation")] for name, kind in kinds},
+        **top,
+    }

@@ -17,16 +17,17 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
-from qualitycheck.core._errors import RunMismatchError, StoreError
-from qualitycheck.core._records import FORMAT_VERSION, Response, Score
+from qualitycheck.core._errors import RunMismatchError, StoreError, first_problem
+from qualitycheck.core._records import FORMAT_VERSION, ArtifactRecord, Response, Score
 
 __all__ = [
     "GPU_ARTIFACT",
-    "NOISE_FLOOR_ARTIFACT",
     "PREFLIGHT_ARTIFACT",
     "STORE_NAME",
     "WINDOWS_ARTIFACT",
@@ -46,8 +47,7 @@ PREFLIGHT_ARTIFACT = "preflight"
 WINDOWS_ARTIFACT = "metrics_windows"
 """One /metrics window per stretch of generation: acceptance counters before and after."""
 GPU_ARTIFACT = "gpu_samples"
-NOISE_FLOOR_ARTIFACT = "noise_floor"
-"""What the default noise floor asked the baseline again (the run's own, or the shadow proxy's)."""
+R = TypeVar("R", bound=ArtifactRecord)
 _ROUTE = "COALESCE(json_extract(body, '$.tags.route'), category)"
 """A stored case's route in SQL: `tags.route`, else its category (as `Case.route`)."""
 _JUDGED = "json_extract(body, '$.checks.judge') IS NOT NULL"
@@ -430,6 +430,30 @@ class RunStore:
     def artifact(self, name: str, default: Any = None) -> Any:
         row = self._db.execute("SELECT body FROM artifacts WHERE name=?", (name,)).fetchone()
         return json.loads(row[0]) if row else default
+
+    def put_record(self, record: ArtifactRecord) -> None:
+        """A typed artifact, stored under its kind's name (`ArtifactRecord.ARTIFACT`)."""
+        self.put_artifact(record.ARTIFACT, record.model_dump(mode="json"))
+
+    def record(self, kind: type[R]) -> R | None:
+        """The run's artifact of this kind, validated; None when the run has none.
+
+        One that does not validate, or that a newer qualitycheck wrote, is a
+        `StoreError` naming the folder and the artifact: a reader never
+        guesses at a record's fields.
+        """
+        raw = self.artifact(kind.ARTIFACT)
+        if raw is None:
+            return None
+        version = raw.get("format_version", FORMAT_VERSION) if isinstance(raw, dict) else FORMAT_VERSION
+        if isinstance(version, int) and version > FORMAT_VERSION:
+            raise StoreError(
+                f"{self.folder}: artifact {kind.ARTIFACT!r} written by a newer qualitycheck (format {version} > {FORMAT_VERSION})"
+            )
+        try:
+            return kind.model_validate(raw)
+        except ValidationError as exc:
+            raise StoreError(f"{self.folder}: artifact {kind.ARTIFACT!r} is not a valid {kind.__name__}: {first_problem(exc)}") from None
 
     def artifact_names(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT name FROM artifacts ORDER BY name")]

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
-from qualitycheck.core._store import NOISE_FLOOR_ARTIFACT, RunStore
+from qualitycheck.core._records import NoiseFloorRecord
+from qualitycheck.core._store import RunStore
 
 if TYPE_CHECKING:  # the runner brings the HTTP stack, imported when the floor is asked for
     from qualitycheck.generation._runner import Progress, RunStats
@@ -86,7 +87,7 @@ def ask_baseline_again(store: RunStore, cfg: Config, *, progress: Progress | Non
     assert cfg.baseline is not None
     ids, both = divergent_case_ids(store)
     total = store.case_count()
-    store.put_artifact(NOISE_FLOOR_ARTIFACT, {"source": "baseline_again", "cases": len(ids), "requests": len(ids), "of_cases": both})
+    store.put_record(NoiseFloorRecord(cases=len(ids), requests=len(ids), of_cases=both))
     share = f"{len(ids) / (2 * total):.0%}" if total else "0%"
     print(
         f"qualitycheck: noise floor: asking the baseline again for the {len(ids)} of {both} cases whose candidate "

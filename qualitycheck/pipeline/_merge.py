@@ -25,6 +25,7 @@ from typing import Any
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
 from qualitycheck.core._errors import RunMismatchError, StoreError
+from qualitycheck.core._records import ARTIFACT_RECORDS
 from qualitycheck.core._store import STORE_NAME, RunStore
 
 __all__ = ["merge_runs"]
@@ -88,8 +89,13 @@ def _check_compatible(folders: Sequence[Path], stores: Sequence[RunStore]) -> No
         raise RunMismatchError("cannot merge these runs:\n  " + "\n  ".join(problems))
 
 
-def _merged_artifact(name: str, values: list[Any]) -> Any:
-    present = [v for v in values if v is not None]
+def _merged_artifact(name: str, stores: list[RunStore]) -> Any:
+    """The merged run's artifact `name`: a typed one as its kind combines (`ArtifactRecord.merged`), the others by shape."""
+    kind = ARTIFACT_RECORDS.get(name)
+    if kind is not None:
+        records = [r for r in (s.record(kind) for s in stores) if r is not None]
+        return kind.merged(records).model_dump(mode="json") if records else None
+    present = [v for v in (s.artifact(name) for s in stores) if v is not None]
     if not present:
         return None
     if name == "preflight":  # every shard ran the same preflight; keep a failing one if any
@@ -163,7 +169,7 @@ def merge_runs(folders: Sequence[str | Path], out: str | Path) -> int:
             merged.put_artifact("config", raw_cfg)
             names = sorted({n for s in stores for n in s.artifact_names()} - {"config"} - _DERIVED)
             for name in names:
-                value = _merged_artifact(name, [s.artifact(name) for s in stores])
+                value = _merged_artifact(name, stores)
                 if value is not None:
                     merged.put_artifact(name, value)
             for s in stores:

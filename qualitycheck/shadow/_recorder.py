@@ -36,8 +36,8 @@ from pydantic import ValidationError
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
 from qualitycheck.core._config import Config
-from qualitycheck.core._records import ErrorInfo, Response, ToolCall
-from qualitycheck.core._store import NOISE_FLOOR_ARTIFACT, RunStore
+from qualitycheck.core._records import ErrorInfo, NoiseFloorRecord, Response, ToolCall
+from qualitycheck.core._store import RunStore
 from qualitycheck.generation._metrics import record_window
 from qualitycheck.shadow._tally import PERIODS_ARTIFACT, DrainRecord, ShadowMetrics, ShadowPeriod
 from qualitycheck.traffic._redact import Conversation, Redactor
@@ -165,7 +165,7 @@ class Recorder:
         self._period: ShadowPeriod | None = None
         self._written = _Written()
         self._next_idx = 0
-        self._floor_base = (0, 0)
+        self._floor_base = NoiseFloorRecord(cases=0, requests=0, of_cases=0)
         self._seq = 0
         self.folders: list[Path] = []
         self._children: list[subprocess.Popen[bytes]] = []
@@ -353,8 +353,8 @@ class Recorder:
         store.put_artifact("config", redacted_config(self.cfg))
         self._store = store
         self._next_idx = store.case_count()
-        nf = store.artifact(NOISE_FLOOR_ARTIFACT) or {}  # a restarted proxy appending to the folder counts on
-        self._floor_base = (int(nf.get("cases", 0)), int(nf.get("of_cases", 0)))
+        # a restarted proxy appending to the folder counts on from what the one before it recorded
+        self._floor_base = store.record(NoiseFloorRecord) or NoiseFloorRecord(cases=0, requests=0, of_cases=0)
         self._period = self.new_period()
         self._written = _Written()
         self.folders.append(folder)
@@ -367,8 +367,8 @@ class Recorder:
         manifest["cases"] = store.case_count()
         store.set_meta("manifest", manifest)
         if self.noise_floor:  # what `generation._noise` records for a run, so the summary reads the floor the same way
-            asked, of_cases = self._floor_base[0] + self._written.asked_again, self._floor_base[1] + self._written.compared
-            store.put_artifact(NOISE_FLOOR_ARTIFACT, {"source": "baseline_again", "cases": asked, "requests": asked, "of_cases": of_cases})
+            now = NoiseFloorRecord(cases=self._written.asked_again, requests=self._written.asked_again, of_cases=self._written.compared)
+            store.put_record(NoiseFloorRecord.merged([self._floor_base, now]))
 
     def _close_folder(self, loop_period: ShadowPeriod, because: str, drain: DrainRecord | None) -> None:
         store, w = self._store, self._written

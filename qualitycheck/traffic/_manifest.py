@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from qualitycheck.core._errors import StoreError
+from qualitycheck.core._errors import StoreError, first_problem
 
 __all__ = [
     "MANIFEST_NAME",
@@ -132,9 +132,7 @@ def read_replay_manifest(path: Path) -> ReplayManifest:
     except OSError as exc:
         raise StoreError(f"{path}: cannot read {MANIFEST_NAME}: {exc.strerror or exc}") from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise StoreError(f"{path}: not a qualitycheck {MANIFEST_NAME}: {where}: {first['msg']}") from None
+        raise StoreError(f"{path}: not a qualitycheck {MANIFEST_NAME}: {first_problem(exc)}") from None
 
 
 def replay_json_schema() -> dict[str, Any]:

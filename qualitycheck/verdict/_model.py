@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
-from qualitycheck.core._errors import StoreError
+from qualitycheck.core._errors import StoreError, first_problem
 from qualitycheck.serving._errors import ErrorKind
 from qualitycheck.verdict._gate import GuardrailResult
 
@@ -558,10 +558,7 @@ def read_summary(path: Path) -> Summary:
     except OSError as exc:
         raise StoreError(f"{path}: cannot read summary.json: {exc.strerror or exc}") from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise StoreError(f"{path}: not a qualitycheck summary.json: {where}: {first['msg']}{more}") from None
+        raise StoreError(f"{path}: not a qualitycheck summary.json: {first_problem(exc)}") from None
 
 
 def summary_json_schema() -> dict[str, Any]:

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from qualitycheck.core._config import Config
-from qualitycheck.core._records import FORMAT_VERSION
-from qualitycheck.core._store import NOISE_FLOOR_ARTIFACT, PREFLIGHT_ARTIFACT, CaseRecords, RunStore
+from qualitycheck.core._records import FORMAT_VERSION, NoiseFloorRecord
+from qualitycheck.core._store import PREFLIGHT_ARTIFACT, CaseRecords, RunStore
 from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary, gpu_summary
 from qualitycheck.serving._errors import ErrorTally
 from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, SplitTally, compare_run
@@ -183,19 +183,18 @@ def _category_noise(t: TextTally, cells: dict[str, CheckStats]) -> CategoryNoise
 
 def _noise_floor(store: RunStore, text: Mapping[str, TextTally]) -> NoiseFloorSummary:
     """How this run measured its A/A floor, from what generation stored (`generation._noise`) and the text tallies."""
-    asked = store.artifact(NOISE_FLOOR_ARTIFACT) or {}
+    asked = store.record(NoiseFloorRecord)
     aa_pairs = sum(t.aa_pairs for t in text.values())
     if aa_pairs:
         same = sum(t.aa_identical for t in text.values())
         rate = 1 - same / aa_pairs
-        if asked.get("source") == "baseline_again":
-            n = int(asked.get("cases", 0))
+        if asked is not None:
             return NoiseFloorSummary(
-                source="baseline_again",
-                cases=n,
+                source=asked.source,
+                cases=asked.cases,
                 disagreement_rate=rate,
-                requests=int(asked.get("requests", n)),
-                note=f"the baseline was asked again for the {n} of {asked.get('of_cases', n)} cases whose "
+                requests=asked.requests,
+                note=f"the baseline was asked again for the {asked.cases} of {asked.of_cases} cases whose "
                 f"candidate answer differed; {rate:.1%} of those answers differed from its first",
             )
         repeats = max(1, int(store.manifest.get("repeats") or 1))
@@ -216,9 +215,9 @@ def _noise_floor(store: RunStore, text: Mapping[str, TextTally]) -> NoiseFloorSu
             disagreement_rate=rate,
             note=f"the baseline's repeats: {rate:.1%} of its later answers differed from its first",
         )
-    if asked.get("source") == "baseline_again":  # asked for nothing: every candidate answer equals the baseline's
+    if asked is not None:  # asked for nothing: every candidate answer equals the baseline's
         return NoiseFloorSummary(
-            source="baseline_again",
+            source=asked.source,
             cases=0,
             requests=0,
             note="no candidate answer differed from the baseline's, so nothing needed asking again",

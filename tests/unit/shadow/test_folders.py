@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from qualitycheck.core._config import parse_rotation
+from qualitycheck.core._records import NoiseFloorRecord
 from qualitycheck.core._store import RunStore
 from qualitycheck.pipeline._merge import merge_runs
 from qualitycheck.pipeline._run import redo
@@ -132,8 +133,8 @@ def test_differing_answers_ask_the_baseline_again_for_the_noise_floor(proxy_for:
         assert [e["auth"] for e in base.requests("/chat/completions")].count("Bearer EMPTY") == 3  # the proxy's key, not a caller's
     with RunStore.open(p.out) as store:
         targets = sorted(r.target for r in store.responses())
-        floor = store.artifact("noise_floor")
-    assert targets.count("control") == 3 and floor == {"source": "baseline_again", "cases": 3, "requests": 3, "of_cases": 3}
+        floor = store.record(NoiseFloorRecord)
+    assert targets.count("control") == 3 and floor == NoiseFloorRecord(cases=3, requests=3, of_cases=3)
     assert redo(p.out, "score", None) == 1  # never summarised by a stop: scored here, as `qualitycheck score DIR` does
     summary = json.loads((p.out / "summary.json").read_text())
     assert summary["noise_floor"]["source"] == "baseline_again"

@@ -1,0 +1,96 @@
+"""Typed artifacts: a stage stores a record once per run and every reader gets it validated, or a clear error."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from qualitycheck.cli._main import main
+from qualitycheck.core._errors import StoreError
+from qualitycheck.core._records import ARTIFACT_RECORDS, FORMAT_VERSION, NoiseFloorRecord
+from qualitycheck.core._store import STORE_NAME, RunStore
+from qualitycheck.testserver import TestServer
+from tests.helpers import qa_cases, run_argv, write_suite
+
+
+def _empty(folder: Path) -> RunStore:
+    return RunStore.create(folder, {"suite_fingerprint": "f", "targets": {}, "repeats": 1}, [])
+
+
+def _set_artifact(folder: Path, name: str, body: object) -> None:
+    db = sqlite3.connect(folder / STORE_NAME)
+    with db:
+        db.execute("INSERT OR REPLACE INTO artifacts VALUES (?,?)", (name, json.dumps(body)))
+    db.close()
+
+
+def test_a_record_reads_back_equal_and_a_run_without_one_reads_none(tmp_path: Path) -> None:
+    with _empty(tmp_path) as store:
+        assert store.record(NoiseFloorRecord) is None
+        store.put_record(NoiseFloorRecord(cases=2, requests=2, of_cases=9))
+        assert store.record(NoiseFloorRecord) == NoiseFloorRecord(cases=2, requests=2, of_cases=9)
+        assert store.artifact("noise_floor")["format_version"] == FORMAT_VERSION
+    assert ARTIFACT_RECORDS["noise_floor"] is NoiseFloorRecord
+
+
+def test_a_folder_written_before_the_record_was_typed_still_reads(tmp_path: Path) -> None:
+    _empty(tmp_path).close()
+    _set_artifact(tmp_path, "noise_floor", {"source": "baseline_again", "cases": 3, "requests": 3, "of_cases": 7})
+    with RunStore.open(tmp_path) as store:
+        assert store.record(NoiseFloorRecord) == NoiseFloorRecord(cases=3, requests=3, of_cases=7)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"source": "baseline_again", "cases": "many", "requests": 3, "of_cases": 7}, "cases"),
+        ({"source": "baseline_again", "cases": -1, "requests": 3, "of_cases": 7}, "cases"),
+        ({"source": "guess", "cases": 1, "requests": 1, "of_cases": 1}, "source"),
+        ({"cases": 1, "requests": 1}, "of_cases"),
+        ([1, 2], "NoiseFloorRecord"),
+        ({"format_version": FORMAT_VERSION + 1, "cases": 1, "requests": 1, "of_cases": 1, "new_field": 1}, "newer qualitycheck"),
+    ],
+)
+def test_a_record_that_does_not_validate_is_a_store_error_naming_folder_artifact_and_field(tmp_path: Path, body: object, says: str) -> None:
+    _empty(tmp_path).close()
+    _set_artifact(tmp_path, "noise_floor", body)
+    with RunStore.open(tmp_path) as store, pytest.raises(StoreError) as err:
+        store.record(NoiseFloorRecord)
+    assert str(tmp_path) in str(err.value) and "'noise_floor'" in str(err.value) and says in str(err.value)
+
+
+def test_merged_noise_floors_add_up() -> None:
+    parts = [NoiseFloorRecord(cases=1, requests=1, of_cases=4), NoiseFloorRecord(cases=2, requests=3, of_cases=6)]
+    assert NoiseFloorRecord.merged(parts) == NoiseFloorRecord(cases=3, requests=4, of_cases=10)
+
+
+def test_report_of_a_run_with_a_damaged_record_exits_2_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3, checks={"contains": "42"}))
+    with TestServer(default="The answer is 42.") as b, TestServer(default="It is 42.") as c:
+        assert main(run_argv(b.url, c.url, suite, tmp_path / "run", "--retries", "0", model="m")) in (0, 1)
+    with RunStore.open(tmp_path / "run") as store:
+        assert store.record(NoiseFloorRecord) == NoiseFloorRecord(cases=3, requests=3, of_cases=3)
+    _set_artifact(tmp_path / "run", "noise_floor", {"source": "baseline_again", "cases": "three", "requests": 3, "of_cases": 3})
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "artifact 'noise_floor' is not a valid NoiseFloorRecord" in err and "cases" in err and "Traceback" not in err
+
+
+def test_the_artifacts_schema_is_published_and_a_stored_record_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from jsonschema import Draft202012Validator
+
+    published = Path(__file__).resolve().parents[2] / "docs" / "schema" / "artifacts.schema.json"
+    assert main(["schema", "artifacts"]) == 0
+    printed = capsys.readouterr().out
+    assert printed == published.read_text(encoding="utf-8"), "run `qualitycheck schema artifacts > docs/schema/artifacts.schema.json`"
+    schema = json.loads(printed)
+    assert set(schema["properties"]) == set(ARTIFACT_RECORDS)
+    with _empty(tmp_path) as store:
+        store.put_record(NoiseFloorRecord(cases=1, requests=1, of_cases=2))
+        stored = {"noise_floor": store.artifact("noise_floor")}
+    assert not list(Draft202012Validator(schema).iter_errors(stored))
+    assert list(Draft202012Validator(schema).iter_errors({"noise_floor": {"cases": -1, "requests": 0, "of_cases": 0}}))
