@@ -19,6 +19,8 @@ __all__ = [
     "ArtifactRecord",
     "ErrorInfo",
     "NoiseFloorRecord",
+    "PreflightCheckRecord",
+    "PreflightRecord",
     "Response",
     "Score",
     "ScoreStatus",
@@ -187,6 +189,45 @@ class NoiseFloorRecord(ArtifactRecord):
     def merged(cls, parts: Sequence[Any]) -> NoiseFloorRecord:
         """Each folder asked the baseline again for its own cases: the counts add up."""
         return cls(cases=sum(p.cases for p in parts), requests=sum(p.requests for p in parts), of_cases=sum(p.of_cases for p in parts))
+
+
+class PreflightCheckRecord(_Frozen):
+    """One preflight comparison: both servers asked the same question (generation/_preflight.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    name: str
+    passed: bool | None
+    """None: a server did not expose or did not answer what this check compares; never counted as a match."""
+    detail: str = ""
+    baseline: Any = None
+    """What the baseline answered (a digest, a version, the served models), as the check compared it."""
+    candidate: Any = None
+
+
+class PreflightRecord(ArtifactRecord):
+    """What the preflight found before generation: same model, chat template, stop tokens, defaults, engine?
+
+    Written by generation when preflight runs; the gate's `preflight_consistent`
+    and the summary's `preflight` read it. Without it preflight was switched off
+    (or one side was missing), which the gate reports as not run.
+    """
+
+    ARTIFACT: ClassVar[str] = "preflight"
+    ok: bool
+    """No check failed (checks that could not be made do not fail it)."""
+    baseline: str
+    """The baseline's URL."""
+    candidate: str
+    model: str
+    checks: list[PreflightCheckRecord] = Field(default_factory=list)
+    mismatches: list[str] = Field(default_factory=list)
+    """The names of the checks that failed."""
+
+    @classmethod
+    def merged(cls, parts: Sequence[Any]) -> PreflightRecord:
+        """Every folder ran the same preflight against the same servers: keep a failing one if any, else the first."""
+        kept: PreflightRecord = next((p for p in parts if not p.ok), parts[0])
+        return kept
 
 
 def artifacts_json_schema() -> dict[str, Any]:

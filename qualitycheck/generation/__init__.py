@@ -25,9 +25,6 @@ if TYPE_CHECKING:
         build_request as build_request,
     )
     from qualitycheck.generation._measure import (
-        PREFLIGHT_ARTIFACT as PREFLIGHT_ARTIFACT,
-    )
-    from qualitycheck.generation._measure import (
         measured_generate as measured_generate,
     )
     from qualitycheck.generation._measure import (
@@ -92,7 +89,6 @@ _HOME = {
     "Check": "_preflight",
     "AnswerReader": "_client",
     "Endpoint": "_client",
-    "PREFLIGHT_ARTIFACT": "_measure",
     "PreflightResult": "_preflight",
     "Progress": "_runner",
     "RequestPlan": "_client",

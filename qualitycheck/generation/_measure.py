@@ -23,12 +23,13 @@ from typing import Any
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
-from qualitycheck.core._store import GPU_ARTIFACT, PREFLIGHT_ARTIFACT, RunStore
+from qualitycheck.core._records import PreflightRecord
+from qualitycheck.core._store import GPU_ARTIFACT, RunStore
 from qualitycheck.generation._metrics import SentTally, record_window, scrape_all, scrape_dcgm, window
 from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
 from qualitycheck.generation._runner import Progress, RunStats, generate
 
-__all__ = ["GPU_ARTIFACT", "PREFLIGHT_ARTIFACT", "measured_generate", "preflight_into_store"]
+__all__ = ["GPU_ARTIFACT", "measured_generate", "preflight_into_store"]
 
 GPU_SAMPLE_S = 5.0
 """Seconds between two GPU samples during generation (the first after one second)."""
@@ -50,13 +51,13 @@ async def _sample_gpu(targets: dict[str, Any], dcgm_url: str | None, samples: li
         await asyncio.sleep(GPU_SAMPLE_S)
 
 
-def preflight_into_store(store: RunStore, cases: Iterable[Case], cfg: Config) -> dict[str, Any] | None:
+def preflight_into_store(store: RunStore, cases: Iterable[Case], cfg: Config) -> PreflightRecord | None:
     """Run the preflight when asked and both sides exist; a mismatch is recorded, not fatal."""
     if not cfg.run.preflight or cfg.baseline is None or cfg.candidate is None:
         return None
     result = run_preflight(cfg.baseline, cfg.candidate, cases, **preflight_options(cfg.run))
-    record = result.to_dict()
-    store.put_artifact(PREFLIGHT_ARTIFACT, record)
+    record = result.to_record()
+    store.put_record(record)
     if not result.ok:
         print(
             "qualitycheck: preflight found mismatches (the run continues; the gate will report them):\n" + format_preflight(result),

@@ -24,6 +24,7 @@ import aiohttp
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._http import HttpClient, Outcome, shared_session
+from qualitycheck.core._records import PreflightCheckRecord, PreflightRecord
 
 __all__ = ["Check", "PreflightResult", "check_served_models", "format_preflight", "preflight", "preflight_options", "run_preflight"]
 
@@ -68,15 +69,20 @@ class PreflightResult:
     def mismatches(self) -> list[Check]:
         return [c for c in self.checks if c.passed is False]
 
+    def to_record(self) -> PreflightRecord:
+        """The record generation stores for the gate and the summary (`RunStore.put_record`)."""
+        return PreflightRecord(
+            ok=self.ok,
+            baseline=self.baseline,
+            candidate=self.candidate,
+            model=self.model,
+            checks=[PreflightCheckRecord(**asdict(c)) for c in self.checks],
+            mismatches=[c.name for c in self.mismatches],
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "baseline": self.baseline,
-            "candidate": self.candidate,
-            "model": self.model,
-            "checks": [asdict(c) for c in self.checks],
-            "mismatches": [c.name for c in self.mismatches],
-        }
+        """`qualitycheck preflight --json`: the record's fields, without the store's format version."""
+        return self.to_record().model_dump(mode="json", exclude={"format_version"})
 
 
 class _Server:
@@ -350,15 +356,14 @@ def preflight_options(opts: RunOptions) -> dict[str, Any]:
     return {"concurrency": opts.concurrency, "timeout_s": min(opts.timeout_s, 30.0), "retries": opts.retries, "backoff_s": opts.backoff_s}
 
 
-def format_preflight(result: PreflightResult | dict[str, Any]) -> str:
+def format_preflight(result: PreflightResult) -> str:
     """Human-readable lines: one per check, mismatches first-class."""
-    d = result.to_dict() if isinstance(result, PreflightResult) else result
     mark = {True: "ok  ", False: "FAIL", None: "n/a "}
-    lines = [f"preflight {d['baseline']} vs {d['candidate']} ({d['model']}):"]
-    for ch in d["checks"]:
-        lines.append(f"  {mark[ch['passed']]} {ch['name']}: {ch['detail']}")
-    if d["mismatches"]:
-        lines.append(f"{len(d['mismatches'])} mismatch(es): {', '.join(d['mismatches'])}")
+    lines = [f"preflight {result.baseline} vs {result.candidate} ({result.model}):"]
+    for ch in result.checks:
+        lines.append(f"  {mark[ch.passed]} {ch.name}: {ch.detail}")
+    if mismatches := [c.name for c in result.mismatches]:
+        lines.append(f"{len(mismatches)} mismatch(es): {', '.join(mismatches)}")
     else:
         lines.append("all checks that the servers expose match")
     return "\n".join(lines)

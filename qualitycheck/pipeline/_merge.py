@@ -98,8 +98,6 @@ def _merged_artifact(name: str, stores: list[RunStore]) -> Any:
     present = [v for v in (s.artifact(name) for s in stores) if v is not None]
     if not present:
         return None
-    if name == "preflight":  # every shard ran the same preflight; keep a failing one if any
-        return next((v for v in present if isinstance(v, dict) and not v.get("ok", True)), present[0])
     if all(isinstance(v, list) for v in present):  # e.g. metrics windows: each shard's generation windows
         return [x for v in present for x in v]
     if all(isinstance(v, dict) for v in present) and name != "config":

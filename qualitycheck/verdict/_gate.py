@@ -30,6 +30,7 @@ from pydantic import ConfigDict
 
 from qualitycheck.core._config import Config
 from qualitycheck.core._errors import ConfigError, Problem
+from qualitycheck.core._records import PreflightCheckRecord, PreflightRecord
 
 __all__ = [
     "DEFAULT_GUARDRAILS",
@@ -96,8 +97,8 @@ class Evidence:
     """route → regressions among those that the noise floor explains (largest allowance of its cells)."""
     scored_routes: set[str] = field(default_factory=set)
     """Routes with at least one check decided on both sides."""
-    preflight: dict[str, Any] | None = None
-    """The preflight record (serving/preflight.py), when preflight ran."""
+    preflight: PreflightRecord | None = None
+    """The preflight record (generation/_preflight.py), when preflight ran."""
 
 
 class Rule(Protocol):
@@ -279,10 +280,10 @@ class PreflightConsistent:
     threshold: str = "all checks match"
 
     def evaluate(self, ev: Evidence) -> GuardrailResult:
-        checks = (ev.preflight or {}).get("checks") or []
-        failed = [c for c in checks if c.get("passed") is False]
+        checks = ev.preflight.checks if ev.preflight is not None else []
+        failed = [c for c in checks if c.passed is False]
         if not failed:
-            unchecked = [c for c in checks if c.get("passed") is None]
+            unchecked = [c for c in checks if c.passed is None]
             if len(unchecked) == len(checks):  # nothing compared: no evidence of consistency, so never a pass
                 missing = _endpoints(unchecked) or "no check was recorded"
                 return GuardrailResult(
@@ -293,18 +294,18 @@ class PreflightConsistent:
                     f"not evaluated: no preflight check could be performed (not exposed or not answering: {missing})",
                     self.route,
                 )
-            matched = ", ".join(c["name"] for c in checks if c.get("passed"))
+            matched = ", ".join(c.name for c in checks if c.passed)
             note = (
-                f"; not checked: {', '.join(c['name'] for c in unchecked)} (not exposed or not answering: {_endpoints(unchecked)})"
+                f"; not checked: {', '.join(c.name for c in unchecked)} (not exposed or not answering: {_endpoints(unchecked)})"
                 if unchecked
                 else ""
             )
             return GuardrailResult(self.name, self.threshold, [], True, f"baseline and candidate match on {matched}{note}", self.route)
-        msg = "; ".join(f"{c['name']}: {c.get('detail', '')}" for c in failed)
+        msg = "; ".join(f"{c.name}: {c.detail}" for c in failed)
         return GuardrailResult(
             self.name,
             self.threshold,
-            [c["name"] for c in failed],
+            [c.name for c in failed],
             False,
             f"the endpoints differ before any answer is compared: {msg}",
             self.route,
@@ -323,9 +324,9 @@ _CHECK_ENDPOINTS = {
 """The endpoint each preflight check reads (generation/_preflight.py), named when a check could not be made."""
 
 
-def _endpoints(checks: list[dict[str, Any]]) -> str:
+def _endpoints(checks: list[PreflightCheckRecord]) -> str:
     """The endpoints behind checks that could not be made, each once, in the checks' order."""
-    names = dict.fromkeys(_CHECK_ENDPOINTS.get(c.get("name", ""), c.get("name", "?")) for c in checks)
+    names = dict.fromkeys(_CHECK_ENDPOINTS.get(c.name, c.name) for c in checks)
     return ", ".join(names)
 
 

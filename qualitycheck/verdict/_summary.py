@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from qualitycheck.core._config import Config
-from qualitycheck.core._records import FORMAT_VERSION, NoiseFloorRecord
-from qualitycheck.core._store import PREFLIGHT_ARTIFACT, CaseRecords, RunStore
+from qualitycheck.core._records import FORMAT_VERSION, NoiseFloorRecord, PreflightRecord
+from qualitycheck.core._store import CaseRecords, RunStore
 from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary, gpu_summary
 from qualitycheck.serving._errors import ErrorTally
 from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, SplitTally, compare_run
@@ -275,7 +275,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
     category_routes = {cat: set(routes) for cat, routes in case_counts.items()}
     routes_in_run = set().union(*category_routes.values()) if category_routes else set()
 
-    preflight = store.artifact(PREFLIGHT_ARTIFACT)
+    preflight = store.record(PreflightRecord)
     ev = Evidence(
         errors={t: e.model_dump() for t, e in errors.items()},
         route_errors=digest.route_errors,
@@ -363,7 +363,9 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         errors=errors,
         latency=Latency.model_validate(latency),
         acceptance=Acceptance.model_validate(acceptance),
-        preflight=Preflight.model_validate(preflight) if preflight is not None else None,
+        preflight=Preflight.model_validate(preflight.model_dump(mode="json", exclude={"format_version"}))
+        if preflight is not None
+        else None,
         slices={dim: {label: Slice.model_validate(v) for label, v in buckets.items()} for dim, buckets in slice_tally.summary().items()},
         guardrails=results,
         allow_not_evaluated=cfg.allow_not_evaluated,

@@ -10,7 +10,7 @@ import pytest
 
 from qualitycheck.cli._main import main
 from qualitycheck.core._errors import StoreError
-from qualitycheck.core._records import ARTIFACT_RECORDS, FORMAT_VERSION, NoiseFloorRecord
+from qualitycheck.core._records import ARTIFACT_RECORDS, FORMAT_VERSION, NoiseFloorRecord, PreflightCheckRecord, PreflightRecord
 from qualitycheck.core._store import STORE_NAME, RunStore
 from qualitycheck.testserver import TestServer
 from tests.helpers import qa_cases, run_argv, write_suite
@@ -33,7 +33,7 @@ def test_a_record_reads_back_equal_and_a_run_without_one_reads_none(tmp_path: Pa
         store.put_record(NoiseFloorRecord(cases=2, requests=2, of_cases=9))
         assert store.record(NoiseFloorRecord) == NoiseFloorRecord(cases=2, requests=2, of_cases=9)
         assert store.artifact("noise_floor")["format_version"] == FORMAT_VERSION
-    assert ARTIFACT_RECORDS["noise_floor"] is NoiseFloorRecord
+    assert ARTIFACT_RECORDS["noise_floor"] is NoiseFloorRecord and ARTIFACT_RECORDS["preflight"] is PreflightRecord
 
 
 def test_a_folder_written_before_the_record_was_typed_still_reads(tmp_path: Path) -> None:
@@ -94,3 +94,36 @@ def test_the_artifacts_schema_is_published_and_a_stored_record_validates(tmp_pat
         stored = {"noise_floor": store.artifact("noise_floor")}
     assert not list(Draft202012Validator(schema).iter_errors(stored))
     assert list(Draft202012Validator(schema).iter_errors({"noise_floor": {"cases": -1, "requests": 0, "of_cases": 0}}))
+
+
+def _preflight(ok: bool, tokenize: bool | None) -> PreflightRecord:
+    checks = [PreflightCheckRecord(name="served_model", passed=True), PreflightCheckRecord(name="tokenize", passed=tokenize)]
+    return PreflightRecord(
+        ok=ok, baseline="http://b", candidate="http://c", model="m", checks=checks, mismatches=[] if ok else ["tokenize"]
+    )
+
+
+def test_merged_preflights_keep_a_failing_one() -> None:
+    passing, failing = _preflight(True, True), _preflight(False, False)
+    assert PreflightRecord.merged([passing, failing, passing]) == failing
+    assert PreflightRecord.merged([passing, _preflight(True, None)]) == passing
+
+
+def test_a_run_stores_its_preflight_typed_and_a_damaged_one_stops_the_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3, checks={"contains": "42"}))
+    with TestServer(default="The answer is 42.") as b, TestServer(default="It is 42.") as c:
+        assert main(run_argv(b.url, c.url, suite, tmp_path / "run", "--retries", "0", preflight=True)) in (0, 1)
+        with RunStore.open(tmp_path / "run") as store:
+            pre = store.record(PreflightRecord)
+    assert (
+        pre is not None
+        and pre.baseline.startswith(b.url.removesuffix("/v1"))
+        and {c.name for c in pre.checks} >= {"served_model", "tokenize"}
+    )
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["preflight"] == pre.model_dump(mode="json", exclude={"format_version"})  # summary.json's field unchanged
+    _set_artifact(tmp_path / "run", "preflight", {**pre.model_dump(mode="json"), "checks": [{"name": "tokenize", "passed": "maybe"}]})
+    capsys.readouterr()
+    assert main(["gate", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "artifact 'preflight' is not a valid PreflightRecord: checks.0.passed" in err and "Traceback" not in err

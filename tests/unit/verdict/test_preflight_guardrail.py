@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from qualitycheck.core._records import PreflightRecord
 from qualitycheck.verdict._gate import Evidence, PreflightConsistent, decide
 
 
@@ -12,7 +13,8 @@ def _check(name: str, passed: bool | None, detail: str = "") -> dict[str, Any]:
 
 
 def _evaluate(*checks: dict[str, Any]) -> Any:
-    return PreflightConsistent().evaluate(Evidence(preflight={"ok": True, "checks": list(checks), "mismatches": []}))
+    record = PreflightRecord.model_validate({"ok": True, "baseline": "b", "candidate": "c", "model": "m", "checks": list(checks)})
+    return PreflightConsistent().evaluate(Evidence(preflight=record))
 
 
 NOTHING_EXPOSED = [
