@@ -9,7 +9,7 @@ wants to change a result writes a new record instead of editing one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -159,11 +159,15 @@ class ArtifactRecord(_Frozen):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "ARTIFACT" in cls.__dict__:
+            if (taken := ARTIFACT_RECORDS.get(cls.ARTIFACT)) is not None:
+                raise TypeError(f"artifact name {cls.ARTIFACT!r} is already {taken.__qualname__}'s")
+            if "merged" not in cls.__dict__:
+                raise TypeError(f"{cls.__qualname__} must say how the records of merged folders combine (`merged`)")
             ARTIFACT_RECORDS[cls.ARTIFACT] = cls
 
     @classmethod
-    def merged(cls, parts: Sequence[Any]) -> ArtifactRecord:
-        """One record for folders merged into one run (`parts` are of this class, at least one)."""
+    def merged(cls, parts: Sequence[Self]) -> Self:
+        """One record for folders merged into one run (`parts`: at least one); every kind defines it."""
         raise NotImplementedError
 
 
@@ -186,7 +190,7 @@ class NoiseFloorRecord(ArtifactRecord):
     """Cases both sides answered, among which those that differed were found."""
 
     @classmethod
-    def merged(cls, parts: Sequence[Any]) -> NoiseFloorRecord:
+    def merged(cls, parts: Sequence[Self]) -> Self:
         """Each folder asked the baseline again for its own cases: the counts add up."""
         return cls(cases=sum(p.cases for p in parts), requests=sum(p.requests for p in parts), of_cases=sum(p.of_cases for p in parts))
 
@@ -224,10 +228,9 @@ class PreflightRecord(ArtifactRecord):
     """The names of the checks that failed."""
 
     @classmethod
-    def merged(cls, parts: Sequence[Any]) -> PreflightRecord:
-        """Every folder ran the same preflight against the same servers: keep a failing one if any, else the first."""
-        kept: PreflightRecord = next((p for p in parts if not p.ok), parts[0])
-        return kept
+    def merged(cls, parts: Sequence[Self]) -> Self:
+        """Every folder ran the same preflight against the same servers: keep the first failing one if any, else the first."""
+        return next((p for p in parts if not p.ok), parts[0])
 
 
 def artifacts_json_schema() -> dict[str, Any]:

@@ -45,7 +45,9 @@ STORE_NAME = "run.sqlite"
 WINDOWS_ARTIFACT = "metrics_windows"
 """One /metrics window per stretch of generation: acceptance counters before and after."""
 GPU_ARTIFACT = "gpu_samples"
+
 R = TypeVar("R", bound=ArtifactRecord)
+"""A kind of typed artifact (`RunStore.record`)."""
 _ROUTE = "COALESCE(json_extract(body, '$.tags.route'), category)"
 """A stored case's route in SQL: `tags.route`, else its category (as `Case.route`)."""
 _JUDGED = "json_extract(body, '$.checks.judge') IS NOT NULL"
@@ -440,16 +442,17 @@ class RunStore:
         `StoreError` naming the folder and the artifact: a reader never
         guesses at a record's fields.
         """
-        raw = self.artifact(kind.ARTIFACT)
-        if raw is None:
+        row = self._db.execute("SELECT body FROM artifacts WHERE name=?", (kind.ARTIFACT,)).fetchone()
+        if row is None:
             return None
-        version = raw.get("format_version", FORMAT_VERSION) if isinstance(raw, dict) else FORMAT_VERSION
-        if isinstance(version, int) and version > FORMAT_VERSION:
+        raw = json.loads(row[0])
+        version = raw.get("format_version") if isinstance(raw, dict) else None
+        if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
             raise StoreError(
                 f"{self.folder}: artifact {kind.ARTIFACT!r} written by a newer qualitycheck (format {version} > {FORMAT_VERSION})"
             )
-        try:
-            return kind.model_validate(raw)
+        try:  # strict: a count stored as "3" or true is damage, not a value to coerce
+            return kind.model_validate_json(row[0], strict=True)
         except ValidationError as exc:
             raise StoreError(f"{self.folder}: artifact {kind.ARTIFACT!r} is not a valid {kind.__name__}: {first_problem(exc)}") from None
 

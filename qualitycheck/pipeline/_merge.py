@@ -162,14 +162,15 @@ def merge_runs(folders: Sequence[str | Path], out: str | Path) -> int:
         manifest = manifest_for(cases, cfg, suite_files)
         manifest["targets"] = stores[0].manifest.get("targets", manifest["targets"])
         manifest["merged_from"] = [str(f) for f in paths]
+        names = sorted({n for s in stores for n in s.artifact_names()} - {"config"} - _DERIVED)
+        # combined (and the typed ones validated) before `out` exists: a shard's damaged record refuses the merge
+        # without leaving a half-built folder that the next attempt would refuse as "already holds a run"
+        artifacts = {name: value for name in names if (value := _merged_artifact(name, stores)) is not None}
         merged = RunStore.create(out, manifest, cases)
         try:
             merged.put_artifact("config", raw_cfg)
-            names = sorted({n for s in stores for n in s.artifact_names()} - {"config"} - _DERIVED)
-            for name in names:
-                value = _merged_artifact(name, stores)
-                if value is not None:
-                    merged.put_artifact(name, value)
+            for name, value in artifacts.items():
+                merged.put_artifact(name, value)
             for s in stores:
                 for r in s.responses():
                     merged.put_response(r)

@@ -353,8 +353,9 @@ class Recorder:
         store.put_artifact("config", redacted_config(self.cfg))
         self._store = store
         self._next_idx = store.case_count()
-        # a restarted proxy appending to the folder counts on from what the one before it recorded
-        self._floor_base = store.record(NoiseFloorRecord) or NoiseFloorRecord(cases=0, requests=0, of_cases=0)
+        self._floor_base = NoiseFloorRecord(cases=0, requests=0, of_cases=0)
+        if self.noise_floor:  # a restarted proxy appending to the folder counts on from what the one before it recorded
+            self._floor_base = store.record(NoiseFloorRecord) or self._floor_base
         self._period = self.new_period()
         self._written = _Written()
         self.folders.append(folder)

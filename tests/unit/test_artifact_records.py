@@ -51,6 +51,9 @@ def test_a_folder_written_before_the_record_was_typed_still_reads(tmp_path: Path
         ({"source": "guess", "cases": 1, "requests": 1, "of_cases": 1}, "source"),
         ({"cases": 1, "requests": 1}, "of_cases"),
         ([1, 2], "NoiseFloorRecord"),
+        ({"source": "baseline_again", "cases": "3", "requests": 3, "of_cases": 7}, "cases"),  # never coerced
+        ({"source": "baseline_again", "cases": True, "requests": 3, "of_cases": 7}, "cases"),
+        ({"format_version": "9", "cases": 1, "requests": 1, "of_cases": 1}, "format_version"),
         ({"format_version": FORMAT_VERSION + 1, "cases": 1, "requests": 1, "of_cases": 1, "new_field": 1}, "newer qualitycheck"),
     ],
 )
@@ -103,9 +106,10 @@ def _preflight(ok: bool, tokenize: bool | None) -> PreflightRecord:
     )
 
 
-def test_merged_preflights_keep_a_failing_one() -> None:
+def test_merged_preflights_keep_the_first_failing_one() -> None:
     passing, failing = _preflight(True, True), _preflight(False, False)
-    assert PreflightRecord.merged([passing, failing, passing]) == failing
+    other = failing.model_copy(update={"baseline": "http://b2"})
+    assert PreflightRecord.merged([passing, failing, passing, other]) == failing
     assert PreflightRecord.merged([passing, _preflight(True, None)]) == passing
 
 
@@ -121,9 +125,34 @@ def test_a_run_stores_its_preflight_typed_and_a_damaged_one_stops_the_gate(tmp_p
         and {c.name for c in pre.checks} >= {"served_model", "tokenize"}
     )
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["preflight"] == pre.model_dump(mode="json", exclude={"format_version"})  # summary.json's field unchanged
+    # summary.json's field as before the record was typed: these keys, in this order, and not the store's format_version
+    assert list(summary["preflight"]) == ["ok", "baseline", "candidate", "model", "checks", "mismatches"]
+    assert all(list(c) == ["name", "passed", "detail", "baseline", "candidate"] for c in summary["preflight"]["checks"])
+    assert summary["preflight"] == pre.model_dump(mode="json", exclude={"format_version"})
     _set_artifact(tmp_path / "run", "preflight", {**pre.model_dump(mode="json"), "checks": [{"name": "tokenize", "passed": "maybe"}]})
     capsys.readouterr()
     assert main(["gate", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "artifact 'preflight' is not a valid PreflightRecord: checks.0.passed" in err and "Traceback" not in err
+
+
+def test_a_kind_names_an_unused_artifact_and_says_how_it_merges() -> None:
+    from typing import ClassVar
+
+    from qualitycheck.core._records import ArtifactRecord
+
+    with pytest.raises(TypeError, match="already NoiseFloorRecord's"):
+
+        class Twin(ArtifactRecord):
+            ARTIFACT: ClassVar[str] = "noise_floor"
+
+            @classmethod
+            def merged(cls, parts: object) -> Twin:
+                raise AssertionError
+
+    with pytest.raises(TypeError, match="merged"):
+
+        class NoRule(ArtifactRecord):
+            ARTIFACT: ClassVar[str] = "a_test_only_artifact"
+
+    assert ARTIFACT_RECORDS["noise_floor"] is NoiseFloorRecord and "a_test_only_artifact" not in ARTIFACT_RECORDS

@@ -10,6 +10,7 @@ import pytest
 
 from qualitycheck.cli._main import main
 from qualitycheck.core._cases import load_suite
+from qualitycheck.core._records import NoiseFloorRecord, PreflightRecord
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation._runner import in_shard
 from qualitycheck.testserver import TestServer
@@ -103,6 +104,36 @@ def test_merge_refuses_non_runs_and_existing_outputs(
     assert "not a qualitycheck run folder" in capsys.readouterr().err
     assert main(["merge", str(tmp_path / "a"), "--out", str(tmp_path / "a")]) == 2
     assert main(["merge", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "m2")]) == 2
+
+
+def test_typed_records_merge_by_their_kind_and_a_damaged_one_refuses_before_the_output_exists(
+    tmp_path: Path, servers: tuple[TestServer, TestServer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    b, c = servers
+    s = suite(tmp_path)
+    shards = [tmp_path / "shard1", tmp_path / "shard2"]
+    for i, folder in enumerate(shards, 1):
+        run(b, c, s, folder, "--shard", f"{i}/2")
+    floors = []
+    preflights = [PreflightRecord(ok=True, baseline=b.url, candidate=c.url, model="m")]
+    preflights.append(preflights[0].model_copy(update={"ok": False, "mismatches": ["tokenize"]}))
+    for folder, pre in zip(shards, preflights, strict=True):
+        with RunStore.open(folder) as st:
+            floors.append(st.record(NoiseFloorRecord))
+            st.put_artifact("preflight", {**pre.model_dump(mode="json"), "ok": "no"} if not pre.ok else pre.model_dump(mode="json"))
+    argv = ["merge", *map(str, shards), "--out", str(tmp_path / "m")]
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "artifact 'preflight' is not a valid PreflightRecord: ok" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()  # nothing half-built: the same merge runs again once the shard is mended
+    with RunStore.open(shards[1]) as st:
+        st.put_record(preflights[1])
+    assert main(argv) in (0, 1)
+    with RunStore.open(tmp_path / "m") as st:
+        assert st.record(PreflightRecord) == preflights[1]  # a failing shard's preflight is the merged run's
+        present = [f for f in floors if f is not None]
+        assert present and st.record(NoiseFloorRecord) == NoiseFloorRecord.merged(present)
+    assert summary(tmp_path / "m")["preflight"]["ok"] is False
 
 
 def test_judged_shards_merge_without_calling_the_judge_again(tmp_path: Path) -> None:
