@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 
 from qualitycheck.core._config import parse_rotation
+from qualitycheck.core._errors import StoreError
 from qualitycheck.core._records import NoiseFloorRecord
 from qualitycheck.core._store import RunStore
 from qualitycheck.pipeline._merge import merge_runs
 from qualitycheck.pipeline._run import redo
 from qualitycheck.testserver import TestServer
 
-from .conftest import shadow_config
+from .conftest import Proxy, shadow_config
 from .test_forwarding import call, chat
 
 
@@ -139,6 +140,29 @@ def test_differing_answers_ask_the_baseline_again_for_the_noise_floor(proxy_for:
     summary = json.loads((p.out / "summary.json").read_text())
     assert summary["noise_floor"]["source"] == "baseline_again"
     assert summary["categories"]["qa"]["checks"]["exact"]["regressions"]  # greedy answers changed: exact flips, beyond the floor
+
+
+def test_a_restarted_proxy_counts_its_noise_floor_on_and_reads_the_record_only_when_it_uses_it(proxy_for: Any, tmp_path: Path) -> None:
+    out = tmp_path / "one"
+    with TestServer(default="the baseline's words") as base, TestServer(default="other words") as cand:
+        cfg = shadow_config(base.url, cand.url)
+        for i in range(2):  # two proxies, one after the other, on the same folder: 2 + 1 differing greedy answers
+            p = proxy_for(cfg, out=out)
+            for j in range(2 - i):
+                call(p.url, "/v1/chat/completions", chat(f"greedy {i} {j}", temperature=0))
+            p.settled()
+            p.stop()
+        with RunStore.open(out) as store:
+            assert store.record(NoiseFloorRecord) == NoiseFloorRecord(cases=3, requests=3, of_cases=3)
+            store.put_artifact("noise_floor", {"source": "baseline_again", "cases": "3", "requests": 3, "of_cases": 3})
+        with pytest.raises(StoreError, match="artifact 'noise_floor' is not a valid NoiseFloorRecord: cases"):
+            Proxy(cfg, out).recorder.open()  # a proxy that would count on from it refuses the damaged record
+        p = proxy_for(cfg, out=out, noise_floor=False)  # one that never asks the baseline again does not read it
+        call(p.url, "/v1/chat/completions", chat("greedy 3", temperature=0))
+        p.settled()
+        p.stop()
+    with RunStore.open(out) as store:
+        assert store.case_count() == 4
 
 
 def test_a_restarted_proxy_appends_to_its_folder(servers: Any, proxy_for: Any, tmp_path: Path) -> None:
