@@ -11,19 +11,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "ARTIFACT_RECORDS",
     "FORMAT_VERSION",
     "ArtifactRecord",
     "ErrorInfo",
+    "MetricsSnapshot",
+    "MetricsWindow",
+    "MetricsWindows",
     "NoiseFloorRecord",
     "PreflightCheckRecord",
     "PreflightRecord",
     "Response",
     "Score",
     "ScoreStatus",
+    "SentCounts",
+    "SpecCounters",
     "ToolCall",
     "Usage",
     "artifacts_json_schema",
@@ -231,6 +236,79 @@ class PreflightRecord(ArtifactRecord):
     def merged(cls, parts: Sequence[Self]) -> Self:
         """Every folder ran the same preflight against the same servers: keep the first failing one if any, else the first."""
         return next((p for p in parts if not p.ok), parts[0])
+
+
+class SpecCounters(_Frozen):
+    """A server's speculative-decoding counters at one scrape (vLLM's `vllm:spec_decode_*`, summed over engines).
+
+    Cumulative since the server started: only the difference between two
+    scrapes means anything (`serving._acceptance`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    drafts: float = 0.0
+    """Verification steps that had a draft."""
+    draft_tokens: float = 0.0
+    accepted_tokens: float = 0.0
+    per_position: dict[str, float] = Field(default_factory=dict)
+    """Tokens accepted at each draft position ("0", "1", ...)."""
+
+
+class MetricsSnapshot(_Frozen):
+    """One scrape of one target's /metrics (`generation._metrics.scrape`); `ok` false with `error` when there was none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    url: str
+    t: float
+    """Wall-clock (epoch seconds) when it was taken."""
+    ok: bool
+    error: str | None = None
+    spec: SpecCounters | None = None
+    """None: the server exposes no spec-decode counters (it is not speculating)."""
+    generation_tokens: float | None = None
+    """`vllm:generation_tokens_total`: with `requests_finished`, how other traffic is told apart from ours."""
+    requests_finished: float | None = None
+    kv_cache_usage: float | None = None
+    """Mean over engines of the KV-cache usage gauge (0..1)."""
+
+
+class SentCounts(_Frozen):
+    """What we sent one target during one window, to tell its counters' movement from other callers' traffic."""
+
+    requests: int = 0
+    attempts: int = 0
+    ok: int = 0
+    output_tokens: int = 0
+
+
+class MetricsWindow(_Frozen):
+    """One attributable stretch of generation: every target scraped before and after it, and what we sent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    category: str | None = None
+    """The category generated in it, when acceptance is attributed per category."""
+    before: dict[str, MetricsSnapshot]
+    """By side (baseline, candidate, ...)."""
+    after: dict[str, MetricsSnapshot]
+    sent: dict[str, SentCounts]
+
+
+class MetricsWindows(ArtifactRecord):
+    """The run's /metrics windows, in the order they were taken (a resumed run, a shadow period adds its own)."""
+
+    ARTIFACT: ClassVar[str] = "metrics_windows"
+    windows: list[MetricsWindow] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_list(cls, data: Any) -> Any:
+        """Folders written before the record was typed hold the list itself."""
+        return {"windows": data} if isinstance(data, list) else data
+
+    @classmethod
+    def merged(cls, parts: Sequence[Self]) -> Self:
+        """Each folder's windows cover its own requests: all of them, folder after folder."""
+        return cls(windows=[w for p in parts for w in p.windows])
 
 
 def artifacts_json_schema() -> dict[str, Any]:

@@ -29,7 +29,6 @@ from qualitycheck.core._records import FORMAT_VERSION, ArtifactRecord, Response,
 __all__ = [
     "GPU_ARTIFACT",
     "STORE_NAME",
-    "WINDOWS_ARTIFACT",
     "CaseRecords",
     "GroupsById",
     "RunStore",
@@ -42,8 +41,6 @@ STORE_NAME = "run.sqlite"
 
 # Artifacts that one stage writes and a sibling or a later stage reads: stages on one level may not
 # import each other, so their names live with the store both sides use (typed ones, `ArtifactRecord`, carry their own).
-WINDOWS_ARTIFACT = "metrics_windows"
-"""One /metrics window per stretch of generation: acceptance counters before and after."""
 GPU_ARTIFACT = "gpu_samples"
 
 R = TypeVar("R", bound=ArtifactRecord)

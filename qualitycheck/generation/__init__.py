@@ -31,9 +31,6 @@ if TYPE_CHECKING:
         preflight_into_store as preflight_into_store,
     )
     from qualitycheck.generation._metrics import (
-        WINDOWS_ARTIFACT as WINDOWS_ARTIFACT,
-    )
-    from qualitycheck.generation._metrics import (
         SentTally as SentTally,
     )
     from qualitycheck.generation._metrics import (
@@ -95,7 +92,6 @@ _HOME = {
     "RichProgress": "_progress",
     "RunStats": "_runner",
     "SentTally": "_metrics",
-    "WINDOWS_ARTIFACT": "_metrics",
     "build_request": "_client",
     "format_preflight": "_preflight",
     "generate": "_runner",

@@ -42,8 +42,8 @@ async def _sample_gpu(targets: dict[str, Any], dcgm_url: str | None, samples: li
         t = time.time()
         snaps = await scrape_all(targets, retries=0, backoff_s=0.0)
         for side, snap in snaps.items():
-            if snap.get("ok") and snap.get("kv_cache_usage") is not None:
-                samples.append({"t": t, "side": side, "kv_cache_usage": snap["kv_cache_usage"]})
+            if snap.ok and snap.kv_cache_usage is not None:
+                samples.append({"t": t, "side": side, "kv_cache_usage": snap.kv_cache_usage})
         if dcgm_url:
             facts = await scrape_dcgm(dcgm_url)
             if facts:

@@ -23,11 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._http import HttpClient, shared_session
-from qualitycheck.core._records import Response
-from qualitycheck.core._store import WINDOWS_ARTIFACT, RunStore
+from qualitycheck.core._records import MetricsSnapshot, MetricsWindow, MetricsWindows, Response, SentCounts
+from qualitycheck.core._store import RunStore
 
 __all__ = [
-    "WINDOWS_ARTIFACT",
     "SentTally",
     "parse_dcgm",
     "parse_metrics",
@@ -117,25 +116,22 @@ async def scrape(
     retries: int = _RUN_DEFAULTS.retries,
     backoff_s: float = _RUN_DEFAULTS.backoff_s,
     session: aiohttp.ClientSession | None = None,
-) -> dict[str, Any]:
+) -> MetricsSnapshot:
     """One snapshot of a target's counters, with the target's own auth; never raises."""
     url = target.server_url + "/metrics"
-    snap: dict[str, Any] = {"url": url, "t": time.time(), "ok": False, "error": None}
+    t = time.time()
     http = HttpClient(target, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, session=session)
     try:
         out = await http.get_text(url)
     finally:
         await http.aclose()
     if out.error is not None:
-        snap["error"] = out.error.message
-        return snap
+        return MetricsSnapshot(url=url, t=t, ok=False, error=out.error.message)
     try:
-        snap.update(parse_metrics(out.value or "", target.model))
+        counters = parse_metrics(out.value or "", target.model)
     except ValueError as exc:  # the page is not Prometheus text
-        snap["error"] = f"not Prometheus text: {exc}"
-        return snap
-    snap["ok"] = True
-    return snap
+        return MetricsSnapshot(url=url, t=t, ok=False, error=f"not Prometheus text: {exc}")
+    return MetricsSnapshot(url=url, t=t, ok=True, **counters)
 
 
 async def scrape_dcgm(url: str, *, timeout_s: float = _SCRAPE_TIMEOUT_S) -> dict[str, float] | None:
@@ -160,7 +156,7 @@ async def scrape_all(
     retries: int = _RUN_DEFAULTS.retries,
     backoff_s: float = _RUN_DEFAULTS.backoff_s,
     session: aiohttp.ClientSession | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, MetricsSnapshot]:
     """Snapshot every target (keyed by side) at the same time."""
     async with shared_session(session, len(targets), timeout_s) as shared:
         snaps = await asyncio.gather(
@@ -186,29 +182,25 @@ class SentTally:
             self.ok[t] = self.ok.get(t, 0) + 1
             self.output_tokens[t] = self.output_tokens.get(t, 0) + (r.usage.completion_tokens or 0)
 
-    def for_target(self, t: str) -> dict[str, int]:
-        return {
-            "requests": self.requests.get(t, 0),
-            "attempts": self.attempts.get(t, 0),
-            "ok": self.ok.get(t, 0),
-            "output_tokens": self.output_tokens.get(t, 0),
-        }
+    def for_target(self, t: str) -> SentCounts:
+        return SentCounts(
+            requests=self.requests.get(t, 0),
+            attempts=self.attempts.get(t, 0),
+            ok=self.ok.get(t, 0),
+            output_tokens=self.output_tokens.get(t, 0),
+        )
 
 
 def window(
-    before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], sent: SentTally, category: str | None = None
-) -> dict[str, Any]:
+    before: dict[str, MetricsSnapshot], after: dict[str, MetricsSnapshot], sent: SentTally, category: str | None = None
+) -> MetricsWindow:
     """One attributable stretch of generation: scrapes around it and what we sent."""
-    return {
-        "category": category,
-        "before": before,
-        "after": after,
-        "sent": {t: sent.for_target(t) for t in sorted(set(before) | set(after))},
-    }
+    return MetricsWindow(
+        category=category, before=before, after=after, sent={t: sent.for_target(t) for t in sorted(set(before) | set(after))}
+    )
 
 
-def record_window(store: RunStore, w: dict[str, Any]) -> None:
-    """Append a window to the run's list (a resumed run adds its own windows)."""
-    windows = store.artifact(WINDOWS_ARTIFACT, [])
-    windows.append(w)
-    store.put_artifact(WINDOWS_ARTIFACT, windows)
+def record_window(store: RunStore, w: MetricsWindow) -> None:
+    """Append a window to the run's (a resumed run adds its own windows)."""
+    before = store.record(MetricsWindows) or MetricsWindows()
+    store.put_record(MetricsWindows(windows=[*before.windows, w]))

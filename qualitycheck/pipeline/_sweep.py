@@ -79,9 +79,10 @@ def _cell(
     max_error_rate: float,
 ) -> dict[str, Any]:
     """Generate one (target, concurrency) cell into its own store and measure it, reading the store back as a stream."""
+    from qualitycheck.core._records import MetricsWindows
     from qualitycheck.generation._measure import measured_generate
     from qualitycheck.pipeline._run import manifest_for, redacted_config
-    from qualitycheck.serving._acceptance import WINDOWS_ARTIFACT, acceptance_from_windows
+    from qualitycheck.serving._acceptance import acceptance_from_windows
     from qualitycheck.serving._errors import ErrorTally
     from qualitycheck.serving._latency import side_latency
 
@@ -98,7 +99,7 @@ def _cell(
             raise RunIncompleteError(f"sweep interrupted in cell {name}; run the same command again to resume")
         latency = side_latency(store.responses(), cfg.run.gpu_hour_usd).get(side, {})
         errors = ErrorTally.of(r for r in store.responses() if not r.ok)
-        acceptance = acceptance_from_windows(store.artifact(WINDOWS_ARTIFACT, []), side=side, reference="none")
+        acceptance = acceptance_from_windows((store.record(MetricsWindows) or MetricsWindows()).windows, side=side, reference="none")
     finally:
         store.close()
     rate = latency.get("error_rate")

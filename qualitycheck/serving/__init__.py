@@ -10,14 +10,13 @@ docs/stages/serving.md.
 
 from __future__ import annotations
 
-from qualitycheck.serving._acceptance import WINDOWS_ARTIFACT, acceptance_from_windows, acceptance_rates, acceptance_summary
+from qualitycheck.serving._acceptance import acceptance_from_windows, acceptance_rates, acceptance_summary
 from qualitycheck.serving._errors import ErrorKind, ErrorTally, error_kind
 from qualitycheck.serving._gpu import gpu_from_samples, gpu_summary
 from qualitycheck.serving._latency import LatencyTally, cost_per_1k, itl_per_token, latency_summary, side_latency, tpot_s
 from qualitycheck.serving._slices import SliceTally, slices_summary
 
 __all__ = [
-    "WINDOWS_ARTIFACT",
     "ErrorKind",
     "ErrorTally",
     "LatencyTally",

@@ -18,12 +18,13 @@ tokens accepted at draft position i / drafts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from qualitycheck.core._store import WINDOWS_ARTIFACT, RunStore
+from qualitycheck.core._records import MetricsSnapshot, MetricsWindow, MetricsWindows, SentCounts
+from qualitycheck.core._store import RunStore
 
 __all__ = [
-    "WINDOWS_ARTIFACT",
     "acceptance_from_windows",
     "acceptance_rates",
     "acceptance_summary",
@@ -33,39 +34,43 @@ __all__ = [
 # ---------------------------------------------------------------- deltas
 
 
-def _delta(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+def _delta(before: MetricsSnapshot, after: MetricsSnapshot | None) -> tuple[dict[str, Any] | None, str | None]:
     """Counter deltas of one target over one window, or why there are none."""
-    if not before.get("ok") or not after.get("ok"):
-        why = before.get("error") if not before.get("ok") else after.get("error")
+    if not before.ok or after is None or not after.ok:
+        why = before.error if not before.ok else after.error if after is not None else "no scrape after the window"
         return None, f"/metrics unavailable ({why})"
     out: dict[str, Any] = {}
-    for key in ("generation_tokens", "requests_finished"):
-        if key in before and key in after:
-            out[key] = after[key] - before[key]
-    sb, sa = before.get("spec"), after.get("spec")
+    if before.generation_tokens is not None and after.generation_tokens is not None:
+        out["generation_tokens"] = after.generation_tokens - before.generation_tokens
+    if before.requests_finished is not None and after.requests_finished is not None:
+        out["requests_finished"] = after.requests_finished - before.requests_finished
+    sb, sa = before.spec, after.spec
     if sa is None:
         out["spec"] = None
         return out, None
-    sb = sb or {}
-    spec = {k: sa.get(k, 0.0) - sb.get(k, 0.0) for k in ("drafts", "draft_tokens", "accepted_tokens")}
-    pb, pa = sb.get("per_position", {}), sa.get("per_position", {})
-    spec["per_position"] = {p: pa[p] - pb.get(p, 0.0) for p in pa}
+    pb = sb.per_position if sb is not None else {}
+    spec: dict[str, Any] = {
+        "drafts": sa.drafts - (sb.drafts if sb is not None else 0.0),
+        "draft_tokens": sa.draft_tokens - (sb.draft_tokens if sb is not None else 0.0),
+        "accepted_tokens": sa.accepted_tokens - (sb.accepted_tokens if sb is not None else 0.0),
+    }
+    spec["per_position"] = {p: v - pb.get(p, 0.0) for p, v in sa.per_position.items()}
     if any(v < 0 for k, v in spec.items() if k != "per_position") or any(v < 0 for v in out.values() if isinstance(v, float)):
         return None, "counters went down during the run (server restarted?)"
     out["spec"] = spec
     return out, None
 
 
-def _other_traffic(d: dict[str, Any], sent: dict[str, int]) -> str | None:
+def _other_traffic(d: dict[str, Any], sent: SentCounts) -> str | None:
     """A reason to believe someone else's requests moved this server's counters, or None."""
-    if not sent.get("requests"):
+    if not sent.requests:
         return None
     finished = d.get("requests_finished")
-    if finished is not None and finished > sent.get("attempts", 0):
-        return f"server finished {finished:g} requests while we sent {sent['attempts']}"
+    if finished is not None and finished > sent.attempts:
+        return f"server finished {finished:g} requests while we sent {sent.attempts}"
     gen = d.get("generation_tokens")
-    ours = sent.get("output_tokens", 0)
-    failed = sent.get("attempts", 0) - sent.get("ok", 0)
+    ours = sent.output_tokens
+    failed = sent.attempts - sent.ok
     if gen is not None and ours and not failed and gen > ours * 1.01 + 1:
         return f"server generated {gen:g} tokens while our answers hold {ours}"
     return None
@@ -108,7 +113,7 @@ def _add(total: dict[str, Any], spec: dict[str, Any]) -> None:
         pp[p] = pp.get(p, 0.0) + v
 
 
-def acceptance_from_windows(windows: list[dict[str, Any]], side: str = "candidate", reference: str = "baseline") -> dict[str, Any]:
+def acceptance_from_windows(windows: Sequence[MetricsWindow], side: str = "candidate", reference: str = "baseline") -> dict[str, Any]:
     """Contract 3 `acceptance` from the recorded windows (see the module docstring for definitions)."""
     warnings: list[str] = []
     total: dict[str, Any] = {}
@@ -118,22 +123,22 @@ def acceptance_from_windows(windows: list[dict[str, Any]], side: str = "candidat
     unavailable = False
     used = 0
     for w in windows:
-        sent = w.get("sent", {})
-        if not sent.get(side, {}).get("requests"):
+        sent = w.sent.get(side)
+        if sent is None or not sent.requests:
             continue  # a resumed run that had nothing left to send
-        label = f" (category {w['category']})" if w.get("category") else ""
-        if reference in w.get("before", {}):
-            d_ref, _ = _delta(w["before"][reference], w["after"].get(reference, {}))
+        label = f" (category {w.category})" if w.category else ""
+        if reference in w.before:
+            d_ref, _ = _delta(w.before[reference], w.after.get(reference))
             if d_ref and d_ref.get("spec") and d_ref["spec"]["draft_tokens"] > 0:
                 reference_speculating = True
-        if side not in w.get("before", {}):
+        if side not in w.before:
             continue
-        d, why = _delta(w["before"][side], w["after"].get(side, {}))
+        d, why = _delta(w.before[side], w.after.get(side))
         if d is None:
             unavailable = True
             warnings.append(f"{side} {why}{label}: acceptance not measured")
             continue
-        if (reason := _other_traffic(d, sent.get(side, {}))) is not None:
+        if (reason := _other_traffic(d, sent)) is not None:
             warnings.append(f"{side} counters moved by other traffic{label}: {reason}; acceptance includes it")
         if d["spec"] is None:
             continue
@@ -141,15 +146,15 @@ def acceptance_from_windows(windows: list[dict[str, Any]], side: str = "candidat
         if d["spec"]["draft_tokens"] > 0:
             candidate_speculating = True
         _add(total, d["spec"])
-        if w.get("category"):
-            _add(by_cat.setdefault(w["category"], {}), d["spec"])
+        if w.category:
+            _add(by_cat.setdefault(w.category, {}), d["spec"])
     if total and total["draft_tokens"] > 0:
         out = _rates(total)
     else:
         out = _empty()
         if used and not unavailable:
             warnings.append(f"{side} exposes spec-decode counters but drafted nothing: speculation inactive")
-        elif not unavailable and any(sent_n(w, side) for w in windows):
+        elif not unavailable and any(w.sent.get(side, SentCounts()).requests for w in windows):
             warnings.append(f"{side} /metrics has no vllm:spec_decode_* counters: speculative decoding is not active there")
     if by_cat:
         out["by_category"] = {c: (_rates(s) if s["draft_tokens"] > 0 else _empty()) for c, s in sorted(by_cat.items())}
@@ -161,13 +166,9 @@ def acceptance_from_windows(windows: list[dict[str, Any]], side: str = "candidat
     return out
 
 
-def sent_n(w: dict[str, Any], side: str) -> int:
-    return int(w.get("sent", {}).get(side, {}).get("requests", 0))
-
-
 def acceptance_summary(store: RunStore) -> dict[str, Any]:
     """summary.json `acceptance`; all values None with a warning when nothing was scraped."""
-    windows = store.artifact(WINDOWS_ARTIFACT, [])
+    windows = (store.record(MetricsWindows) or MetricsWindows()).windows
     if not windows:
         out = _empty()
         out.update(

@@ -47,7 +47,7 @@ from yarl import URL
 
 from qualitycheck.core._config import Config, RunOptions
 from qualitycheck.core._http import TRANSPORT_ERRORS, transport_error
-from qualitycheck.core._records import ErrorInfo, Response
+from qualitycheck.core._records import ErrorInfo, MetricsSnapshot, Response, SpecCounters
 from qualitycheck.generation._client import AnswerReader, Endpoint, RequestPlan
 from qualitycheck.generation._metrics import SentTally, scrape_all, window
 from qualitycheck.shadow._recorder import PairRecord, Recorder
@@ -171,14 +171,14 @@ class ShadowProxy:
         self._tally = SentTally()
         self._to_store: list[PairRecord] = []
         self._rotate_now = asyncio.Event()
-        self._first_spec: dict[str, Any] | None = None
+        self._first_spec: SpecCounters | None = None
         self._session: aiohttp.ClientSession | None = None
         self._mirror_session: aiohttp.ClientSession | None = None
         self._candidate: Endpoint | None = None
         self._again: Endpoint | None = None
         self._runner: web.ServerRunner | None = None
         self._periods: asyncio.Task[None] | None = None
-        self._before: dict[str, dict[str, Any]] = {}
+        self._before: dict[str, MetricsSnapshot] = {}
         self.url = ""
 
     # ------------------------------------------------------------ lifecycle
@@ -266,21 +266,22 @@ class ShadowProxy:
         )
 
     # ------------------------------------------------------------ periods: /metrics windows and rotation
-    async def _scrape(self) -> dict[str, dict[str, Any]]:
+    async def _scrape(self) -> dict[str, MetricsSnapshot]:
         targets = {n: t for n, t in self.cfg.targets().items() if n in ("baseline", "candidate")}
         return await scrape_all(targets, timeout_s=min(10.0, self.cfg.run.timeout_s), retries=_SCRAPE_RETRIES, backoff_s=0.2)
 
-    def _note_acceptance(self, snaps: dict[str, dict[str, Any]]) -> None:
+    def _note_acceptance(self, snaps: dict[str, MetricsSnapshot]) -> None:
         """The live acceptance gauges: the candidate's spec-decode counters since the proxy started."""
-        spec = (snaps.get("candidate") or {}).get("spec")
-        if not spec:
+        snap = snaps.get("candidate")
+        spec = snap.spec if snap is not None else None
+        if spec is None:
             return
         if self._first_spec is None:
             self._first_spec = spec
             return
-        draft = spec.get("draft_tokens", 0.0) - self._first_spec.get("draft_tokens", 0.0)
-        drafts = spec.get("drafts", 0.0) - self._first_spec.get("drafts", 0.0)
-        accepted = spec.get("accepted_tokens", 0.0) - self._first_spec.get("accepted_tokens", 0.0)
+        draft = spec.draft_tokens - self._first_spec.draft_tokens
+        drafts = spec.drafts - self._first_spec.drafts
+        accepted = spec.accepted_tokens - self._first_spec.accepted_tokens
         if draft > 0:
             self.metrics.acceptance_rate.set(accepted / draft)
         if drafts > 0:

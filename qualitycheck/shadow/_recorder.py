@@ -36,7 +36,7 @@ from pydantic import ValidationError
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
 from qualitycheck.core._config import Config
-from qualitycheck.core._records import ErrorInfo, NoiseFloorRecord, Response, ToolCall
+from qualitycheck.core._records import ErrorInfo, MetricsWindow, NoiseFloorRecord, Response, ToolCall
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation._metrics import record_window
 from qualitycheck.shadow._tally import PERIODS_ARTIFACT, DrainRecord, ShadowMetrics, ShadowPeriod
@@ -186,7 +186,7 @@ class Recorder:
     def put_pairs(self, pairs: list[PairRecord]) -> None:
         self._queue.put(pairs)
 
-    def put_window(self, w: dict[str, Any]) -> None:
+    def put_window(self, w: MetricsWindow) -> None:
         self._queue.put(("window", w))
 
     def rotate(self, period: ShadowPeriod) -> None:

@@ -10,7 +10,14 @@ import pytest
 
 from qualitycheck.cli._main import main
 from qualitycheck.core._errors import StoreError
-from qualitycheck.core._records import ARTIFACT_RECORDS, FORMAT_VERSION, NoiseFloorRecord, PreflightCheckRecord, PreflightRecord
+from qualitycheck.core._records import (
+    ARTIFACT_RECORDS,
+    FORMAT_VERSION,
+    MetricsWindows,
+    NoiseFloorRecord,
+    PreflightCheckRecord,
+    PreflightRecord,
+)
 from qualitycheck.core._store import STORE_NAME, RunStore
 from qualitycheck.testserver import TestServer
 from tests.helpers import qa_cases, run_argv, write_suite
@@ -156,3 +163,22 @@ def test_a_kind_names_an_unused_artifact_and_says_how_it_merges() -> None:
             ARTIFACT: ClassVar[str] = "a_test_only_artifact"
 
     assert ARTIFACT_RECORDS["noise_floor"] is NoiseFloorRecord and "a_test_only_artifact" not in ARTIFACT_RECORDS
+
+
+def _window(category: str, requests: object) -> dict[str, object]:
+    snap = {"url": "http://c/metrics", "t": 1.0, "ok": True, "error": None, "spec": None, "generation_tokens": 5.0}
+    counts = {"requests": requests, "attempts": 1, "ok": 1, "output_tokens": 5}
+    return {"category": category, "before": {"candidate": snap}, "after": {"candidate": snap}, "sent": {"candidate": counts}}
+
+
+def test_metrics_windows_read_from_a_bare_list_merge_in_folder_order_and_refuse_a_damaged_count(tmp_path: Path) -> None:
+    _empty(tmp_path).close()
+    _set_artifact(tmp_path, "metrics_windows", [_window("qa", 1), _window("json", 2)])  # as stored before the record was typed
+    with RunStore.open(tmp_path) as store:
+        one = store.record(MetricsWindows)
+    assert one is not None and [(w.category, w.sent["candidate"].requests) for w in one.windows] == [("qa", 1), ("json", 2)]
+    two = MetricsWindows(windows=[one.windows[1]])
+    assert [w.category for w in MetricsWindows.merged([one, two]).windows] == ["qa", "json", "json"]
+    _set_artifact(tmp_path, "metrics_windows", [_window("qa", "1")])
+    with RunStore.open(tmp_path) as store, pytest.raises(StoreError, match=r"windows\.0\.sent\.candidate\.requests"):
+        store.record(MetricsWindows)

@@ -94,8 +94,8 @@ def test_scrape_reads_errors_like_the_runner(failing: tuple[str, int, Counter[st
     url, status, seen = failing
     expected = runner_error(url).message
     snap = asyncio.run(scrape(Target(url=url, model="m", api_key_env=ENV), retries=OPTS.retries, backoff_s=OPTS.backoff_s))
-    assert snap["ok"] is False
-    assert snap["error"] == expected
+    assert snap.ok is False
+    assert snap.error == expected
     assert seen["/metrics"] == tries(status)
 
 

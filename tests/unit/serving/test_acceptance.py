@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from qualitycheck.core._config import Target
-from qualitycheck.core._records import Response, Usage
+from qualitycheck.core._records import MetricsSnapshot, Response, SpecCounters, Usage
 from qualitycheck.generation import SentTally, parse_metrics, scrape, scrape_all, window
 from qualitycheck.serving import acceptance_from_windows
 from qualitycheck.testserver import TestServer
@@ -47,17 +47,13 @@ def test_parse_plain_server_has_no_spec():
     assert parse_metrics("# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total 5.0\n")["spec"] is None
 
 
-def _snap(drafts: float, draft_tokens: float, accepted: float, per_pos: dict[str, float], gen: float, fin: float) -> dict:
-    return {
-        "ok": True,
-        "spec": {"drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted, "per_position": per_pos},
-        "generation_tokens": gen,
-        "requests_finished": fin,
-    }
+def _snap(drafts: float, draft_tokens: float, accepted: float, per_pos: dict[str, float], gen: float, fin: float) -> MetricsSnapshot:
+    spec = SpecCounters(drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted, per_position=per_pos)
+    return MetricsSnapshot(url="http://s/metrics", t=0.0, ok=True, spec=spec, generation_tokens=gen, requests_finished=fin)
 
 
-def _plain(gen: float, fin: float) -> dict:
-    return {"ok": True, "spec": None, "generation_tokens": gen, "requests_finished": fin}
+def _plain(gen: float, fin: float) -> MetricsSnapshot:
+    return MetricsSnapshot(url="http://s/metrics", t=0.0, ok=True, generation_tokens=gen, requests_finished=fin)
 
 
 def _tally(n: int, tokens_each: int) -> SentTally:
@@ -90,7 +86,7 @@ def test_other_traffic_and_speculating_baseline_are_reported():
 
 
 def test_missing_metrics_gives_none_and_a_warning():
-    bad = {"ok": False, "error": "HTTP 404"}
+    bad = MetricsSnapshot(url="http://s/metrics", t=0.0, ok=False, error="HTTP 404")
     a = acceptance_from_windows(
         [window({"baseline": _plain(0, 0), "candidate": bad}, {"baseline": _plain(0, 0), "candidate": bad}, _tally(2, 5))]
     )
@@ -139,4 +135,4 @@ def test_scrapes_of_test_servers_around_traffic():
 
 def test_scrape_of_a_dead_server_records_the_error():
     s = asyncio.run(scrape(Target(url="http://127.0.0.1:9", model="m"), timeout_s=1))
-    assert s["ok"] is False and "Connect" in s["error"]
+    assert s.ok is False and s.error is not None and "Connect" in s.error

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from qualitycheck.cli._main import main
+from qualitycheck.core._records import MetricsWindows
 from qualitycheck.core._store import RunStore
 from qualitycheck.serving import acceptance_summary, latency_summary, slices_summary
 from qualitycheck.testserver import TestServer
@@ -30,13 +31,13 @@ def test_run_records_preflight_windows_per_category_and_summaries(tmp_path: Path
         spec = dict(c.counters)
     with RunStore.open(tmp_path / "run") as store:
         pre = store.artifact("preflight")
-        windows = store.artifact("metrics_windows")
+        windows = (store.record(MetricsWindows) or MetricsWindows()).windows
         acc = acceptance_summary(store)
         lat = latency_summary(store)
         sl = slices_summary(store)
     assert pre["ok"] is True and {ch["name"] for ch in pre["checks"]} >= {"tokenize", "served_model", "engine_version"}
-    assert [w["category"] for w in windows] == ["qa", "json"]
-    assert windows[0]["sent"]["candidate"]["requests"] == 3
+    assert [w.category for w in windows] == ["qa", "json"]
+    assert windows[0].sent["candidate"].requests == 3
     assert acc["draft_tokens"] == spec["draft_tokens"] and acc["accepted_tokens"] == spec["accepted"]
     assert set(acc["by_category"]) == {"qa", "json"}
     assert acc["speculating"] and not acc["baseline_speculating"] and acc["warnings"] == []
@@ -71,7 +72,7 @@ def test_no_preflight_flag_skips_it(tmp_path: Path) -> None:
         assert not b.requests("/tokenize")
     with RunStore.open(tmp_path / "run") as store:
         assert store.artifact("preflight") is None
-        assert len(store.artifact("metrics_windows")) == 1
+        assert len((store.record(MetricsWindows) or MetricsWindows()).windows) == 1
 
 
 def test_resume_with_nothing_to_send_keeps_acceptance(tmp_path: Path) -> None:
@@ -80,7 +81,7 @@ def test_resume_with_nothing_to_send_keeps_acceptance(tmp_path: Path) -> None:
         _run(b, c, suite, tmp_path / "run", "--no-preflight")
         _run(b, c, suite, tmp_path / "run", "--no-preflight")
     with RunStore.open(tmp_path / "run") as store:
-        assert len(store.artifact("metrics_windows")) == 2
+        assert len((store.record(MetricsWindows) or MetricsWindows()).windows) == 2
         assert acceptance_summary(store)["rate"] == pytest.approx(1.0)
 
 
@@ -96,8 +97,8 @@ def test_resume_by_category_asks_only_for_what_failed_in_each_window(tmp_path: P
         assert len(b.requests("/chat/completions")) == 5
         assert len(c.requests("/chat/completions")) == 6
     with RunStore.open(tmp_path / "run") as store:
-        windows = store.artifact("metrics_windows")
+        windows = (store.record(MetricsWindows) or MetricsWindows()).windows
         assert all(r.ok for r in store.responses()) and len(list(store.responses())) == 10
-    assert [w["category"] for w in windows] == ["qa", "json", "qa", "json"]
-    assert [w["sent"]["candidate"]["requests"] for w in windows] == [3, 2, 0, 1]
-    assert [w["sent"]["baseline"]["requests"] for w in windows] == [3, 2, 0, 0]
+    assert [w.category for w in windows] == ["qa", "json", "qa", "json"]
+    assert [w.sent["candidate"].requests for w in windows] == [3, 2, 0, 1]
+    assert [w.sent["baseline"].requests for w in windows] == [3, 2, 0, 0]

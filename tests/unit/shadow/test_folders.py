@@ -11,7 +11,7 @@ import pytest
 
 from qualitycheck.core._config import parse_rotation
 from qualitycheck.core._errors import StoreError
-from qualitycheck.core._records import NoiseFloorRecord
+from qualitycheck.core._records import MetricsWindows, NoiseFloorRecord
 from qualitycheck.core._store import RunStore
 from qualitycheck.pipeline._merge import merge_runs
 from qualitycheck.pipeline._run import redo
@@ -58,7 +58,7 @@ def test_rotation_by_pairs_closes_each_folder_and_merge_makes_one_verdict(server
         with RunStore.open(f) as store:
             counts.append(store.case_count())
             assert store.manifest["cases"] == counts[-1]
-            assert len(store.artifact("metrics_windows")) >= 1  # each folder has its own acceptance window
+            assert len((store.record(MetricsWindows) or MetricsWindows()).windows) >= 1  # each folder has its own acceptance window
         period = json.loads((f / "shadow.json").read_text())
         assert period["stored"] == counts[-1]
     assert counts == [3, 3, 1]
@@ -116,8 +116,8 @@ def test_acceptance_windows_from_the_candidates_metrics_reach_the_gauge_and_the_
         assert p.metrics.identical_rate._value.get() == 1.0
         p.stop()
     with RunStore.open(p.out) as store:
-        windows = store.artifact("metrics_windows")
-        assert sum(w["sent"]["candidate"]["requests"] for w in windows) == 4
+        windows = (store.record(MetricsWindows) or MetricsWindows()).windows
+        assert sum(w.sent["candidate"].requests for w in windows) == 4
     assert redo(p.out, "gate", None) in (0, 1)
     summary = json.loads((p.out / "summary.json").read_text())
     assert summary["acceptance"]["rate"] == pytest.approx(0.5, abs=0.1)
