@@ -36,9 +36,8 @@ from pydantic import ValidationError
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
 from qualitycheck.core._config import Config
-from qualitycheck.core._records import ErrorInfo, MetricsWindow, NoiseFloorRecord, Response, ToolCall
+from qualitycheck.core._records import ErrorInfo, MetricsWindow, MetricsWindows, NoiseFloorRecord, Response, ToolCall
 from qualitycheck.core._store import RunStore
-from qualitycheck.generation._metrics import record_window
 from qualitycheck.shadow._tally import PERIODS_ARTIFACT, DrainRecord, ShadowMetrics, ShadowPeriod
 from qualitycheck.traffic._redact import Conversation, Redactor
 from qualitycheck.traffic._rules import Rules, case_from_request
@@ -164,6 +163,7 @@ class Recorder:
         self._store: RunStore | None = None
         self._period: ShadowPeriod | None = None
         self._written = _Written()
+        self._windows: list[MetricsWindow] = []
         self._next_idx = 0
         self._floor_base = NoiseFloorRecord(cases=0, requests=0, of_cases=0)
         self._seq = 0
@@ -241,7 +241,8 @@ class Recorder:
     def _control(self, item: tuple[Any, ...]) -> None:
         if item[0] == "window":
             assert self._store is not None
-            record_window(self._store, item[1])
+            self._windows.append(item[1])
+            self._store.put_record(MetricsWindows(windows=self._windows))
             self._checkpoint()
         elif item[0] == "rotate":
             self._close_folder(item[1], "rotation", None)
@@ -356,6 +357,8 @@ class Recorder:
         self._floor_base = NoiseFloorRecord(cases=0, requests=0, of_cases=0)
         if self.noise_floor:  # a restarted proxy appending to the folder counts on from what the one before it recorded
             self._floor_base = store.record(NoiseFloorRecord) or self._floor_base
+        # the folder's windows are kept here, so that a week of scrapes is not read back and revalidated at each one
+        self._windows = list((store.record(MetricsWindows) or MetricsWindows()).windows)
         self._period = self.new_period()
         self._written = _Written()
         self.folders.append(folder)

@@ -163,6 +163,7 @@ def test_a_restarted_proxy_counts_its_noise_floor_on_and_reads_the_record_only_w
         p.stop()
     with RunStore.open(out) as store:
         assert store.case_count() == 4
+        assert len((store.record(MetricsWindows) or MetricsWindows()).windows) >= 3  # each proxy's windows kept, not replaced
 
 
 def test_a_restarted_proxy_appends_to_its_folder(servers: Any, proxy_for: Any, tmp_path: Path) -> None:
