@@ -201,6 +201,6 @@ def window(
 
 
 def record_window(store: RunStore, w: MetricsWindow) -> None:
-    """Append a window to the run's (a resumed run adds its own windows)."""
+    """Append a window to the run's windows (a resumed run adds its own)."""
     before = store.record(MetricsWindows) or MetricsWindows()
     store.put_record(MetricsWindows(windows=[*before.windows, w]))
