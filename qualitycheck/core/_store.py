@@ -425,8 +425,12 @@ class RunStore:
         self._db.execute("INSERT OR REPLACE INTO artifacts VALUES (?,?)", (name, json.dumps(value, default=str)))
 
     def artifact(self, name: str, default: Any = None) -> Any:
+        body = self._artifact_body(name)
+        return json.loads(body) if body is not None else default
+
+    def _artifact_body(self, name: str) -> str | None:
         row = self._db.execute("SELECT body FROM artifacts WHERE name=?", (name,)).fetchone()
-        return json.loads(row[0]) if row else default
+        return row[0] if row else None
 
     def put_record(self, record: ArtifactRecord) -> None:
         """A typed artifact, stored under its kind's name (`ArtifactRecord.ARTIFACT`)."""
@@ -439,17 +443,17 @@ class RunStore:
         `StoreError` naming the folder and the artifact: a reader never
         guesses at a record's fields.
         """
-        row = self._db.execute("SELECT body FROM artifacts WHERE name=?", (kind.ARTIFACT,)).fetchone()
-        if row is None:
+        body = self._artifact_body(kind.ARTIFACT)
+        if body is None:
             return None
-        raw = json.loads(row[0])
+        raw = json.loads(body)
         version = raw.get("format_version") if isinstance(raw, dict) else None
         if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
             raise StoreError(
                 f"{self.folder}: artifact {kind.ARTIFACT!r} written by a newer qualitycheck (format {version} > {FORMAT_VERSION})"
             )
         try:  # strict: a count stored as "3" or true is damage, not a value to coerce
-            return kind.model_validate_json(row[0], strict=True)
+            return kind.model_validate_json(body, strict=True)
         except ValidationError as exc:
             raise StoreError(f"{self.folder}: artifact {kind.ARTIFACT!r} is not a valid {kind.__name__}: {first_problem(exc)}") from None
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from qualitycheck.core._records import MetricsSnapshot, MetricsWindow, MetricsWindows, SentCounts
+from qualitycheck.core._records import MetricsSnapshot, MetricsWindow, MetricsWindows, SentCounts, SpecCounters
 from qualitycheck.core._store import RunStore
 
 __all__ = [
@@ -44,17 +44,17 @@ def _delta(before: MetricsSnapshot, after: MetricsSnapshot | None) -> tuple[dict
         out["generation_tokens"] = after.generation_tokens - before.generation_tokens
     if before.requests_finished is not None and after.requests_finished is not None:
         out["requests_finished"] = after.requests_finished - before.requests_finished
-    sb, sa = before.spec, after.spec
+    sa = after.spec
     if sa is None:
         out["spec"] = None
         return out, None
-    pb = sb.per_position if sb is not None else {}
+    sb = before.spec or SpecCounters()  # counters that appeared during the window started from zero
     spec: dict[str, Any] = {
-        "drafts": sa.drafts - (sb.drafts if sb is not None else 0.0),
-        "draft_tokens": sa.draft_tokens - (sb.draft_tokens if sb is not None else 0.0),
-        "accepted_tokens": sa.accepted_tokens - (sb.accepted_tokens if sb is not None else 0.0),
+        "drafts": sa.drafts - sb.drafts,
+        "draft_tokens": sa.draft_tokens - sb.draft_tokens,
+        "accepted_tokens": sa.accepted_tokens - sb.accepted_tokens,
+        "per_position": {p: v - sb.per_position.get(p, 0.0) for p, v in sa.per_position.items()},
     }
-    spec["per_position"] = {p: v - pb.get(p, 0.0) for p, v in sa.per_position.items()}
     if any(v < 0 for k, v in spec.items() if k != "per_position") or any(v < 0 for v in out.values() if isinstance(v, float)):
         return None, "counters went down during the run (server restarted?)"
     out["spec"] = spec
