@@ -18,6 +18,8 @@ __all__ = [
     "FORMAT_VERSION",
     "ArtifactRecord",
     "ErrorInfo",
+    "GpuSample",
+    "GpuSamples",
     "MetricsSnapshot",
     "MetricsWindow",
     "MetricsWindows",
@@ -309,6 +311,41 @@ class MetricsWindows(ArtifactRecord):
     def merged(cls, parts: Sequence[Self]) -> Self:
         """Each folder's windows cover its own requests: all of them, folder after folder."""
         return cls(windows=[w for p in parts for w in p.windows])
+
+
+class GpuSample(_Frozen):
+    """One reading taken while generation ran: a target's KV-cache gauge, or a DCGM exporter's GPU figures."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    t: float
+    """Wall-clock (epoch seconds) when it was taken."""
+    side: str
+    """The target it describes (baseline, candidate, ...); DCGM figures are the candidate's GPUs."""
+    kv_cache_usage: float | None = None
+    """The server's KV-cache usage gauge (0..1), mean over its engines."""
+    gpu_utilization: float | None = None
+    """DCGM: GPU utilisation in percent, mean over GPUs."""
+    gpu_memory_used_mib: float | None = None
+    """DCGM: framebuffer memory used, summed over GPUs."""
+    gpu_memory_free_mib: float | None = None
+
+
+class GpuSamples(ArtifactRecord):
+    """The GPU readings of a run (`generation._measure`), in the order they were taken; `serving._gpu` summarises them."""
+
+    ARTIFACT: ClassVar[str] = "gpu_samples"
+    samples: list[GpuSample] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_list(cls, data: Any) -> Any:
+        """Folders written before the record was typed hold the list itself."""
+        return {"samples": data} if isinstance(data, list) else data
+
+    @classmethod
+    def merged(cls, parts: Sequence[Self]) -> Self:
+        """Each folder sampled during its own generation: all the readings, folder after folder."""
+        return cls(samples=[x for p in parts for x in p.samples])
 
 
 def artifacts_json_schema() -> dict[str, Any]:

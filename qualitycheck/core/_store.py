@@ -23,11 +23,11 @@ from pydantic import ValidationError
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
+from qualitycheck.core._config import Config
 from qualitycheck.core._errors import RunMismatchError, StoreError, first_problem
 from qualitycheck.core._records import FORMAT_VERSION, ArtifactRecord, Response, Score
 
 __all__ = [
-    "GPU_ARTIFACT",
     "STORE_NAME",
     "CaseRecords",
     "GroupsById",
@@ -38,10 +38,6 @@ __all__ = [
 ]
 
 STORE_NAME = "run.sqlite"
-
-# Artifacts that one stage writes and a sibling or a later stage reads: stages on one level may not
-# import each other, so their names live with the store both sides use (typed ones, `ArtifactRecord`, carry their own).
-GPU_ARTIFACT = "gpu_samples"
 
 R = TypeVar("R", bound=ArtifactRecord)
 """A kind of typed artifact (`RunStore.record`)."""
@@ -431,6 +427,18 @@ class RunStore:
     def _artifact_body(self, name: str) -> str | None:
         row = self._db.execute("SELECT body FROM artifacts WHERE name=?", (name,)).fetchone()
         return row[0] if row else None
+
+    def config(self) -> Config:
+        """The config the run was made with, as stored (header values redacted), validated; the defaults when none was stored.
+
+        What later stages read of it (the seed, the GPU price) comes from
+        here, so a damaged config is a `StoreError` naming the folder and the
+        field, never a default quietly taken in its place.
+        """
+        try:
+            return Config.model_validate(self.artifact("config") or {})
+        except ValidationError as exc:
+            raise StoreError(f"{self.folder}: artifact 'config' is not a valid config: {first_problem(exc)}") from None
 
     def put_record(self, record: ArtifactRecord) -> None:
         """A typed artifact, stored under its kind's name (`ArtifactRecord.ARTIFACT`)."""

@@ -23,19 +23,19 @@ from typing import Any
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
-from qualitycheck.core._records import PreflightRecord
-from qualitycheck.core._store import GPU_ARTIFACT, RunStore
+from qualitycheck.core._records import GpuSample, GpuSamples, PreflightRecord
+from qualitycheck.core._store import RunStore
 from qualitycheck.generation._metrics import SentTally, record_window, scrape_all, scrape_dcgm, window
 from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
 from qualitycheck.generation._runner import Progress, RunStats, generate
 
-__all__ = ["GPU_ARTIFACT", "measured_generate", "preflight_into_store"]
+__all__ = ["measured_generate", "preflight_into_store"]
 
 GPU_SAMPLE_S = 5.0
 """Seconds between two GPU samples during generation (the first after one second)."""
 
 
-async def _sample_gpu(targets: dict[str, Any], dcgm_url: str | None, samples: list[dict[str, Any]]) -> None:
+async def _sample_gpu(targets: dict[str, Any], dcgm_url: str | None, samples: list[GpuSample]) -> None:
     """Append a sample of every target's KV-cache usage (and the DCGM figures) every `GPU_SAMPLE_S`, until cancelled."""
     await asyncio.sleep(1.0)
     while True:
@@ -43,11 +43,11 @@ async def _sample_gpu(targets: dict[str, Any], dcgm_url: str | None, samples: li
         snaps = await scrape_all(targets, retries=0, backoff_s=0.0)
         for side, snap in snaps.items():
             if snap.ok and snap.kv_cache_usage is not None:
-                samples.append({"t": t, "side": side, "kv_cache_usage": snap.kv_cache_usage})
+                samples.append(GpuSample(t=t, side=side, kv_cache_usage=snap.kv_cache_usage))
         if dcgm_url:
             facts = await scrape_dcgm(dcgm_url)
             if facts:
-                samples.append({"t": t, "side": "candidate", **facts})
+                samples.append(GpuSample(t=t, side="candidate", **facts))
         await asyncio.sleep(GPU_SAMPLE_S)
 
 
@@ -107,7 +107,7 @@ def measured_generate(
             for category, group in _groups(cases, cfg.run.acceptance_by_category):
                 before = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
                 tally = SentTally()
-                samples: list[dict[str, Any]] = []
+                samples: list[GpuSample] = []
                 sampler = asyncio.create_task(_sample_gpu(targets, cfg.canary.dcgm_metrics, samples))
                 try:
                     stats = await generate(store, group, cfg, progress=progress, http_clients=http_clients, on_response=tally, done=done)
@@ -116,7 +116,8 @@ def measured_generate(
                     with contextlib.suppress(asyncio.CancelledError):
                         await sampler
                     if samples:
-                        store.put_artifact(GPU_ARTIFACT, store.artifact(GPU_ARTIFACT, []) + samples)
+                        taken = store.record(GpuSamples) or GpuSamples()  # a resumed run's earlier windows sampled too
+                        store.put_record(GpuSamples(samples=[*taken.samples, *samples]))
                 after = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
                 record_window(store, window(before, after, tally, category))
                 _merge(total, stats)

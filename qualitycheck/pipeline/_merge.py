@@ -98,7 +98,7 @@ def _merged_artifact(name: str, stores: list[RunStore]) -> Any:
     present = [v for v in (s.artifact(name) for s in stores) if v is not None]
     if not present:
         return None
-    if all(isinstance(v, list) for v in present):  # e.g. GPU samples: each shard's, taken during its generation
+    if all(isinstance(v, list) for v in present):  # e.g. a shadow proxy's periods: each folder's own, one after another
         return [x for v in present for x in v]
     if all(isinstance(v, dict) for v in present) and name != "config":
         out: dict[str, Any] = {}

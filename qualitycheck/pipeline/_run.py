@@ -163,7 +163,7 @@ def redo(folder: Path, stage: str, config_path: str | None, *, report_max_cases:
     from qualitycheck.core._config import load_config
 
     with RunStore.open(folder) as store:
-        cfg = load_config(config_path) if config_path else Config.model_validate(store.artifact("config") or {})
+        cfg = load_config(config_path) if config_path else store.config()
         if report_max_cases is not None:
             cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"report_max_cases": report_max_cases})})
         return finish(store, cfg, score=stage == "score", report=stage != "gate")

@@ -7,30 +7,26 @@ beside latency. Recorded, never gated. No HTTP here: the store only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from qualitycheck.core._store import GPU_ARTIFACT, RunStore
+from qualitycheck.core._records import GpuSample, GpuSamples
+from qualitycheck.core._store import RunStore
 
-__all__ = ["GPU_ARTIFACT", "gpu_from_samples", "gpu_summary"]
+__all__ = ["gpu_from_samples", "gpu_summary"]
 
 
-def gpu_from_samples(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def gpu_from_samples(samples: Sequence[GpuSample]) -> dict[str, dict[str, Any]]:
     """side → kv_cache_usage (mean) and _max, gpu_utilization (mean), gpu_memory_used_mib (max), gpu_memory_free_mib (min), samples."""
-    by_side: dict[str, list[dict[str, Any]]] = {}
+    by_side: dict[str, list[GpuSample]] = {}
     for s in samples:
-        by_side.setdefault(str(s.get("side")), []).append(s)
+        by_side.setdefault(s.side, []).append(s)
     out: dict[str, dict[str, Any]] = {}
     for side, rows in sorted(by_side.items()):
-
-        def values(key: str, rows: list[dict[str, Any]] = rows) -> list[float]:
-            return [float(r[key]) for r in rows if r.get(key) is not None]
-
-        kv, util, used, free = (
-            values("kv_cache_usage"),
-            values("gpu_utilization"),
-            values("gpu_memory_used_mib"),
-            values("gpu_memory_free_mib"),
-        )
+        kv = [r.kv_cache_usage for r in rows if r.kv_cache_usage is not None]
+        util = [r.gpu_utilization for r in rows if r.gpu_utilization is not None]
+        used = [r.gpu_memory_used_mib for r in rows if r.gpu_memory_used_mib is not None]
+        free = [r.gpu_memory_free_mib for r in rows if r.gpu_memory_free_mib is not None]
         out[side] = {
             "kv_cache_usage": sum(kv) / len(kv) if kv else None,
             "kv_cache_usage_max": max(kv) if kv else None,
@@ -44,4 +40,5 @@ def gpu_from_samples(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
 
 def gpu_summary(store: RunStore) -> dict[str, dict[str, Any]]:
     """summary.json `gpu`: empty when nothing was sampled (no gauge exposed, or generation shorter than a sample)."""
-    return gpu_from_samples(store.artifact(GPU_ARTIFACT, []))
+    record = store.record(GpuSamples)
+    return gpu_from_samples(record.samples if record is not None else [])

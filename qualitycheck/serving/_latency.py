@@ -332,9 +332,7 @@ def side_latency(responses: Iterable[Response], gpu_hour_usd: float | None = Non
 
 
 def _gpu_hour_usd(store: RunStore) -> float | None:
-    cfg = store.artifact("config") or {}
-    value = (cfg.get("run") or {}).get("gpu_hour_usd")
-    return float(value) if value is not None else None
+    return store.config().run.gpu_hour_usd
 
 
 class LatencyTally:

@@ -187,7 +187,7 @@ class JudgeTally:
 
 def _run_seed(store: RunStore) -> int:
     """The run's configured seed (`run.seed`), as stored with its config."""
-    return int(((store.artifact("config") or {}).get("run") or {}).get("seed") or 0)
+    return store.config().run.seed
 
 
 def judge_summary(store: RunStore, *, seed: int | None = None) -> dict[str, dict[str, Any]]:

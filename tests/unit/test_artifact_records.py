@@ -13,6 +13,8 @@ from qualitycheck.core._errors import StoreError
 from qualitycheck.core._records import (
     ARTIFACT_RECORDS,
     FORMAT_VERSION,
+    GpuSample,
+    GpuSamples,
     MetricsWindows,
     NoiseFloorRecord,
     PreflightCheckRecord,
@@ -182,3 +184,50 @@ def test_metrics_windows_read_from_a_bare_list_merge_in_folder_order_and_refuse_
     _set_artifact(tmp_path, "metrics_windows", [_window("qa", "1")])
     with RunStore.open(tmp_path) as store, pytest.raises(StoreError, match=r"windows\.0\.sent\.candidate\.requests"):
         store.record(MetricsWindows)
+
+
+def test_gpu_samples_read_from_a_bare_list_merge_in_folder_order_and_refuse_a_damaged_reading(tmp_path: Path) -> None:
+    _empty(tmp_path).close()
+    kv = {"t": 1.0, "side": "candidate", "kv_cache_usage": 0.5}
+    dcgm = {"t": 6.0, "side": "candidate", "gpu_utilization": 80.0, "gpu_memory_used_mib": 20000.0, "gpu_memory_free_mib": 4000.0}
+    _set_artifact(tmp_path, "gpu_samples", [kv, dcgm])  # as stored before the record was typed
+    with RunStore.open(tmp_path) as store:
+        one = store.record(GpuSamples)
+    assert one is not None and one.samples == [GpuSample(**kv), GpuSample(**dcgm)]  # type: ignore[arg-type]
+    two = GpuSamples(samples=[GpuSample(t=11.0, side="baseline", kv_cache_usage=0.1)])
+    assert [x.t for x in GpuSamples.merged([one, two]).samples] == [1.0, 6.0, 11.0]
+    _set_artifact(tmp_path, "gpu_samples", [{**kv, "kv_cache_usage": "half"}])
+    with RunStore.open(tmp_path) as store, pytest.raises(StoreError, match=r"samples\.0\.kv_cache_usage"):
+        store.record(GpuSamples)
+    _set_artifact(tmp_path, "gpu_samples", [{**kv, "temperature_c": 60}])  # a reading this version does not know
+    with RunStore.open(tmp_path) as store, pytest.raises(StoreError, match=r"samples\.0\.temperature_c"):
+        store.record(GpuSamples)
+
+
+def test_a_damaged_gpu_record_is_a_clear_error_from_the_cli_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(2))
+    with TestServer() as b, TestServer() as c:
+        assert main(run_argv(b.url, c.url, suite, tmp_path / "run")) == 0
+    _set_artifact(tmp_path / "run", "gpu_samples", [{"t": 1.0, "side": "candidate", "kv_cache_usage": "half"}])
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "gpu_samples" in err and "samples.0.kv_cache_usage" in err and "Traceback" not in err
+
+
+def test_the_stored_config_is_read_validated_and_a_damaged_one_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(2))
+    with TestServer() as b, TestServer() as c:
+        assert main(run_argv(b.url, c.url, suite, tmp_path / "run", "--seed", "7")) == 0
+    with RunStore.open(tmp_path / "run") as store:
+        assert store.config().run.seed == 7  # what the judge's figures and the latency's price read
+        cfg = store.artifact("config")
+    cfg["run"]["seed"] = "seven"
+    _set_artifact(tmp_path / "run", "config", cfg)
+    capsys.readouterr()
+    assert main(["gate", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "artifact 'config' is not a valid config" in err and "run.seed" in err and "Traceback" not in err
+    _empty(tmp_path / "bare").close()
+    with RunStore.open(tmp_path / "bare") as store:
+        assert store.config().run.seed == 0  # a store without a config: the defaults

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from qualitycheck.cli._main import main
+from qualitycheck.core._records import GpuSample
 from qualitycheck.serving import gpu_from_samples
 from qualitycheck.testserver import TestServer
 from tests.helpers import qa_cases, run_argv, write_suite
@@ -13,11 +14,11 @@ from tests.helpers import qa_cases, run_argv, write_suite
 
 def test_samples_summarise_per_side() -> None:
     samples = [
-        {"t": 1.0, "side": "candidate", "kv_cache_usage": 0.2},
-        {"t": 6.0, "side": "candidate", "kv_cache_usage": 0.6},
-        {"t": 6.0, "side": "candidate", "gpu_utilization": 80.0, "gpu_memory_used_mib": 20000.0, "gpu_memory_free_mib": 4000.0},
-        {"t": 11.0, "side": "candidate", "gpu_utilization": 60.0, "gpu_memory_used_mib": 21000.0, "gpu_memory_free_mib": 3000.0},
-        {"t": 1.0, "side": "baseline", "kv_cache_usage": 0.1},
+        GpuSample(t=1.0, side="candidate", kv_cache_usage=0.2),
+        GpuSample(t=6.0, side="candidate", kv_cache_usage=0.6),
+        GpuSample(t=6.0, side="candidate", gpu_utilization=80.0, gpu_memory_used_mib=20000.0, gpu_memory_free_mib=4000.0),
+        GpuSample(t=11.0, side="candidate", gpu_utilization=60.0, gpu_memory_used_mib=21000.0, gpu_memory_free_mib=3000.0),
+        GpuSample(t=1.0, side="baseline", kv_cache_usage=0.1),
     ]
     out = gpu_from_samples(samples)
     assert out["candidate"] == {
