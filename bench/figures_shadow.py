@@ -13,7 +13,16 @@ percentile of the neighbouring run.
   LLM pacing (`LLM`: what a GPU serving engine does at 64 concurrent streams,
   seconds per answer), where the proxy is not the bottleneck and the
   difference is what one caller waits extra (docs/PERFORMANCE.md says where
-  the numbers come from);
+  the numbers come from). The callers are independent: their first requests
+  are spread over one answer's duration. Clients that start together against
+  a server whose every answer takes as long as the next stay in step for the
+  whole run, and then every request arrives in a burst of 64 in the same
+  millisecond; that case has figures of its own (`_burst`), because there
+  the p99 is the cost of setting up 64 requests one after another, and says
+  how fast the cores are more than what the proxy adds. Two references run
+  in the same alternation: a bare aiohttp pass-through (bench/bare_proxy.py,
+  the cost of handling HTTP in Python) and a byte relay (bench/tcp_relay.py,
+  the hop with no HTTP handled at all);
 - throughput: the instant server, `--sample 1.0` (every request mirrored and
   stored); requests/s is what the load generator saw, and the proxy's own CPU
   time per request says what one core sustains when it is the bottleneck;
@@ -113,15 +122,13 @@ def proxy(baseline: str, out: Path, sample: float, *extra: str, config: dict[str
 
 
 @contextmanager
-def bare_proxy(baseline: str) -> Iterator[str]:
-    """bench/bare_proxy.py pinned where the shadow proxy runs: the cost of one more hop, whoever writes the proxy."""
-    proc = subprocess.Popen(
-        [*_pin(PROXY_CPU), PY, str(BENCH / "bare_proxy.py"), baseline.removesuffix("/v1")], stdout=subprocess.PIPE, text=True
-    )
+def reference(script: str, baseline: str) -> Iterator[str]:
+    """A reference hop (bench/bare_proxy.py, bench/tcp_relay.py) pinned where the shadow proxy runs; yields its /v1 URL."""
+    proc = subprocess.Popen([*_pin(PROXY_CPU), PY, str(BENCH / script), baseline.removesuffix("/v1")], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         if not line.startswith("PORT "):
-            raise RuntimeError(f"bare proxy did not start: {line!r}")
+            raise RuntimeError(f"{script} did not start: {line!r}")
         yield f"http://127.0.0.1:{int(line.split()[1])}/v1"
     finally:
         proc.terminate()
@@ -142,23 +149,24 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
+def _answer_s(mode: dict[str, float]) -> float:
+    return mode["ttft"] + (mode["chunks"] - 1) * mode["itl"]
+
+
 def added_latency(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) -> None:
-    """At c=64 (the bar), and at c=8, where the proxy's core is far from saturated: what forwarding itself adds."""
-    runs = [(0.1, "", 64, n), (1.0, "_sample1", 64, n), (0.1, "_c8", 8, n // 2)]
-    _added_latency(figure, tmp, bench_server, REAL, runs, reps, "server 50 ms TTFT + 2 ms x 20 chunks")
+    """At c=64 (the bar), at c=8, where the proxy's core is far from saturated, and with the 64 callers in step."""
+    spread = _answer_s(REAL)
+    runs = [(0.1, "", 64, n, spread), (1.0, "_sample1", 64, n, spread), (0.1, "_c8", 8, n // 2, spread), (0.1, "_burst", 64, n, 0.0)]
+    pacing = f"server 50 ms TTFT + 2 ms x 20 chunks, clients' starts spread over {spread:.3f} s (none for _burst: all in step)"
+    _added_latency(figure, tmp, bench_server, REAL, runs, reps, pacing)
 
 
 def added_latency_llm(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) -> None:
-    """At c=64 with the LLM pacing: each caller's stream lasts seconds, and the proxy's core is not saturated.
-
-    The clients' first requests are spread over one answer's duration: with every answer as long as the next, clients
-    that start together stay in step, and the proxy would meet 64 requests in the same millisecond every 1.5 s, which
-    64 independent callers do not send.
-    """
-    runs = [(0.1, "_llm", 64, n), (1.0, "_llm_sample1", 64, n)]
-    answer_s = LLM["ttft"] + (LLM["chunks"] - 1) * LLM["itl"]
-    pacing = f"LLM pacing: server 87 ms TTFT + 27.5 ms x 51 chunks, clients' starts spread over {answer_s:.2f} s"
-    _added_latency(figure, tmp, bench_server, LLM, runs, reps, pacing, stagger=answer_s)
+    """At c=64 with the LLM pacing: each caller's stream lasts seconds, and the proxy's core is not saturated."""
+    spread = _answer_s(LLM)
+    runs = [(0.1, "_llm", 64, n, spread), (1.0, "_llm_sample1", 64, n, spread)]
+    pacing = f"LLM pacing: server 87 ms TTFT + 27.5 ms x 51 chunks, clients' starts spread over {spread:.2f} s"
+    _added_latency(figure, tmp, bench_server, LLM, runs, reps, pacing)
 
 
 def _added_latency(
@@ -166,44 +174,45 @@ def _added_latency(
     tmp: Path,
     bench_server: Any,
     mode: dict[str, float],
-    runs: list[tuple[float, str, int, int]],
+    runs: list[tuple[float, str, int, int, float]],
     reps: int,
     pacing: str,
-    stagger: float = 0.0,
 ) -> None:
     med = statistics.median
+    keys = ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")
     with bench_server(mode) as url:
-        for sample, suffix, c, n_run in runs:
+        for sample, suffix, c, n_run, stagger in runs:
             out = tmp / f"shadow-latency{suffix or '-default'}"
-            added: dict[str, list[float]] = {k: [] for k in ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")}
-            bare: dict[str, list[float]] = {k: [] for k in added}
+            added: dict[str, dict[str, list[float]]] = {hop: {k: [] for k in keys} for hop in ("proxy", "bare", "relay")}
             direct_p50: list[float] = []
-            with proxy(url, out, sample) as (purl, _), bare_proxy(url) as burl:
-                for u in (purl, burl, url):  # warm: connections, caches
+            with proxy(url, out, sample) as (purl, _), reference("bare_proxy.py", url) as burl, reference("tcp_relay.py", url) as rurl:
+                hops = {"proxy": purl, "bare": burl, "relay": rurl}
+                for u in (*hops.values(), url):  # warm: connections, caches
                     _load_run(u, min(256, n_run), c, stagger)
                 for _ in range(reps):
                     d = _load_run(url, n_run, c, stagger)
-                    p = _load_run(purl, n_run, c, stagger)
-                    b = _load_run(burl, n_run, c, stagger)
-                    if d["errors"] or p["errors"] or b["errors"]:
-                        raise RuntimeError(f"errors: direct {d['errors']}, proxied {p['errors']}, bare proxy {b['errors']}")
-                    for key in ("ttft", "e2e"):
-                        for q, name in ((0.5, "p50"), (0.99, "p99")):
-                            added[f"{key}_{name}"].append(_pct(p[f"{key}_ms"], q) - _pct(d[f"{key}_ms"], q))
-                            bare[f"{key}_{name}"].append(_pct(b[f"{key}_ms"], q) - _pct(d[f"{key}_ms"], q))
+                    for hop, hop_url in hops.items():
+                        r = _load_run(hop_url, n_run, c, stagger)
+                        if d["errors"] or r["errors"]:
+                            raise RuntimeError(f"errors: direct {d['errors']}, {hop} {r['errors']}")
+                        for key in ("ttft", "e2e"):
+                            for q, name in ((0.5, "p50"), (0.99, "p99")):
+                                added[hop][f"{key}_{name}"].append(_pct(r[f"{key}_ms"], q) - _pct(d[f"{key}_ms"], q))
                     direct_p50.append(_pct(d["ttft_ms"], 0.5))
             shutil.rmtree(out, ignore_errors=True)
             note = (
-                f"proxied minus direct, c={c}, N={n_run} per run, median of {reps} alternating pairs, --sample {sample}; "
+                f"proxied minus direct, c={c}, N={n_run} per run, median of {reps} alternating runs, --sample {sample}; "
                 f"{pacing} (direct TTFT p50 {med(direct_p50):.1f} ms); {_load()}"
             )
             for key in ("ttft", "e2e"):
                 for pq in ("p50", "p99"):
+                    k = f"{key}_{pq}"
                     figure(
                         f"shadow_added_latency{'' if key == 'ttft' else '_e2e'}_ms_{pq}{suffix}",
-                        med(added[f"{key}_{pq}"]),
+                        med(added["proxy"][k]),
                         "ms",
-                        (note if pq == "p50" else "") + f"  bare aiohttp pass-through, same runs: {med(bare[f'{key}_{pq}']):.2f} ms",
+                        (note if pq == "p50" else "")
+                        + f"  same runs, bare aiohttp pass-through {med(added['bare'][k]):.2f} ms, byte relay {med(added['relay'][k]):.2f} ms",
                     )
 
 
