@@ -25,6 +25,7 @@ class _Side(asyncio.Protocol):
         self.transport: Any = None  # uvloop's transports are not asyncio.Transport subclasses
         self.peer: _Side | None = None
         self.pending: list[bytes] = []
+        self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -35,7 +36,14 @@ class _Side(asyncio.Protocol):
         else:
             self.pending.append(data)
 
+    def eof_received(self) -> bool:
+        """A half-close is passed on: the peer's side stays open for what the other end still sends."""
+        if self.peer is not None and self.peer.transport is not None and self.peer.transport.can_write_eof():
+            self.peer.transport.write_eof()
+        return True
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
         if self.peer is not None and self.peer.transport is not None:
             self.peer.transport.close()
 
@@ -49,13 +57,15 @@ class _Side(asyncio.Protocol):
 
 
 class _Client(_Side):
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int, tasks: set[asyncio.Task[None]]):
         super().__init__()
-        self.host, self.port = host, port
+        self.host, self.port, self.tasks = host, port, tasks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        asyncio.get_running_loop().create_task(self._connect())
+        task = asyncio.get_running_loop().create_task(self._connect())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     async def _connect(self) -> None:
         up = _Side()
@@ -65,6 +75,9 @@ class _Client(_Side):
             if self.transport is not None:
                 self.transport.close()
             return
+        if self.closed:  # the client left while the upstream connection was being made
+            up.transport.close()
+            return
         up.peer, self.peer = self, up
         for data in self.pending:
             up.transport.write(data)
@@ -73,8 +86,11 @@ class _Client(_Side):
 
 async def main(upstream: str) -> None:
     u = urlsplit(upstream)
+    if u.scheme != "http":
+        raise SystemExit(f"tcp_relay: an http:// upstream only (got {upstream!r})")
     host, port = u.hostname or "127.0.0.1", u.port or 80
-    server = await asyncio.get_running_loop().create_server(lambda: _Client(host, port), "127.0.0.1", 0, backlog=4096)
+    tasks: set[asyncio.Task[None]] = set()
+    server = await asyncio.get_running_loop().create_server(lambda: _Client(host, port, tasks), "127.0.0.1", 0, backlog=4096)
     print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
     await asyncio.Event().wait()
 

@@ -328,6 +328,7 @@ class GpuSample(_Frozen):
     gpu_memory_used_mib: float | None = None
     """DCGM: framebuffer memory used, summed over GPUs."""
     gpu_memory_free_mib: float | None = None
+    """DCGM: framebuffer memory free, summed over GPUs."""
 
 
 class GpuSamples(ArtifactRecord):

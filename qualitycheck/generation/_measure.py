@@ -97,6 +97,8 @@ def measured_generate(
     `cases` is walked several times (preflight, then counting and sending per
     window): a list, or a re-iterable such as `cases.SuiteCases`.
     """
+    # read before anything is sent: a damaged record (a StoreError) must not cost the preflight's and a window's requests first
+    gpu = list((store.record(GpuSamples) or GpuSamples()).samples)  # a resumed run's earlier windows sampled too
     preflight_into_store(store, cases, cfg)
     targets = cfg.targets()
     total = RunStats()
@@ -116,8 +118,8 @@ def measured_generate(
                     with contextlib.suppress(asyncio.CancelledError):
                         await sampler
                     if samples:
-                        taken = store.record(GpuSamples) or GpuSamples()  # a resumed run's earlier windows sampled too
-                        store.put_record(GpuSamples(samples=[*taken.samples, *samples]))
+                        gpu.extend(samples)
+                        store.put_record(GpuSamples(samples=gpu))
                 after = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
                 record_window(store, window(before, after, tally, category))
                 _merge(total, stats)

@@ -150,6 +150,7 @@ def merge_runs(folders: Sequence[str | Path], out: str | Path) -> int:
         raw_cfg = stores[0].artifact("config")
         if raw_cfg is None:
             raise StoreError(f"{paths[0]}: run has no stored config; was it started by `qualitycheck run`?")
+        stores[0].config()  # a damaged config refuses the merge, naming the folder and the field (a StoreError)
         raw_cfg = dict(raw_cfg)
         raw_cfg["run"] = {**(raw_cfg.get("run") or {}), "shard": None}
         cfg = Config.model_validate(raw_cfg)

@@ -231,3 +231,34 @@ def test_the_stored_config_is_read_validated_and_a_damaged_one_is_a_clear_error(
     _empty(tmp_path / "bare").close()
     with RunStore.open(tmp_path / "bare") as store:
         assert store.config().run.seed == 0  # a store without a config: the defaults
+
+
+@pytest.mark.parametrize("field", ["seed", "gpu_hour_usd"])
+def test_what_the_summary_reads_of_the_config_comes_validated(tmp_path: Path, field: str) -> None:
+    """The judge's seed and the latency's GPU price: a value of the wrong type is the folder's error, not a crash or a default."""
+    from qualitycheck.serving._latency import _gpu_hour_usd
+    from qualitycheck.verdict._judge_figures import _run_seed
+
+    _empty(tmp_path).close()
+    _set_artifact(tmp_path, "config", {"run": {"seed": 11, "gpu_hour_usd": 2.5}})
+    with RunStore.open(tmp_path) as store:
+        assert (_run_seed(store), _gpu_hour_usd(store)) == (11, 2.5)
+    _set_artifact(tmp_path, "config", {"run": {field: "lots"}})
+    with RunStore.open(tmp_path) as store:
+        for read in (_run_seed, _gpu_hour_usd):
+            with pytest.raises(StoreError, match=rf"artifact 'config' is not a valid config: run\.{field}"):
+                read(store)
+
+
+def test_merge_refuses_a_shard_whose_config_is_damaged_without_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(2))
+    with TestServer() as b, TestServer() as c:
+        assert main(run_argv(b.url, c.url, suite, tmp_path / "run")) == 0
+    with RunStore.open(tmp_path / "run") as store:
+        cfg = store.artifact("config")
+    cfg["run"]["seed"] = "seven"
+    _set_artifact(tmp_path / "run", "config", cfg)
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "run"), "--out", str(tmp_path / "merged")]) == 2
+    err = capsys.readouterr().err
+    assert "run.seed" in err and "Traceback" not in err and not (tmp_path / "merged" / STORE_NAME).exists()

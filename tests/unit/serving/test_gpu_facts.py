@@ -52,3 +52,25 @@ def test_a_short_run_without_samples_writes_no_gpu_key(tmp_path: Path) -> None:
     with TestServer() as b, TestServer() as c:
         assert main(run_argv(b.url, c.url, suite, tmp_path / "run")) == 0
     assert "gpu" not in json.loads((tmp_path / "run" / "summary.json").read_text())
+
+
+def test_a_resumed_run_keeps_the_samples_its_earlier_windows_took(tmp_path: Path) -> None:
+    from qualitycheck.core._records import GpuSamples
+    from qualitycheck.core._store import RunStore
+    from qualitycheck.testserver import Fault
+
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(4))
+    with TestServer(default="a b c", ttft_s=0.4) as b, TestServer(default="a b c", ttft_s=0.4, faults=[Fault("status", status=500, times=None)]) as c:
+        c.counters["kv_cache_usage"] = 0.5
+        main(run_argv(b.url, c.url, suite, tmp_path / "run", "--concurrency", "1", "--retries", "0"))
+        with RunStore.open(tmp_path / "run") as store:  # what the first run sampled, marked so it can be told apart
+            first = store.record(GpuSamples)
+            assert first is not None and first.samples
+            store.put_record(GpuSamples(samples=[GpuSample(t=1.0, side="baseline", kv_cache_usage=0.99), *first.samples]))
+        c.faults.clear()
+        assert main(run_argv(b.url, c.url, suite, tmp_path / "run", "--concurrency", "1", "--retries", "0")) == 0
+        assert len(c.requests("/chat/completions")) == 8  # the resume sent the four that failed again
+    with RunStore.open(tmp_path / "run") as store:
+        samples = (store.record(GpuSamples) or GpuSamples()).samples
+    assert samples[: len(first.samples) + 1] == [GpuSample(t=1.0, side="baseline", kv_cache_usage=0.99), *first.samples]
+    assert len(samples) > len(first.samples) + 1  # and the resumed window's own samples after them
