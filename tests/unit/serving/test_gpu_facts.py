@@ -60,7 +60,10 @@ def test_a_resumed_run_keeps_the_samples_its_earlier_windows_took(tmp_path: Path
     from qualitycheck.testserver import Fault
 
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(4))
-    with TestServer(default="a b c", ttft_s=0.4) as b, TestServer(default="a b c", ttft_s=0.4, faults=[Fault("status", status=500, times=None)]) as c:
+    with (
+        TestServer(default="a b c", ttft_s=0.4) as b,
+        TestServer(default="a b c", ttft_s=0.4, faults=[Fault("status", status=500, times=None)]) as c,
+    ):
         c.counters["kv_cache_usage"] = 0.5
         main(run_argv(b.url, c.url, suite, tmp_path / "run", "--concurrency", "1", "--retries", "0"))
         with RunStore.open(tmp_path / "run") as store:  # what the first run sampled, marked so it can be told apart
