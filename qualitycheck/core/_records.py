@@ -8,6 +8,7 @@ wants to change a result writes a new record instead of editing one.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, Self
 
@@ -168,7 +169,7 @@ class ArtifactRecord(_Frozen):
         if "ARTIFACT" in cls.__dict__:
             if (taken := ARTIFACT_RECORDS.get(cls.ARTIFACT)) is not None:
                 raise TypeError(f"artifact name {cls.ARTIFACT!r} is already {taken.__qualname__}'s")
-            if "merged" not in cls.__dict__:
+            if inspect.getattr_static(cls, "merged") is inspect.getattr_static(ArtifactRecord, "merged"):  # its own, or a base's
                 raise TypeError(f"{cls.__qualname__} must say how the records of merged folders combine (`merged`)")
             ARTIFACT_RECORDS[cls.ARTIFACT] = cls
 
@@ -295,22 +296,32 @@ class MetricsWindow(_Frozen):
     sent: dict[str, SentCounts]
 
 
-class MetricsWindows(ArtifactRecord):
-    """The run's /metrics windows, in the order they were taken (a resumed run, a shadow period adds its own)."""
+class _Readings(ArtifactRecord):
+    """A record that is a list of readings in the order they were taken, under the field `ITEMS` names.
 
-    ARTIFACT: ClassVar[str] = "metrics_windows"
-    windows: list[MetricsWindow] = Field(default_factory=list)
+    Folders written before these records were typed hold the bare list,
+    which still reads. Each folder's readings are its own (its requests, its
+    generation), so merged folders keep all of them, folder after folder.
+    """
+
+    ITEMS: ClassVar[str]
 
     @model_validator(mode="before")
     @classmethod
     def _bare_list(cls, data: Any) -> Any:
-        """Folders written before the record was typed hold the list itself."""
-        return {"windows": data} if isinstance(data, list) else data
+        return {cls.ITEMS: data} if isinstance(data, list) else data
 
     @classmethod
     def merged(cls, parts: Sequence[Self]) -> Self:
-        """Each folder's windows cover its own requests: all of them, folder after folder."""
-        return cls(windows=[w for p in parts for w in p.windows])
+        return cls.model_validate({cls.ITEMS: [x for p in parts for x in getattr(p, cls.ITEMS)]})
+
+
+class MetricsWindows(_Readings):
+    """The run's /metrics windows, in the order they were taken (a resumed run, a shadow period adds its own)."""
+
+    ARTIFACT: ClassVar[str] = "metrics_windows"
+    ITEMS: ClassVar[str] = "windows"
+    windows: list[MetricsWindow] = Field(default_factory=list)
 
 
 class GpuSample(_Frozen):
@@ -331,22 +342,12 @@ class GpuSample(_Frozen):
     """DCGM: framebuffer memory free, summed over GPUs."""
 
 
-class GpuSamples(ArtifactRecord):
+class GpuSamples(_Readings):
     """The GPU readings of a run (`generation._measure`), in the order they were taken; `serving._gpu` summarises them."""
 
     ARTIFACT: ClassVar[str] = "gpu_samples"
+    ITEMS: ClassVar[str] = "samples"
     samples: list[GpuSample] = Field(default_factory=list)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _bare_list(cls, data: Any) -> Any:
-        """Folders written before the record was typed hold the list itself."""
-        return {"samples": data} if isinstance(data, list) else data
-
-    @classmethod
-    def merged(cls, parts: Sequence[Self]) -> Self:
-        """Each folder sampled during its own generation: all the readings, folder after folder."""
-        return cls(samples=[x for p in parts for x in p.samples])
 
 
 def artifacts_json_schema() -> dict[str, Any]:
