@@ -37,9 +37,6 @@ if TYPE_CHECKING:
         parse_metrics as parse_metrics,
     )
     from qualitycheck.generation._metrics import (
-        record_window as record_window,
-    )
-    from qualitycheck.generation._metrics import (
         scrape as scrape,
     )
     from qualitycheck.generation._metrics import (
@@ -100,7 +97,6 @@ _HOME = {
     "parse_metrics": "_metrics",
     "preflight": "_preflight",
     "preflight_into_store": "_measure",
-    "record_window": "_metrics",
     "run_preflight": "_preflight",
     "scrape": "_metrics",
     "scrape_all": "_metrics",

@@ -23,9 +23,9 @@ from typing import Any
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
-from qualitycheck.core._records import GpuSample, GpuSamples, PreflightRecord
+from qualitycheck.core._records import GpuSample, GpuSamples, MetricsWindows, PreflightRecord
 from qualitycheck.core._store import RunStore
-from qualitycheck.generation._metrics import SentTally, record_window, scrape_all, scrape_dcgm, window
+from qualitycheck.generation._metrics import SentTally, scrape_all, scrape_dcgm, window
 from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
 from qualitycheck.generation._runner import Progress, RunStats, generate
 
@@ -97,8 +97,10 @@ def measured_generate(
     `cases` is walked several times (preflight, then counting and sending per
     window): a list, or a re-iterable such as `cases.SuiteCases`.
     """
-    # read before anything is sent: a damaged record (a StoreError) must not cost the preflight's and a window's requests first
-    gpu = list((store.record(GpuSamples) or GpuSamples()).samples)  # a resumed run's earlier windows sampled too
+    # read before anything is sent, and kept here as windows are added (a resumed run's earlier windows are kept):
+    # a damaged record (a StoreError) must not cost the preflight's and a window's requests first
+    windows = list((store.record(MetricsWindows) or MetricsWindows()).windows)
+    gpu = list((store.record(GpuSamples) or GpuSamples()).samples)
     preflight_into_store(store, cases, cfg)
     targets = cfg.targets()
     total = RunStats()
@@ -121,7 +123,8 @@ def measured_generate(
                         gpu.extend(samples)
                         store.put_record(GpuSamples(samples=gpu))
                 after = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
-                record_window(store, window(before, after, tally, category))
+                windows.append(window(before, after, tally, category))
+                store.put_record(MetricsWindows(windows=windows))
                 _merge(total, stats)
                 if stats.interrupted:
                     return

@@ -23,14 +23,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._http import HttpClient, shared_session
-from qualitycheck.core._records import MetricsSnapshot, MetricsWindow, MetricsWindows, Response, SentCounts
-from qualitycheck.core._store import RunStore
+from qualitycheck.core._records import MetricsSnapshot, MetricsWindow, Response, SentCounts
 
 __all__ = [
     "SentTally",
     "parse_dcgm",
     "parse_metrics",
-    "record_window",
     "scrape",
     "scrape_all",
     "scrape_dcgm",
@@ -198,9 +196,3 @@ def window(
     return MetricsWindow(
         category=category, before=before, after=after, sent={t: sent.for_target(t) for t in sorted(set(before) | set(after))}
     )
-
-
-def record_window(store: RunStore, w: MetricsWindow) -> None:
-    """Append a window to the run's windows (a resumed run adds its own)."""
-    before = store.record(MetricsWindows) or MetricsWindows()
-    store.put_record(MetricsWindows(windows=[*before.windows, w]))

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config
 from qualitycheck.core._errors import RunMismatchError, StoreError
 from qualitycheck.core._records import ARTIFACT_RECORDS
 from qualitycheck.core._store import STORE_NAME, RunStore
@@ -150,10 +149,10 @@ def merge_runs(folders: Sequence[str | Path], out: str | Path) -> int:
         raw_cfg = stores[0].artifact("config")
         if raw_cfg is None:
             raise StoreError(f"{paths[0]}: run has no stored config; was it started by `qualitycheck run`?")
-        stores[0].config()  # a damaged config refuses the merge, naming the folder and the field (a StoreError)
+        first = stores[0].config()  # a damaged config refuses the merge, naming the folder and the field (a StoreError)
+        cfg = first.model_copy(update={"run": first.run.model_copy(update={"shard": None})})
         raw_cfg = dict(raw_cfg)
         raw_cfg["run"] = {**(raw_cfg.get("run") or {}), "shard": None}
-        cfg = Config.model_validate(raw_cfg)
         suite_files: list[str] = []
         for s in stores:
             for f in s.manifest.get("suite_files", []):

@@ -262,3 +262,25 @@ def test_merge_refuses_a_shard_whose_config_is_damaged_without_a_traceback(tmp_p
     assert main(["merge", str(tmp_path / "run"), "--out", str(tmp_path / "merged")]) == 2
     err = capsys.readouterr().err
     assert "run.seed" in err and "Traceback" not in err and not (tmp_path / "merged" / STORE_NAME).exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "damaged"), [("metrics_windows", [{"category": 3}]), ("gpu_samples", [{"t": "now", "side": "candidate"}])]
+)
+def test_a_resumed_run_refuses_a_damaged_list_record_before_it_sends_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, damaged: object
+) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(2))
+    with TestServer() as b, TestServer() as c:
+        main(run_argv(b.url, c.url, suite, tmp_path / "run"))
+        db = sqlite3.connect(tmp_path / "run" / STORE_NAME)
+        with db:
+            assert db.execute("DELETE FROM responses WHERE target='candidate'").rowcount == 2  # something left to resume
+        db.close()
+        _set_artifact(tmp_path / "run", name, damaged)
+        sent = len(b.requests("/chat/completions")) + len(c.requests("/chat/completions"))
+        capsys.readouterr()
+        assert main(run_argv(b.url, c.url, suite, tmp_path / "run")) == 2
+        assert len(b.requests("/chat/completions")) + len(c.requests("/chat/completions")) == sent
+    err = capsys.readouterr().err
+    assert f"artifact {name!r}" in err and "Traceback" not in err
