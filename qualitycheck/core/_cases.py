@@ -117,6 +117,12 @@ class Case(BaseModel):
         seed = v.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError("seed must be an integer")
+        temperature = v.get("temperature")
+        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0):
+            raise ValueError(f"temperature must be a number ≥ 0, got {temperature!r}")
+        top_k = v.get("top_k")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
+            raise ValueError(f"top_k must be an integer, got {top_k!r}")
         return v
 
     @field_validator("tags", mode="before")
@@ -133,6 +139,17 @@ class Case(BaseModel):
     @property
     def is_chat(self) -> bool:
         return self.messages is not None
+
+    @property
+    def sampled(self) -> bool:
+        """The request samples: temperature above 0 (requests default to 0), unless `top_k: 1` makes it greedy.
+
+        A sampled case answers differently every time it is asked, so it is
+        compared by how often each side passes its checks over several
+        samples, never by one pair of texts (`verdict._sequential`).
+        """
+        t = self.params.get("temperature") or 0
+        return t > 0 and self.params.get("top_k") != 1
 
     def content_hash(self) -> str:
         """Stable hash of what is sent and checked; resume refuses a changed suite.

@@ -115,6 +115,16 @@ class RunOptions(BaseModel):
     backoff_s: float = Field(default=0.5, ge=0)
     """Base of the exponential backoff between retries (with full jitter)."""
     repeats: int = Field(default=1, ge=1, le=1000)
+    """Answers per case and target. Above 1 it fixes the number for every case; at 1 (the default) greedy
+    cases are asked once and sampled cases (temperature > 0) in rounds, up to `max_samples_per_case`."""
+    max_samples_per_case: int = Field(default=10, ge=1, le=1000)
+    """Budget of samples per side for a sampled case: rounds add `sample_round` samples to the cases of
+    categories still undecided until their pass rates decide, or this many were taken."""
+    sample_round: int = Field(default=2, ge=1, le=1000)
+    """Samples per side a round adds to each undecided sampled case (the first round takes this many too)."""
+    detectable_drop: float = Field(default=0.10, gt=0, lt=1)
+    """The drop in a sampled category's pass rate the run must be able to detect (80% power) before it
+    passes the category: a category that cannot rule it out within the budget is inconclusive."""
     seed: int = 0
     max_tokens: int | None = Field(default=None, ge=1)
     """Default max_tokens for cases that do not set one."""

@@ -28,6 +28,8 @@ __all__ = [
     "PreflightCheckRecord",
     "PreflightRecord",
     "Response",
+    "SamplingRecord",
+    "SamplingRoundRecord",
     "Score",
     "ScoreStatus",
     "SentCounts",
@@ -201,6 +203,62 @@ class NoiseFloorRecord(ArtifactRecord):
     def merged(cls, parts: Sequence[Self]) -> Self:
         """Each folder asked the baseline again for its own cases: the counts add up."""
         return cls(cases=sum(p.cases for p in parts), requests=sum(p.requests for p in parts), of_cases=sum(p.of_cases for p in parts))
+
+
+class SamplingRoundRecord(_Frozen):
+    """One round of sampling: the sampled cases of the categories still undecided, asked for more samples."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    round: int = Field(ge=1)
+    samples_per_case: int = Field(ge=1)
+    """Samples per side the round's cases have once it is done."""
+    cases: int = Field(ge=0)
+    categories: tuple[str, ...] = ()
+    """The categories still undecided when the round started (every sampled one for the first)."""
+    requests: int = Field(ge=0)
+    """Requests the round needed (both sides; what it sent when none were stored yet)."""
+
+
+class SamplingRecord(ArtifactRecord):
+    """How a run sampled its sampled cases (temperature > 0): the budget and the rounds taken.
+
+    Written by the pipeline after every round (`pipeline._sampling`), so an
+    interrupted run's folder says how far it got; the summary's `sampling`
+    is built from it.
+    """
+
+    ARTIFACT: ClassVar[str] = "sampling"
+    mode: Literal["adaptive", "fixed"]
+    max_samples_per_case: int = Field(ge=1)
+    sample_round: int = Field(ge=1)
+    detectable_drop: float = Field(gt=0, lt=1)
+    sampled_cases: int = Field(ge=0)
+    rounds: tuple[SamplingRoundRecord, ...] = ()
+
+    @classmethod
+    def merged(cls, parts: Sequence[Self]) -> Self:
+        """Shards sampled their own cases in rounds of the same design: each round's cases and requests add up."""
+        rounds = []
+        for i in range(max(len(p.rounds) for p in parts)):
+            these = [p.rounds[i] for p in parts if len(p.rounds) > i]
+            rounds.append(
+                SamplingRoundRecord(
+                    round=i + 1,
+                    samples_per_case=max(r.samples_per_case for r in these),
+                    cases=sum(r.cases for r in these),
+                    categories=tuple(sorted({c for r in these for c in r.categories})),
+                    requests=sum(r.requests for r in these),
+                )
+            )
+        first = parts[0]
+        return cls(
+            mode=first.mode,
+            max_samples_per_case=first.max_samples_per_case,
+            sample_round=first.sample_round,
+            detectable_drop=first.detectable_drop,
+            sampled_cases=sum(p.sampled_cases for p in parts),
+            rounds=tuple(rounds),
+        )
 
 
 class PreflightCheckRecord(_Frozen):

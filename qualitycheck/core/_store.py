@@ -477,9 +477,11 @@ class StoredCases:
     and a suite edited while a run is going cannot change what is sent.
     """
 
-    def __init__(self, store: RunStore):
+    def __init__(self, store: RunStore, ids: Iterable[str] | None = None):
         self._store = store
-        self._count: int | None = None
+        self._ids = frozenset(ids) if ids is not None else None
+        """Only these cases (a round of sampling, the baseline asked again), or all of them."""
+        self._count: int | None = None if ids is None else len(self._ids)  # type: ignore[arg-type]
 
     def __len__(self) -> int:
         if self._count is None:
@@ -487,7 +489,10 @@ class StoredCases:
         return self._count
 
     def __iter__(self) -> Iterator[Case]:
-        return self._store.iter_cases()
+        if self._ids is None:
+            return self._store.iter_cases()
+        ids = self._ids
+        return (c for c in self._store.iter_cases() if c.id in ids)
 
 
 class StoredOutcomes:
@@ -628,6 +633,8 @@ def _manifest_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         diff.append(f"targets differ: stored {_brief(old.get('targets'))}, now {_brief(new.get('targets'))}")
     if old.get("repeats") != new.get("repeats"):
         diff.append(f"repeats differ: stored {old.get('repeats')}, now {new.get('repeats')}")
+    if "sampling" in old and "sampling" in new and old["sampling"] != new["sampling"]:  # folders written before it have none
+        diff.append(f"sampling settings differ: stored {old['sampling']}, now {new['sampling']}")
     return diff
 
 

@@ -27,7 +27,7 @@ from qualitycheck.core._records import GpuSample, GpuSamples, MetricsWindows, Pr
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation._metrics import SentTally, scrape_all, scrape_dcgm, window
 from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
-from qualitycheck.generation._runner import Progress, RunStats, generate
+from qualitycheck.generation._runner import Progress, RunStats, Samples, generate
 
 __all__ = ["measured_generate", "preflight_into_store"]
 
@@ -90,18 +90,28 @@ def _groups(cases: Iterable[Case], by_category: bool) -> list[tuple[str | None, 
 
 
 def measured_generate(
-    store: RunStore, cases: Iterable[Case], cfg: Config, *, progress: Progress | None = None, http_clients: dict[str, Any] | None = None
+    store: RunStore,
+    cases: Iterable[Case],
+    cfg: Config,
+    *,
+    progress: Progress | None = None,
+    http_clients: dict[str, Any] | None = None,
+    samples: Samples | None = None,
+    preflight: bool = True,
 ) -> RunStats:
-    """Preflight, then generation in windows bracketed by /metrics scrapes of every target.
+    """Preflight (unless `preflight=False`: a later sampling round), then generation in windows bracketed by
+    /metrics scrapes of every target.
 
     `cases` is walked several times (preflight, then counting and sending per
-    window): a list, or a re-iterable such as `cases.SuiteCases`.
+    window): a list, or a re-iterable such as `cases.SuiteCases`. `samples`
+    gives each case its number of repeats (the sampling rounds' plan).
     """
     # read before anything is sent, and kept here as windows are added (a resumed run's earlier windows are kept):
     # a damaged record (a StoreError) must not cost the preflight's and a window's requests first
     windows = list((store.record(MetricsWindows) or MetricsWindows()).windows)
     gpu = list((store.record(GpuSamples) or GpuSamples()).samples)
-    preflight_into_store(store, cases, cfg)
+    if preflight:
+        preflight_into_store(store, cases, cfg)
     targets = cfg.targets()
     total = RunStats()
 
@@ -111,21 +121,23 @@ def measured_generate(
             for category, group in _groups(cases, cfg.run.acceptance_by_category):
                 before = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
                 tally = SentTally()
-                samples: list[GpuSample] = []
-                sampler = asyncio.create_task(_sample_gpu(targets, cfg.canary.dcgm_metrics, samples))
+                readings: list[GpuSample] = []
+                sampler = asyncio.create_task(_sample_gpu(targets, cfg.canary.dcgm_metrics, readings))
                 try:
-                    stats = await generate(store, group, cfg, progress=progress, http_clients=http_clients, on_response=tally, done=done)
+                    stats = await generate(
+                        store, group, cfg, progress=progress, http_clients=http_clients, on_response=tally, done=done, samples=samples
+                    )
                 finally:
                     sampler.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await sampler
-                    if samples:
-                        gpu.extend(samples)
+                    if readings:
+                        gpu.extend(readings)
                         store.put_record(GpuSamples(samples=gpu))
                 after = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
                 windows.append(window(before, after, tally, category))
                 store.put_record(MetricsWindows(windows=windows))
-                _merge(total, stats)
+                total.add(stats)
                 if stats.interrupted:
                     return
         finally:
@@ -133,13 +145,3 @@ def measured_generate(
 
     asyncio.run(go())
     return total
-
-
-def _merge(total: RunStats, s: RunStats) -> None:
-    for name, n in s.sent.items():
-        total.sent[name] = total.sent.get(name, 0) + n
-    for name, n in s.errors.items():
-        total.errors[name] = total.errors.get(name, 0) + n
-    total.skipped += s.skipped
-    total.interrupted |= s.interrupted
-    total.wall_s += s.wall_s

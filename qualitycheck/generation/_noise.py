@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Config
 from qualitycheck.core._records import NoiseFloorRecord
-from qualitycheck.core._store import RunStore
+from qualitycheck.core._store import RunStore, StoredCases
 
 if TYPE_CHECKING:  # the runner brings the HTTP stack, imported when the floor is asked for
     from qualitycheck.generation._runner import Progress, RunStats
@@ -48,10 +46,17 @@ def noise_floor_source(cfg: Config) -> str:
 
 
 def divergent_case_ids(store: RunStore) -> tuple[list[str], int]:
-    """Ids of the cases whose candidate text differs from the baseline's at repeat 0, and how many cases both answered."""
+    """Ids of the greedy cases whose candidate text differs from the baseline's at repeat 0, and how many greedy cases both answered.
+
+    Sampled cases are left out: their answers differ by design, and their
+    own samples on both sides are the comparison (`verdict._sequential`).
+    """
     ids: list[str] = []
     both = 0
+    sampled = {c.id for c in store.iter_cases() if c.sampled}
     for cid, responses in store.responses_by_case():
+        if cid in sampled:
+            continue
         first = {r.target: r for r in responses if r.repeat == 0 and r.ok}
         b, c = first.get("baseline"), first.get("candidate")
         if b is None or c is None:
@@ -60,20 +65,6 @@ def divergent_case_ids(store: RunStore) -> tuple[list[str], int]:
         if b.answer != c.answer:
             ids.append(cid)
     return ids, both
-
-
-class _CasesById:
-    """The stored cases with the given ids, read back from the store on every pass (never listed)."""
-
-    def __init__(self, store: RunStore, ids: list[str]):
-        self._store = store
-        self._ids = frozenset(ids)
-
-    def __iter__(self) -> Iterator[Case]:
-        return (c for c in self._store.iter_cases() if c.id in self._ids)
-
-    def __len__(self) -> int:
-        return len(self._ids)
 
 
 def ask_baseline_again(store: RunStore, cfg: Config, *, progress: Progress | None = None) -> RunStats:
@@ -100,4 +91,4 @@ def ask_baseline_again(store: RunStore, cfg: Config, *, progress: Progress | Non
     again = cfg.model_copy(
         update={"baseline": None, "candidate": None, "control": control, "run": cfg.run.model_copy(update={"repeats": 1})}
     )
-    return asyncio.run(generate(store, _CasesById(store, ids), again, progress=progress))
+    return asyncio.run(generate(store, StoredCases(store, ids), again, progress=progress))

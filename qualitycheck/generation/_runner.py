@@ -26,7 +26,7 @@ from qualitycheck.core._records import Response
 from qualitycheck.core._store import RunStore, StoredOutcomes
 from qualitycheck.generation._client import Endpoint, build_request
 
-__all__ = ["Progress", "RunStats", "generate", "in_shard", "work_items"]
+__all__ = ["Progress", "RunStats", "Samples", "generate", "in_shard", "work_items"]
 
 
 @dataclass
@@ -38,6 +38,16 @@ class RunStats:
     skipped: int = 0
     interrupted: bool = False
     wall_s: float = 0.0
+
+    def add(self, other: RunStats) -> None:
+        """Fold in the counts of a later stretch of generation (a window, a sampling round)."""
+        for name, n in other.sent.items():
+            self.sent[name] = self.sent.get(name, 0) + n
+        for name, n in other.errors.items():
+            self.errors[name] = self.errors.get(name, 0) + n
+        self.skipped += other.skipped
+        self.interrupted |= other.interrupted
+        self.wall_s += other.wall_s
 
 
 class Progress:
@@ -58,13 +68,20 @@ def in_shard(case_id: str, shard: str | None) -> bool:
     return int(hashlib.sha256(case_id.encode()).hexdigest()[:8], 16) % n == i - 1
 
 
+Samples = Callable[[Case], int]
+"""How many answers (repeats) a case needs per target: `run.repeats` for every case unless a plan says otherwise."""
+
+
 def work_items(
-    cases: Iterable[Case], config: Config, done: StoredOutcomes | dict[tuple[str, str, int], tuple[str, bool]]
+    cases: Iterable[Case],
+    config: Config,
+    done: StoredOutcomes | dict[tuple[str, str, int], tuple[str, bool]],
+    samples: Samples | None = None,
 ) -> Iterable[tuple[Case, int, list[str]]]:
     """(case, repeat, targets still needing an answer) for everything not stored yet."""
     targets = config.targets()
     for case in cases:
-        for rep in range(config.run.repeats):
+        for rep in range(samples(case) if samples is not None else config.run.repeats):
             need = []
             for name, t in targets.items():
                 prev = done.get((case.id, name, rep))
@@ -133,20 +150,22 @@ async def generate(
     http_clients: dict[str, Any] | None = None,
     on_response: Callable[[Response], None] | None = None,
     done: StoredOutcomes | None = None,
+    samples: Samples | None = None,
 ) -> RunStats:
     """Send every missing (case, target, repeat) and store each outcome as it arrives.
 
     `cases` is iterated twice (counting, then sending), so it must be a
     collection or a re-iterable such as `store.StoredCases`, not a generator.
     `done` is `store.stored_outcomes()` (opened here when not given, and
-    then closed here): windows over disjoint cases share one.
+    then closed here): windows over disjoint cases share one. `samples`
+    gives each case its number of repeats (the sampling rounds' plan).
     """
     progress = progress or Progress()
     stats = RunStats()
     own_done = done is None
     done = store.stored_outcomes() if done is None else done
     try:
-        return await _generate(store, cases, config, progress, http_clients, on_response, done, stats)
+        return await _generate(store, cases, config, progress, http_clients, on_response, done, stats, samples)
     finally:
         if own_done:
             done.close()
@@ -161,20 +180,21 @@ async def _generate(
     on_response: Callable[[Response], None] | None,
     done: StoredOutcomes,
     stats: RunStats,
+    samples: Samples | None,
 ) -> RunStats:
     totals: dict[str, int] = {}
-    if not done and isinstance(cases, Sized):  # nothing stored yet: all of it is to send, no pass needed to count it
-        n_cases = len(cases)
-        if n_cases and config.run.repeats:
-            totals = {name: n_cases * config.run.repeats for name in config.targets()}
+    wanted = 0
+    if not done and samples is None and isinstance(cases, Sized):  # nothing stored yet: all of it is to send, no pass needed to count it
+        wanted = len(cases) * config.run.repeats
+        if wanted:
+            totals = {name: wanted for name in config.targets()}
     else:
-        n_cases = 0
         for case in cases:  # a counting pass: neither the cases nor the work are ever listed
-            n_cases += 1
-            for _, _, need in work_items((case,), config, done):
+            wanted += samples(case) if samples is not None else config.run.repeats
+            for _, _, need in work_items((case,), config, done, samples):
                 for n in need:
                     totals[n] = totals.get(n, 0) + 1
-    stats.skipped = n_cases * config.run.repeats * len(config.targets()) - sum(totals.values())
+    stats.skipped = wanted * len(config.targets()) - sum(totals.values())
     endpoints = {name: Endpoint(name, t, config.run, (http_clients or {}).get(name)) for name, t in config.targets().items()}
     sems = {name: asyncio.Semaphore(config.run.concurrency) for name in endpoints}
     writer = _StoreWriter(store)
@@ -207,7 +227,7 @@ async def _generate(
     window = asyncio.Semaphore(config.run.concurrency)
     tasks: set[asyncio.Task[None]] = set()
     try:
-        for case, rep, need in work_items(cases, config, done):
+        for case, rep, need in work_items(cases, config, done, samples):
             await window.acquire()
             while writer.backlog() > MAX_UNWRITTEN:  # the store is behind: wait for it rather than queue without bound
                 await asyncio.sleep(0.002)

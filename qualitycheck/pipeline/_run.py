@@ -16,7 +16,7 @@ from qualitycheck.core._cases import Case, SuiteCases, scan_suite, suite_fingerp
 from qualitycheck.core._config import Config
 from qualitycheck.core._errors import RunIncompleteError
 from qualitycheck.core._process import few_collections
-from qualitycheck.core._store import RunStore, StoredCases
+from qualitycheck.core._store import RunStore
 
 if TYPE_CHECKING:
     from qualitycheck.verdict._compare import CaseConsumer, SplitTally
@@ -44,6 +44,7 @@ def _manifest(fingerprint: str, count: int, cfg: Config, suites: list[str]) -> d
         "cases": count,
         "targets": {n: {**t.model_dump(include={"model", "label", "extra_body"}), "url": t.public_url} for n, t in cfg.targets().items()},
         "repeats": cfg.run.repeats,
+        "sampling": cfg.run.model_dump(include={"max_samples_per_case", "sample_round", "detectable_drop"}),
         "shard": cfg.run.shard,
     }
 
@@ -68,11 +69,14 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
     reads the cases back from the store. Memory does not grow with the
     number of cases.
     """
-    from qualitycheck.generation._measure import measured_generate  # the HTTP stack: only a run that generates pays for it
-    from qualitycheck.generation._noise import ask_baseline_again, noise_floor_source
+    from qualitycheck.generation._noise import (  # the HTTP stack: only a run that generates pays for it
+        ask_baseline_again,
+        noise_floor_source,
+    )
     from qualitycheck.generation._preflight import check_served_models
     from qualitycheck.generation._progress import RichProgress
     from qualitycheck.generation._runner import in_shard
+    from qualitycheck.pipeline._sampling import sample_in_rounds
 
     shard = cfg.run.shard
     scan = scan_suite(suites, keep=lambda c: in_shard(c.id, shard))
@@ -88,8 +92,12 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
     store = RunStore.create(out, _manifest(scan.fingerprint, scan.count, cfg, suites), cases)
     try:
         store.put_artifact("config", redacted_config(cfg))
-        print(f"qualitycheck: {scan.count} cases × {len(cfg.targets())} targets × {cfg.run.repeats} repeats → {out}", file=sys.stderr)
-        stats = measured_generate(store, StoredCases(store), cfg, progress=RichProgress(), http_clients=http_clients)
+        if cfg.run.repeats > 1:
+            each = f"{cfg.run.repeats} repeats"
+        else:
+            each = f"1 answer per greedy case, sampled cases in rounds of {cfg.run.sample_round} up to {cfg.run.max_samples_per_case}"
+        print(f"qualitycheck: {scan.count} cases × {len(cfg.targets())} targets, {each} → {out}", file=sys.stderr)
+        stats = sample_in_rounds(store, cfg, progress=RichProgress, http_clients=http_clients)
         if not stats.interrupted and noise_floor_source(cfg) == "baseline_again":
             stats = ask_baseline_again(store, cfg, progress=RichProgress())
         if stats.interrupted:

@@ -29,7 +29,7 @@ from qualitycheck.report._charts import SIDE_COLOURS, histogram_svg
 from qualitycheck.report._data import MAX_CASES, ReportData, collect, percentiles, run_date
 from qualitycheck.report._human_view import human_view, judge_calibration_view
 from qualitycheck.verdict._gate import ALL_ROUTES, GuardrailResult
-from qualitycheck.verdict._model import Acceptance, Latency, LatencySide, Summary
+from qualitycheck.verdict._model import Acceptance, CheckSummary, Latency, LatencySide, Summary
 from qualitycheck.verdict._status import STATUS_ORDER
 
 __all__ = ["REPORT_NAME", "render_html", "write_html", "write_report"]
@@ -176,6 +176,28 @@ def _preflight(data: ReportData) -> list[dict[str, Any]]:
 _JUDGE_FIGURES = ("wins", "losses", "ties")
 
 
+def _sampled_view(st: CheckSummary) -> dict[str, Any] | None:
+    """A check's distribution test over its sampled cases, as the page shows it under the check."""
+    sp = st.sampled
+    if sp is None:
+        return None
+    return {
+        "cases": sp.cases,
+        "samples": sp.samples_per_case,
+        "b": sp.baseline_pass_rate,
+        "c": sp.candidate_pass_rate,
+        "delta": sp.delta,
+        "bounds": sp.bounds,
+        "p": sp.p_value,
+        "p_holm": sp.p_value_holm,
+        "decision": sp.decision,
+        "looks": sp.looks,
+        "at": sp.samples_at_decision,
+        "mde": sp.mde,
+        "drops": [(d.case_id, d.baseline_pass_rate, d.candidate_pass_rate) for d in sp.largest_drops],
+    }
+
+
 def _categories(data: ReportData) -> list[dict[str, Any]]:
     out = []
     for name, cat in data.summary.categories.items():
@@ -199,6 +221,8 @@ def _categories(data: ReportData) -> list[dict[str, Any]]:
                     "beyond": st.regressions_beyond_floor,
                     "noise": st.noise_floor.flip_rate,
                     "judge": judge,
+                    "sampled": _sampled_view(st),
+                    "skipped_sampled": st.skipped_as_sampled,
                 }
             )
         drift: list[dict[str, Any]] = [
@@ -216,6 +240,12 @@ def _categories(data: ReportData) -> list[dict[str, Any]]:
                 "first_div": cat.first_divergence_char_median,
                 "control_identical": cat.control_identical_rate,
                 "verdict": cat.verdict,
+                "verdict_reason": cat.verdict_reason,
+                "would_decide": cat.would_decide,
+                "mde": cat.mde,
+                "divergence_upper": cat.divergence_upper,
+                "power": cat.power,
+                "sampled_cases": cat.sampled_cases,
                 "checks": checks,
                 "drift": drift,
                 "flagged_drift": sum(d["flagged"] for d in drift),

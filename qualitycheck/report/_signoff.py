@@ -105,8 +105,15 @@ def render_signoff(s: Summary) -> str:
     w("# Speculative decoding sign-off")
     w("")
     base, cand = t.get("baseline"), t.get("candidate")
+    sm = s.sampling
+    each = (
+        f"greedy cases answered once, {sm.sampled_cases} sampled case(s) in {len(sm.rounds)} round(s) "
+        f"({sm.mean_samples_per_case:.1f} samples per side on average)"
+        if sm is not None and sm.mode == "adaptive"
+        else f"{s.repeats} repeat(s)"
+    )
     w(
-        f"**Verdict: {s.verdict.upper()}** — {s.cases} cases, {s.repeats} repeat(s); "
+        f"**Verdict: {s.verdict.upper()}** — {s.cases} cases, {each}; "
         f"baseline `{base.url if base else '?'}` vs candidate `{cand.url if cand else '?'}`"
         + (f", control `{t['control'].url}`" if "control" in t else "")
         + "."
@@ -179,6 +186,43 @@ def render_signoff(s: Summary) -> str:
                 f"{'n/a' if p is None else f'{p:.3g}'} | {len(k.regressions)} "
                 f"({k.regressions_beyond_floor} beyond noise) | {len(k.flaky)} | {_pct(k.mde)} |"
             )
+    w("")
+    w("What the run can promise, per category (the smallest drop it detects with 80% power; how far identical answers generalise):")
+    for cat, c in s.categories.items():
+        w(f"- {cat} ({c.verdict}): {c.power or 'nothing: no check decided and no answer was compared'}")
+        if c.would_decide:
+            w(f"  - what would decide it: {c.would_decide}")
+    sampled = [(cat, name, k) for cat, c in s.categories.items() for name, k in c.checks.items() if k.sampled is not None]
+    if sampled:
+        w("")
+        w(
+            "Sampled cases (temperature > 0) are compared as pass-rate distributions: several samples per side, a test "
+            "stratified by case (Cochran–Mantel–Haenszel) looked at after each round with group-sequential bounds, Holm across "
+            "the sampled checks. Identity with the baseline's answer is not applied to them."
+        )
+        for cat, name, k in sampled:
+            sp = k.sampled
+            assert sp is not None
+            word = {"drop": "DROPPED", "no_drop": "no drop", "undecided": "UNDECIDED"}[sp.decision]
+            bounds = f" [{sp.bounds[0] * 100:+.1f}, {sp.bounds[1] * 100:+.1f}]" if sp.bounds else ""
+            holm = f", Holm {sp.p_value_holm:.3g}" if sp.p_value_holm is not None else ""
+            worst = ", ".join(f"{d.case_id} {_pct(d.baseline_pass_rate)}→{_pct(d.candidate_pass_rate)}" for d in sp.largest_drops)
+            w(
+                f"- {cat} / {name}: {word}: {_pct(sp.baseline_pass_rate)} → {_pct(sp.candidate_pass_rate)} over {sp.cases} case(s) × "
+                f"{sp.samples_at_decision} samples per side, Δ {'n/a' if sp.delta is None else f'{sp.delta * 100:+.1f}pp'}{bounds}, "
+                f"one-sided p {sp.p_value:.3g}{holm}" + (f"; largest drops: {worst}" if worst and sp.decision == "drop" else "")
+            )
+        skipped = [
+            (cat, name, k.skipped_as_sampled) for cat, c in s.categories.items() for name, k in c.checks.items() if k.skipped_as_sampled
+        ]
+        for cat, name, n in skipped:
+            w(f"- {cat} / {name}: not applied to {n} sampled case(s) (identity with the baseline does not apply to samples)")
+    if sm is not None:
+        w(
+            f"Sampling: {sm.mode}, up to {sm.max_samples_per_case} samples per side in rounds of {sm.sample_round}, to detect a "
+            f"{sm.detectable_drop * 100:.0f}-point drop: "
+            + "; ".join(f"round {r.round}: {r.cases} case(s) to {r.samples_per_case} samples (+{r.requests} requests)" for r in sm.rounds)
+        )
     w("")
     floors = sorted(
         {

@@ -130,9 +130,30 @@ def _word(verdict: str) -> Text:
 
 
 def _check_line(name: str, st: CheckSummary) -> str:
+    sp = st.sampled
+    if sp is not None:  # the sampled cases' test decides: show its figures
+        d = "" if sp.delta is None else f" ({sp.delta * 100:+.1f}pp)"
+        word = {"drop": "DROP", "no_drop": "no drop", "undecided": "UNDECIDED"}[sp.decision]
+        holm = sp.p_value_holm if sp.p_value_holm is not None else sp.p_value
+        return (
+            f"{name} {_pct(sp.baseline_pass_rate)}→{_pct(sp.candidate_pass_rate)}{d} p1={holm:.3g} "
+            f"[{sp.cases} sampled × {sp.samples_at_decision}: {word}]"
+        )
+    if st.skipped_as_sampled and not st.n:
+        return f"{name} not applied to {st.skipped_as_sampled} sampled case(s)"
     d = "" if st.delta is None else f" ({st.delta * 100:+.1f}pp)"
     ps = "" if st.p_value is None else f" p={st.p_value:.3f}"
     return f"{name} {_pct(st.baseline_pass_rate)}→{_pct(st.candidate_pass_rate)}{d}{ps}"
+
+
+def _promise(cat: CategorySummary) -> str:
+    """What the run can promise about the category, shortly: the drop it detects, how far identity generalises."""
+    parts = []
+    if cat.mde is not None:
+        parts.append(f"drop ≥{cat.mde * 100:.0f}pp")
+    if cat.divergence_upper is not None:
+        parts.append(f"≤{cat.divergence_upper * 100:.1f}% differ")
+    return "; ".join(parts) or "–"
 
 
 def _regression_count(cat: CategorySummary) -> int:
@@ -147,12 +168,21 @@ def _category_table(summary: Summary, ascii_box: bool) -> Table:
         ("identical", {"justify": "right"}),
         ("checks: baseline → candidate (Δ)", {}),
         ("regressions", {"justify": "right"}),
+        ("detects", {}),
         ("verdict", {}),
     ):
         t.add_column(col, **kw)  # type: ignore[arg-type]
     for name, cat in summary.categories.items():
         lines = "\n".join(_check_line(k, v) for k, v in cat.checks.items()) or "–"
-        t.add_row(Text(name), str(cat.cases), _pct(cat.identical_rate), Text(lines), str(_regression_count(cat)), _word(cat.verdict))
+        t.add_row(
+            Text(name),
+            str(cat.cases),
+            _pct(cat.identical_rate),
+            Text(lines),
+            str(_regression_count(cat)),
+            Text(_promise(cat)),
+            _word(cat.verdict),
+        )
     return t
 
 
@@ -162,6 +192,10 @@ def _category_lines(summary: Summary) -> list[RenderableType]:
         out.append(Text.assemble(f"{name}: ", _word(cat.verdict), overflow="fold"))
         out.append(_indented(Text(f"{cat.cases} cases, {_pct(cat.identical_rate)} identical, {_regression_count(cat)} regression(s)")))
         out += [_indented(Text(_check_line(k, v))) for k, v in cat.checks.items()]
+        if cat.power:
+            out.append(_indented(Text(f"can promise: {cat.power}")))
+        if cat.would_decide:
+            out.append(_indented(Text(f"would decide it: {cat.would_decide}")))
     return out
 
 
@@ -271,7 +305,20 @@ def summary_renderables(summary: Summary, data: ReportData | None = None, *, asc
     head = Text("qualitycheck verdict: ")
     head.append_text(_word(summary.verdict))
     head.append(f"  ({summary.cases} cases)")
-    out: list[RenderableType] = [head, _Fitted(lambda: _category_table(summary, ascii_box), lambda: _category_lines(summary))]
+    out: list[RenderableType] = [head]
+    sm = summary.sampling
+    if sm is not None:
+        spent = sum(r.requests for r in sm.rounds)
+        out.append(
+            Text(
+                f"sampled cases: {sm.sampled_cases} (temperature > 0) in {len(sm.rounds)} round(s), {sm.mean_samples_per_case:.1f} "
+                f"samples per side on average ({sm.mode}, budget {sm.max_samples_per_case}; {spent} requests)"
+            )
+        )
+    out.append(_Fitted(lambda: _category_table(summary, ascii_box), lambda: _category_lines(summary)))
+    for name, cat in summary.categories.items():  # what an inconclusive category lacks, under the table
+        if cat.would_decide:
+            out.append(Text(f"{name}: {cat.verdict.upper()}: would decide it: {cat.would_decide}"))
     if summary.guardrails:
         out.append(_Fitted(lambda: _guardrail_table(summary, ascii_box), lambda: _guardrail_lines(summary)))
     if _error_rows(summary):

@@ -32,10 +32,15 @@ from qualitycheck.core._records import Response, ScoreStatus
 if TYPE_CHECKING:
     from qualitycheck.core._cases import Case
 
-__all__ = ["BASELINE", "BrokenScorer", "CheckSpec", "LoadContext", "Outcome", "Scorer", "check_family", "declare_family"]
+__all__ = ["BASELINE", "NOT_FOR_SAMPLED", "BrokenScorer", "CheckSpec", "LoadContext", "Outcome", "Scorer", "check_family", "declare_family"]
 
 BASELINE = "baseline"
 """Target that pairwise checks (`exact: true`, same-as-baseline) compare against."""
+NOT_FOR_SAMPLED = (
+    "identity with the baseline's answer does not apply to a sampled case (temperature > 0): two samples differ by "
+    "design; its other checks' pass rates are compared instead"
+)
+"""The reason an identity check scores `skipped` on a sampled case."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,11 @@ class Scorer(Protocol):
     """One check, configured from a case; `score` is called once per response.
 
     `baseline` is the baseline target's answer for the same repeat, or None
-    when there is none (or when `answer` is the baseline's own).
+    when there is none (or when `answer` is the baseline's own). A scorer
+    whose verdict is identity with that answer (`exact: true`, the same tool
+    calls) says so with a class attribute `against_baseline = True`: such a
+    check does not apply to a sampled case, whose samples differ by design,
+    and `score_case` skips it there.
     """
 
     check: str

@@ -151,6 +151,8 @@ class ExactScorer:
         self.spec = spec
         self._expected = None if spec.expected is None else normalise(spec.expected, spec)
         self._steps = spec.steps()
+        self.against_baseline = spec.expected is None
+        """Without a reference the check is identity with the baseline's answer: not for sampled cases."""
 
     def score(self, answer: Response, baseline: Response | None) -> Outcome:
         # against the baseline the whole answer counts, tool calls included; a reference is text

@@ -33,7 +33,7 @@ import qualitycheck.scoring._python  # noqa: F401
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import check_registry
 from qualitycheck.core._records import Response, Score
-from qualitycheck.scoring._base import BASELINE, BrokenScorer, Outcome, Scorer
+from qualitycheck.scoring._base import BASELINE, NOT_FOR_SAMPLED, BrokenScorer, Outcome, Scorer
 
 __all__ = [
     "build_scorers",
@@ -83,12 +83,15 @@ def score_case(case: Case, responses: Iterable[Response], scorers: list[Scorer] 
     responses = list(responses)
     if scorers is None:
         scorers = build_scorers(case)
+    sampled = case.sampled
     baselines = {r.repeat: r for r in responses if r.target == BASELINE}
     out: list[Score] = []
     for r in responses:
         base = baselines.get(r.repeat) if r.target != BASELINE else None
         for s in scorers:
-            if r.error is not None:
+            if sampled and getattr(s, "against_baseline", False):
+                oc = Outcome("skipped", None, {"reason": NOT_FOR_SAMPLED})
+            elif r.error is not None:
                 oc = Outcome("error", None, {"reason": f"no answer ({r.error.kind}): {r.error.message}"})
             else:
                 try:

@@ -153,6 +153,8 @@ class ToolCallsSameScorer:
     """
 
     check = "tool_calls_same_as_baseline"
+    against_baseline = True
+    """Identity with the baseline's calls: not for sampled cases."""
 
     def score(self, answer: Response, baseline: Response | None) -> Outcome:
         if answer.target == BASELINE:

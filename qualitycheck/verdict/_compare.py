@@ -98,6 +98,8 @@ class CaseComparison(_Frozen):
     """For repeats after the first: the baseline's text equals its own text at repeat 0 (noise without a control)."""
     baseline_len: int = 0
     candidate_len: int = 0
+    sampled: bool = False
+    """The case samples (temperature > 0): its repeats are draws compared as pass rates, its texts differ by design."""
     finish_reasons: dict[str, str | None] = Field(default_factory=dict)
     checks: dict[str, CheckOutcome] = Field(default_factory=dict)
     format: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -249,6 +251,8 @@ def compare_case(rec: CaseRecords, features: Features | None = None) -> list[Cas
         b = sides.get("baseline")
         if rep > 0 and first is not None and first.ok and b is not None and b.ok:
             comp = comp.model_copy(update={"baseline_repeat_identical": b.answer == first.answer})
+        if case.sampled:
+            comp = comp.model_copy(update={"sampled": True})
         out.append(comp)
     return out
 

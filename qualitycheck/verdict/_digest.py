@@ -42,11 +42,22 @@ class TextTally:
     candidate_only: int = 0
     """Of those: the candidate diverged and the control did not."""
     control_only: int = 0
+    greedy_pairs: int = 0
+    """Pairs of greedy cases (the divergence rate's bound is about these: sampled texts differ by design)."""
+    greedy_identical: int = 0
+    sampled_cases: int = 0
+    sampled_pairs: int = 0
+    """(case, repeat)s of sampled cases both sides answered: the samples taken."""
 
     def add(self, c: CaseComparison) -> None:
         if c.identical is not None:
             self.pairs += 1
             self.identical += c.identical
+            if c.sampled:
+                self.sampled_pairs += 1
+            else:
+                self.greedy_pairs += 1
+                self.greedy_identical += c.identical
             if c.similarity is not None:
                 self.similarity.append(c.similarity)
             if c.divergence_char is not None:
@@ -86,6 +97,8 @@ class RunDigest:
     """category → its paired format-feature values (`drift_samples()` gives them per feature)."""
     route_errors: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     """route → target → {count: failed requests, requests}."""
+    skipped_sampled: dict[str, dict[str, int]] = field(default_factory=dict)
+    """category → check → sampled cases the check skipped on the candidate (identity checks do not apply to them)."""
 
     def add(self, reps: Sequence[CaseComparison]) -> None:
         """Take every record of one case (all its repeats); a case must not be added twice."""
@@ -97,6 +110,13 @@ class RunDigest:
         if tally is None:
             tally = self.text[cat] = TextTally()
         tally.cases += 1
+        if reps[0].sampled:
+            tally.sampled_cases += 1
+            skipped = {n for c in reps for n, o in c.checks.items() if o.candidate == "skipped"}
+            if skipped:
+                counts = self.skipped_sampled.setdefault(cat, {})
+                for n in skipped:
+                    counts[n] = counts.get(n, 0) + 1
         drift = self.drift.get(cat)
         if drift is None:
             drift = self.drift[cat] = DriftTally()
@@ -133,6 +153,10 @@ class RunDigest:
                 self.drift[cat].merge(drift)
             else:
                 self.drift[cat] = drift
+        for cat, counts in later.skipped_sampled.items():
+            mine_s = self.skipped_sampled.setdefault(cat, {})
+            for n, k in counts.items():
+                mine_s[n] = mine_s.get(n, 0) + k
         for route, sides in later.route_errors.items():
             per = self.route_errors.setdefault(route, {})
             for side, d in sides.items():

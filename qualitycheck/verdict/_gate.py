@@ -43,6 +43,7 @@ __all__ = [
     "MinAcceptanceRate",
     "PreflightConsistent",
     "Rule",
+    "SampledFinding",
     "build_rules",
     "decide",
     "parse_fraction",
@@ -92,13 +93,35 @@ class Evidence:
     latency: dict[str, Any] | None = None
     acceptance: dict[str, Any] | None = None
     regressions: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    """route → case id → checks it regressed on, in (category, check) cells with regressions beyond the noise floor."""
+    """route → case id → checks it regressed on (greedy cases, and cases humans reported lost)."""
     allowances: dict[str, int] = field(default_factory=dict)
-    """route → regressions among those that the noise floor explains (largest allowance of its cells)."""
+    """route → regressions among those that the noise floor explains (the pooled floor's, and the reviewers')."""
+    supported: dict[str, int] = field(default_factory=dict)
+    """route → regressions the floors' measured rates themselves explain; tolerating more rests on too few A/A pairs."""
+    floor: str = ""
+    """The pooled greedy floor's figures for messages ("3 of 120 cases asked again decided a check differently")."""
+    floor_advice: str = "asking every case twice (--control URL) or more cases would decide"
+    """What would give the floor more pairs, for a route left undecided by too few."""
+    sampled: dict[str, list[SampledFinding]] = field(default_factory=dict)
+    """route → the distribution tests of the sampled cells its cases are in."""
     scored_routes: set[str] = field(default_factory=set)
     """Routes with at least one check decided on both sides."""
     preflight: PreflightRecord | None = None
     """The preflight record (generation/_preflight.py), when preflight ran."""
+
+
+@dataclass(frozen=True)
+class SampledFinding:
+    """One (category, check) cell's sampled cases, as the quality guardrail of their routes reads them."""
+
+    category: str
+    check: str
+    outcome: str
+    """drop | no_drop | undecided (after Holm across the run's sampled cells)."""
+    message: str
+    """The evidence in a sentence: both rates, the drop's bounds, p, and the cases with the largest drops."""
+    cases: tuple[str, ...] = ()
+    """For a drop: the cases whose pass rate fell (the regression cases it counts)."""
 
 
 class Rule(Protocol):
@@ -219,6 +242,14 @@ class MaxQualityRegressionCases:
     name: str = "max_quality_regression_cases"
 
     def evaluate(self, ev: Evidence) -> GuardrailResult:
+        """Greedy regressions beyond the pooled floor, and sampled categories whose pass rate dropped.
+
+        A sampled cell with a significant drop fails its routes whatever the
+        threshold (it is a drop of the category, not a count of cases). A
+        route is undecided (`passed: None`), never passed, when a sampled
+        cell of it could not be decided, or when its regressions are within
+        the allowance only because the floor was measured on too few pairs.
+        """
         routes = sorted(ev.scored_routes) if self.route == ALL_ROUTES else [self.route]
         if not any(r in ev.scored_routes for r in routes):
             return GuardrailResult(
@@ -230,29 +261,62 @@ class MaxQualityRegressionCases:
                 self.route,
             )
         cases: dict[str, list[str]] = {}
-        allowance = 0
+        allowance = supported = 0
+        findings: dict[tuple[str, str], SampledFinding] = {}
         for r in routes:
             for case_id, checks in ev.regressions.get(r, {}).items():
                 cases.setdefault(case_id, []).extend(checks)
             allowance += ev.allowances.get(r, 0)
+            supported += ev.supported.get(r, 0)
+            for f in ev.sampled.get(r, []):
+                findings.setdefault((f.category, f.check), f)
+        drops = [f for f in findings.values() if f.outcome == "drop"]
+        undecided = [f for f in findings.values() if f.outcome == "undecided"]
         n = max(0, len(cases) - allowance)
-        ok = n <= self.threshold
-        noise = f" after {allowance} explained by the measured noise floor" if allowance else ""
-        if not n:
-            tolerated = "; ".join(f"{i} ({', '.join(sorted(set(c)))})" for i, c in sorted(cases.items())[:20])
+        listed = "; ".join(f"{i} ({', '.join(sorted(set(c)))})" for i, c in sorted(cases.items())[:20])
+        floor = f" ({ev.floor})" if ev.floor else ""
+        if drops or n > self.threshold:
+            parts = []
+            if drops:
+                parts.append("sampled pass rate dropped: " + "; ".join(f.message for f in drops))
+            if n > self.threshold:
+                more = f" and {len(cases) - 20} more" if len(cases) > 20 else ""
+                noise = f" after {allowance} explained by the measured noise floor{floor}" if allowance else ""
+                parts.append(f"{n} case(s) regressed beyond the noise floor{noise} (max {self.threshold}): {listed}{more}")
+            observed = n + len({c for f in drops for c in f.cases})
+            return GuardrailResult(self.name, self.threshold, observed, False, "; ".join(parts), self.route)
+        needed = len(cases) - self.threshold
+        if needed > 0 and needed > supported:
+            return GuardrailResult(
+                self.name,
+                self.threshold,
+                None,
+                None,
+                f"undecided: {len(cases)} regression case(s) are within the noise allowance ({allowance}) only because the "
+                f"floor was measured on too few pairs{floor}; its measured rate explains {supported}; {ev.floor_advice}: {listed}",
+                self.route,
+            )
+        if undecided:
+            return GuardrailResult(
+                self.name,
+                self.threshold,
+                None,
+                None,
+                "undecided: sampled pass rates could not be told apart within the budget: " + "; ".join(f.message for f in undecided),
+                self.route,
+            )
+        if cases:
             msg = (
-                (
-                    f"no regression beyond the noise floor: {len(cases)} regression case(s) tolerated, as the measured "
-                    f"A/A noise alone explains up to {allowance}: {tolerated}"
-                )
-                if cases
-                else "no regression beyond the noise floor"
+                f"no regression beyond the noise floor: {len(cases)} regression case(s) tolerated, as the measured A/A "
+                f"noise{floor} explains up to {allowance}: {listed}"
+                if needed > 0
+                else f"{len(cases)} regression case(s), within the maximum {self.threshold}: {listed}"
             )
         else:
-            listed = "; ".join(f"{i} ({', '.join(sorted(set(c)))})" for i, c in sorted(cases.items())[:20])
-            more = f" and {n - 20} more" if n > 20 else ""
-            msg = f"{n} case(s) regressed beyond the noise floor{noise} (max {self.threshold}): {listed}{more}"
-        return GuardrailResult(self.name, self.threshold, n, ok, msg, self.route)
+            msg = "no regression beyond the noise floor"
+        if findings:
+            msg += "; sampled pass rates: " + "; ".join(f.message for f in findings.values())
+        return GuardrailResult(self.name, self.threshold, n, True, msg, self.route)
 
 
 _RULES: dict[str, tuple[Callable[..., Rule], str]] = {

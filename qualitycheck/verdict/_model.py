@@ -40,6 +40,7 @@ __all__ = [
     "JSON_SCHEMA_DIALECT",
     "Acceptance",
     "AcceptanceFigures",
+    "CaseDrop",
     "CategoryNoiseFloor",
     "CategorySummary",
     "CheckNoiseFloor",
@@ -60,6 +61,10 @@ __all__ = [
     "Percentiles",
     "Preflight",
     "PreflightCheck",
+    "RouteFloor",
+    "SampledCheck",
+    "SamplingRound",
+    "SamplingSummary",
     "Slice",
     "SliceCheck",
     "Summary",
@@ -125,6 +130,58 @@ class NonInferiority(_Closed):
     """non_inferior: the whole CI lies above −margin; inferior: below it; inconclusive: it straddles it."""
 
 
+class CaseDrop(_Closed):
+    """One sampled case whose pass rate fell: the evidence a release manager opens first."""
+
+    case_id: str
+    baseline_pass_rate: float
+    candidate_pass_rate: float
+
+
+class SampledCheck(_Closed):
+    """The check's sampled cases (temperature > 0), compared as pass-rate distributions over several samples per side.
+
+    One pair of texts says nothing about a sampled case, so its cases are
+    judged together: a test stratified by case (Cochran–Mantel–Haenszel,
+    McNemar's test when each side has one sample) of the drop in pass rate,
+    looked at after each sampling round with group-sequential bounds, so
+    its error rates hold however many rounds were taken.
+    """
+
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"margin"})
+
+    cases: int
+    """Sampled cases decided on both sides."""
+    samples_per_case: float
+    """Mean decided samples per side per case."""
+    baseline_pass_rate: float
+    candidate_pass_rate: float
+    """Means of the per-case pass rates over every sample taken."""
+    delta: float | None
+    """The Mantel–Haenszel difference in pass rate (candidate − baseline), stratified by case, at the look that decided."""
+    bounds: tuple[float, float] | None
+    """Repeated confidence bounds of delta at that look (each one-sided at level 1 − alpha, valid over the looks)."""
+    p_value: float
+    """One-sided p-value of 'no drop' (with a margin: 'drop ≤ margin'), stage-wise over the looks taken."""
+    p_value_holm: float | None = None
+    """Holm-adjusted across the run's sampled (category, check) cells: a drop fails only below alpha."""
+    decision: Literal["drop", "no_drop", "undecided"]
+    """drop: the candidate passes significantly less; no_drop: a drop of `detectable_drop` is ruled out (with
+    a margin: the drop is shown below it); undecided: neither within the budget (the category is inconclusive)."""
+    looks: int
+    """Looks taken until the decision (one per sampling round)."""
+    samples_at_decision: int
+    """Samples per side at the look that decided."""
+    detectable_drop: float
+    """The drop the run had to be able to detect, or the non-inferiority margin."""
+    mde: float | None
+    """The smallest drop these samples detect with 80% power (one-sided, alpha 0.05)."""
+    margin: float | None = None
+    """Written when non_inferiority_margin names this check."""
+    largest_drops: list[CaseDrop] = Field(default_factory=list)
+    """The cases whose pass rate fell most (at most five)."""
+
+
 class CheckSummary(_Closed):
     """One check in one category: pass rates, the paired statistics, and which cases hold which status.
 
@@ -155,6 +212,8 @@ class CheckSummary(_Closed):
             "aa_losses",
             "aa_errors",
             "aa_loss_rate",
+            "sampled",
+            "skipped_as_sampled",
         }
     )
 
@@ -193,6 +252,11 @@ class CheckSummary(_Closed):
     """Smallest pass-rate drop this N detects with 80% power at alpha 0.05."""
     non_inferiority: NonInferiority | None = None
     """Set when non_inferiority_margin names this check."""
+    sampled: SampledCheck | None = None
+    """Written when the check has sampled cases: their distribution test (the one that gates them)."""
+    skipped_as_sampled: int = 0
+    """Written when set: sampled cases this check does not apply to (identity with the baseline's answer, as
+    `exact: true`: two samples differ by design) and that are not counted."""
     wins: int = 0
     """judge: pairs the candidate won (judge check only, like the fields below)."""
     losses: int = 0
@@ -302,7 +366,7 @@ class HumanCategory(_Closed):
 class CategorySummary(_Closed):
     """One category: text agreement, the checks, format drift and the category's verdict."""
 
-    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review"})
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review", "sampled_cases", "would_decide"})
 
     cases: int
     routes: list[str] = Field(default_factory=list)
@@ -317,6 +381,18 @@ class CategorySummary(_Closed):
     format_drift: dict[str, FormatDrift]
     verdict: Verdict
     verdict_reason: str = ""
+    mde: float | None = None
+    """What the run can promise: the smallest pass-rate drop its verdict on this category detects with 80% power
+    (the largest over its checks; for sampled checks at the samples taken)."""
+    divergence_upper: float | None = None
+    """95% upper bound of the share of greedy requests whose answer differs from the baseline's (30 of 30
+    identical: 0.095); null without greedy pairs."""
+    power: str = ""
+    """Both in a sentence, as the report and sign-off show them."""
+    sampled_cases: int = 0
+    """Written when the category has sampled cases (temperature > 0)."""
+    would_decide: str = ""
+    """Written for an inconclusive category: what would decide it (more cases, samples per case, --control)."""
     human_review: HumanCategory | None = None
     """Written only after human labels were imported."""
 
@@ -463,8 +539,22 @@ class Slice(_Open):
     checks: dict[str, SliceCheck] = Field(default_factory=dict)
 
 
+class RouteFloor(_Closed):
+    """One route's greedy regressions against the deployment's pooled floor."""
+
+    regressions: int
+    eligible: int
+    """Greedy cases that could regress (passing on the baseline; re-asked ones with the default floor)."""
+    allowance: int
+    """The most regressions the pooled floor explains at alpha 0.05."""
+    supported: int
+    """The most its measured rate itself explains: tolerating more than this rests on too few pairs (undecided)."""
+
+
 class NoiseFloorSummary(_Closed):
     """How the run measured how often the baseline disagrees with itself (the A/A noise floor)."""
+
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"routes"})
 
     source: Literal["control", "repeats", "baseline_again", "none"]
     """control: a control target; repeats: the baseline's repeats; baseline_again (the default): the baseline
@@ -476,6 +566,40 @@ class NoiseFloorSummary(_Closed):
     requests: int = 0
     """Requests the floor cost beyond the baseline and candidate answers."""
     note: str = ""
+    pairs: int = 0
+    """Greedy A/A pairs of the pooled floor every route is gated against: cases asked twice (or pairs of repeats)."""
+    disagreements: int = 0
+    """Of those, pairs whose check outcomes differed."""
+    routes: dict[str, RouteFloor] = Field(default_factory=dict)
+    """Written when a route has greedy regressions: how they stand against the pooled floor."""
+
+
+class SamplingRound(_Closed):
+    """One round of sampling: which cases were asked, and what it cost."""
+
+    round: int
+    samples_per_case: int
+    """Samples per side the round's cases have once it is done."""
+    cases: int
+    """Sampled cases asked in this round."""
+    categories: list[str]
+    """The categories still undecided when it started."""
+    requests: int
+    """Requests it sent (both sides)."""
+
+
+class SamplingSummary(_Closed):
+    """How the sampled cases (temperature > 0) were sampled: the rounds and their cost."""
+
+    mode: Literal["adaptive", "fixed"]
+    """adaptive: rounds until each category decides or the budget is spent; fixed: `--repeats` samples each."""
+    max_samples_per_case: int
+    sample_round: int
+    detectable_drop: float
+    sampled_cases: int
+    mean_samples_per_case: float
+    """Mean samples per side over the sampled cases (what the run spent)."""
+    rounds: list[SamplingRound] = Field(default_factory=list)
 
 
 class HumanReview(_Closed):
@@ -512,7 +636,7 @@ class Summary(_Closed):
 
     model_config = ConfigDict(title="qualitycheck summary.json")
 
-    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review", "judge_position_bias", "gpu"})
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review", "judge_position_bias", "gpu", "sampling"})
 
     format_version: int
     verdict: Verdict
@@ -545,6 +669,8 @@ class Summary(_Closed):
     """Written only after human labels were imported (`qualitycheck review DIR --import LABELS.json`)."""
     gpu: dict[str, GpuFacts] = Field(default_factory=dict)
     """Per side, sampled during generation; written only when some side exposed KV-cache usage or a DCGM exporter answered."""
+    sampling: SamplingSummary | None = None
+    """Written when the run has sampled cases: the sampling rounds and their cost."""
 
     def to_json_text(self) -> str:
         """The file's text: indented JSON of what was written, keys in the contract's order."""

@@ -25,6 +25,7 @@ run whose statistics are unchanged never import either.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from array import array
@@ -38,6 +39,7 @@ from typing import Any, Literal, TypeGuard, TypeVar
 import numpy as np
 
 from qualitycheck.verdict._compare import CaseComparison
+from qualitycheck.verdict._sequential import CaseCounts, Design, SampledDecision, decide_cell
 
 __all__ = [
     "ALPHA",
@@ -46,11 +48,15 @@ __all__ = [
     "CheckStats",
     "DriftSamples",
     "NoiseFloor",
+    "QualityStats",
+    "RouteQuality",
+    "SampledStats",
     "StatsMemo",
     "add_case_outcomes",
     "add_drift",
     "check_stats",
     "classify_cases",
+    "divergence_upper",
     "format_drift",
     "holm",
     "mcnemar_exact_p",
@@ -59,9 +65,14 @@ __all__ = [
     "non_inferiority",
     "paired_bootstrap_ci",
     "paired_p_value",
+    "pooled_floor",
     "quality_stats",
     "regression_allowance",
+    "route_quality",
+    "sampled_stats",
     "simulate_gate",
+    "supported_allowance",
+    "undecided_sampled",
 ]
 
 ALPHA = 0.05
@@ -183,6 +194,11 @@ class CaseOutcome:
     control: tuple[bool, ...] = ()
     control_pairs: tuple[tuple[bool, bool], ...] = ()
     """(baseline, control) outcomes at the same repeat: the A/A pairs."""
+    sampled: bool = False
+    """The case samples (temperature > 0): judged by its pass rates, in the category's distribution test."""
+    b_reps: tuple[int, ...] = ()
+    c_reps: tuple[int, ...] = ()
+    """For a sampled case, the repeat of each baseline and candidate outcome (the looks count samples by repeat)."""
 
     @property
     def b_rate(self) -> float:
@@ -192,9 +208,25 @@ class CaseOutcome:
     def c_rate(self) -> float:
         return sum(self.candidate) / len(self.candidate)
 
+    def counts(self, samples: int) -> CaseCounts:
+        """Passes and decided samples per side among the first `samples` repeats (a look of the sequential test)."""
+        b = [ok for ok, rep in zip(self.baseline, self.b_reps or range(len(self.baseline)), strict=True) if rep < samples]
+        c = [ok for ok, rep in zip(self.candidate, self.c_reps or range(len(self.candidate)), strict=True) if rep < samples]
+        return CaseCounts(self.case_id, sum(b), len(b), sum(c), len(c))
+
     def __reduce__(self) -> tuple[Callable[..., CaseOutcome], tuple[Any, ...]]:
         """Pickled as a constructor call (cheaper than a slotted dataclass's state), and re-sharing its tuples when read."""
-        return _outcome, (self.case_id, self.route, self.baseline, self.candidate, self.control, self.control_pairs)
+        return _outcome, (
+            self.case_id,
+            self.route,
+            self.sampled,
+            self.baseline,
+            self.candidate,
+            self.control,
+            self.control_pairs,
+            self.b_reps,
+            self.c_reps,
+        )
 
 
 _SHARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
@@ -202,12 +234,13 @@ _SHARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
 def _shared(t: tuple[Any, ...]) -> tuple[Any, ...]:
-    return _SHARED.setdefault(t, t) if len(t) <= 8 else t
+    return _SHARED.setdefault(t, t) if len(t) <= 16 else t
 
 
-def _outcome(case_id: str, route: str, *outcomes: tuple[Any, ...]) -> CaseOutcome:
+def _outcome(case_id: str, route: str, sampled: bool, *outcomes: tuple[Any, ...]) -> CaseOutcome:
     """A `CaseOutcome` read back from a pickle (the walk's second process sends them), its outcome tuples shared again."""
-    return CaseOutcome(case_id, route, *map(_shared, outcomes))
+    b, c, k, pairs, br, cr = map(_shared, outcomes)
+    return CaseOutcome(case_id, route, b, c, k, pairs, sampled, br, cr)
 
 
 def add_case_outcomes(into: dict[str, dict[str, list[CaseOutcome]]], reps: Sequence[CaseComparison]) -> None:
@@ -218,9 +251,9 @@ def add_case_outcomes(into: dict[str, dict[str, list[CaseOutcome]]], reps: Seque
     """
     if not reps:
         return
-    case_id, route = reps[0].case_id, reps[0].route
+    case_id, route, sampled = reps[0].case_id, reps[0].route, reps[0].sampled
     per_check = into.setdefault(reps[0].category, {})
-    if len(reps) == 1:  # one repeat, the usual run: each check's outcome read once
+    if len(reps) == 1 and reps[0].repeat == 0:  # one repeat, the usual run: each check's outcome read once
         for n, one in sorted(reps[0].checks.items()):
             outs = per_check.setdefault(n, [])
             if one.baseline in DECIDED and one.candidate in DECIDED:
@@ -229,17 +262,25 @@ def add_case_outcomes(into: dict[str, dict[str, list[CaseOutcome]]], reps: Seque
                     kp = one.control == "pass"
                     outs.append(
                         CaseOutcome(
-                            case_id, route, _shared((bp,)), _shared((one.candidate == "pass",)), _shared((kp,)), _shared(((bp, kp),))
+                            case_id,
+                            route,
+                            _shared((bp,)),
+                            _shared((one.candidate == "pass",)),
+                            _shared((kp,)),
+                            _shared(((bp, kp),)),
+                            sampled,
                         )
                     )
                 else:
-                    outs.append(CaseOutcome(case_id, route, _shared((bp,)), _shared((one.candidate == "pass",)), (), ()))
+                    outs.append(CaseOutcome(case_id, route, _shared((bp,)), _shared((one.candidate == "pass",)), (), (), sampled))
         return
     for n in sorted({n for r in reps for n in r.checks}):
         outs = per_check.setdefault(n, [])
         b: list[bool] = []
         c: list[bool] = []
         k: list[bool] = []
+        br: list[int] = []
+        cr: list[int] = []
         pairs: list[tuple[bool, bool]] = []
         for r in reps:
             o = r.checks.get(n)
@@ -247,14 +288,21 @@ def add_case_outcomes(into: dict[str, dict[str, list[CaseOutcome]]], reps: Seque
                 continue
             if o.baseline in DECIDED:
                 b.append(o.baseline == "pass")
+                br.append(r.repeat)
             if o.candidate in DECIDED:
                 c.append(o.candidate == "pass")
+                cr.append(r.repeat)
             if o.control in DECIDED:
                 k.append(o.control == "pass")
                 if o.baseline in DECIDED:
                     pairs.append((o.baseline == "pass", o.control == "pass"))
         if b and c:
-            outs.append(CaseOutcome(case_id, route, _shared(tuple(b)), _shared(tuple(c)), _shared(tuple(k)), _shared(tuple(pairs))))
+            reps_b, reps_c = (_shared(tuple(br)), _shared(tuple(cr))) if sampled else ((), ())
+            outs.append(
+                CaseOutcome(
+                    case_id, route, _shared(tuple(b)), _shared(tuple(c)), _shared(tuple(k)), _shared(tuple(pairs)), sampled, reps_b, reps_c
+                )
+            )
 
 
 # ---------------------------------------------------------------- noise floor
@@ -327,6 +375,127 @@ def regression_allowance(eligible: int, floor: NoiseFloor, alpha: float = ALPHA)
         return allowed
 
     return _remembered("allowance", (eligible, floor.pairs, floor.disagreements, alpha), compute)
+
+
+def supported_allowance(eligible: int, floor: NoiseFloor, alpha: float = ALPHA) -> int:
+    """The most regressions the floor's measured rate itself explains: a Poisson count at that rate, at level `alpha`.
+
+    `regression_allowance` also tolerates what a floor measured on few pairs
+    cannot rule out: with 0 disagreements over 8 pairs it still allows a
+    regression or two, because 8 pairs do not show the noise to be small.
+    That is a lack of evidence, not noise: regressions tolerated only for it
+    leave their route undecided (`verdict._status`). Here the rate is taken
+    as measured (D / 2P flips per eligible case), so a floor that never
+    disagreed supports none.
+    """
+    if floor.measured_by is None or eligible <= 0 or floor.pairs <= 0 or floor.disagreements <= 0:
+        return 0
+    lam = eligible * floor.disagreements / (2 * floor.pairs)
+
+    def compute() -> int:
+        from scipy import stats as sps
+
+        r = 0
+        while sps.poisson.sf(r, lam) >= alpha:  # P(X ≥ r + 1) still plausible
+            r += 1
+        return r
+
+    return _remembered("supported", (eligible, floor.pairs, floor.disagreements, alpha), compute)
+
+
+def pooled_floor(outcomes: Mapping[str, Mapping[str, Sequence[CaseOutcome]]], source: NoiseSource | None = None) -> NoiseFloor:
+    """The deployment's one greedy noise floor: A/A disagreement over every re-asked case of the run, counted per case.
+
+    Batching noise is a property of the serving stack, not of a route or a
+    check, so it is measured once over all greedy cases and every route's
+    regressions are weighed against it. A pair is one case asked twice (the
+    control, the baseline again, or two of its repeats); it disagrees when
+    any of the case's checks decided differently. Sampled cases are not
+    part of it: they differ by design and are compared as distributions.
+    """
+    per_case: dict[str, list[CaseOutcome]] = {}
+    for cells in outcomes.values():
+        for outs in cells.values():
+            for o in outs:
+                if not o.sampled:
+                    per_case.setdefault(o.case_id, []).append(o)
+    if any(o.control_pairs for outs in per_case.values() for o in outs):
+        pairs = dis = 0
+        for outs in per_case.values():
+            pairs += max(len(o.control_pairs) for o in outs)
+            dis += max(sum(b != k for b, k in o.control_pairs) for o in outs)
+        return NoiseFloor("baseline_again" if source == "baseline_again" else "control", pairs, dis)
+    if any(len(o.baseline) > 1 for outs in per_case.values() for o in outs):
+        pairs = dis = 0
+        for outs in per_case.values():
+            r = max(len(o.baseline) for o in outs)
+            pairs += r * (r - 1) // 2
+            dis += max(sum(o.baseline) * (len(o.baseline) - sum(o.baseline)) for o in outs)
+        return NoiseFloor("repeats", pairs, dis)
+    return NoiseFloor(None)
+
+
+@dataclass(frozen=True)
+class RouteQuality:
+    """One route's greedy regressions weighed against the deployment's pooled floor."""
+
+    route: str
+    regressions: tuple[str, ...]
+    """Greedy cases that regressed on some check (not flaky on it), each once."""
+    eligible: int
+    """Greedy cases that could regress: passing on the baseline, not flaky (with the baseline asked again
+    only where the candidate diverged: the re-asked cases, flaky ones included)."""
+    allowance: int
+    """The most regressions the pooled floor explains at level alpha (`regression_allowance`)."""
+    supported: int
+    """The most the floor's measured rate itself explains (`supported_allowance`); below `allowance` when the
+    floor rests on few pairs."""
+
+    @property
+    def beyond(self) -> int:
+        return max(0, len(self.regressions) - self.allowance)
+
+
+def route_quality(
+    outcomes: Mapping[str, Mapping[str, Sequence[CaseOutcome]]],
+    cells: Mapping[str, Mapping[str, CheckStats]],
+    floor: NoiseFloor,
+    alpha: float = ALPHA,
+) -> dict[str, RouteQuality]:
+    """Every route's greedy regressions (from the cells' classification) against the pooled floor."""
+    partial = floor.measured_by == "baseline_again"
+    flaky_on: dict[str, set[str]] = {}
+    for cat, stats in cells.items():
+        for name, st in stats.items():
+            for cid in st.flaky:
+                flaky_on.setdefault(cid, set()).add(f"{cat}/{name}")
+    eligible: dict[str, set[str]] = {}
+    for cat, by_check in outcomes.items():
+        for name, outs in by_check.items():
+            for o in outs:
+                if o.sampled or o.b_rate <= 0.5:
+                    continue
+                if partial:
+                    if o.control_pairs:
+                        eligible.setdefault(o.route, set()).add(o.case_id)
+                elif f"{cat}/{name}" not in flaky_on.get(o.case_id, ()):
+                    eligible.setdefault(o.route, set()).add(o.case_id)
+    regressed: dict[str, dict[str, None]] = {}
+    for stats in cells.values():
+        for st in stats.values():
+            for route, ids in st.routes.items():
+                regressed.setdefault(route, {}).update(dict.fromkeys(ids))
+    out: dict[str, RouteQuality] = {}
+    for route in sorted(eligible.keys() | regressed.keys()):
+        e = len(eligible.get(route, set()) | set(regressed.get(route, {})))
+        out[route] = RouteQuality(
+            route,
+            tuple(regressed.get(route, {})),
+            e,
+            regression_allowance(e, floor, alpha),
+            supported_allowance(e, floor, alpha),
+        )
+    return out
 
 
 # ---------------------------------------------------------------- tests
@@ -413,6 +582,27 @@ def minimum_detectable_effect(n: int, discordance: float, alpha: float = ALPHA, 
     return float(min(delta, 1.0))
 
 
+def divergence_upper(pairs: int, divergent: int, level: float = 0.95) -> float | None:
+    """One-sided upper confidence bound of the share of pairs that differ (Clopper–Pearson): 30 of 30 identical → 0.095.
+
+    Identical answers are evidence: this says how far they generalise to
+    requests like them. None without pairs.
+    """
+    if pairs <= 0:
+        return None
+    if divergent >= pairs:
+        return 1.0
+    if divergent == 0:  # the closed form (1 − level)^(1/n), without scipy
+        return float(1 - (1 - level) ** (1 / pairs))
+
+    def compute() -> float:
+        from scipy import stats as sps
+
+        return float(sps.beta.ppf(level, divergent + 1, pairs - divergent))
+
+    return _remembered("divergence_upper", (pairs, divergent, level), compute)
+
+
 def non_inferiority(ci: tuple[float, float], margin: float | None) -> str | None:
     """non_inferior when the whole CI lies above -margin, inferior when below, else inconclusive."""
     if margin is None or any(np.isnan(x) for x in ci):
@@ -449,8 +639,43 @@ def holm(p_values: Sequence[float | None], alpha: float = ALPHA) -> list[float |
 
 # ---------------------------------------------------------------- per check
 @dataclass
+class SampledStats:
+    """The sampled cases of one (category, check), compared as pass-rate distributions (`verdict._sequential`)."""
+
+    cases: int
+    samples: float
+    """Mean decided samples per side per case."""
+    baseline_pass_rate: float
+    candidate_pass_rate: float
+    """Means of the per-case pass rates over all samples taken."""
+    decision: SampledDecision
+    """What the looks decided, at the look they stopped at."""
+    drops: list[tuple[str, float, float]]
+    """(case, baseline rate, candidate rate) of the cases whose pass rate fell, largest drop first."""
+    detectable_drop: float
+    """The drop the design must be able to detect before the cell passes (`run.detectable_drop`)."""
+    routes: set[str]
+    """Routes of the cell's sampled cases."""
+    p_value_holm: float | None = None
+    """The decision's p-value, Holm-adjusted over the run's sampled cells."""
+    alpha: float = ALPHA
+
+    @property
+    def outcome(self) -> Literal["drop", "no_drop", "undecided"]:
+        """drop only when the Holm-adjusted p-value is below alpha; a drop multiplicity does not support is undecided."""
+        if self.decision.outcome == "drop":
+            return "drop" if self.p_value_holm is not None and self.p_value_holm < self.alpha else "undecided"
+        return self.decision.outcome
+
+
+@dataclass
 class CheckStats:
-    """The comparison of one check in one category (the `Comparison` record of DESIGN.md)."""
+    """The comparison of one check in one category (the `Comparison` record of DESIGN.md).
+
+    Rates, delta, CI and p cover every case of the cell. Greedy cases are
+    classified one by one (regressions, flaky, the allowance against the
+    pooled floor); sampled cases are judged together, in `sampled`.
+    """
 
     category: str
     check: str
@@ -472,7 +697,9 @@ class CheckStats:
     non_inferiority: str | None
     p_value_holm: float | None = None
     routes: dict[str, list[str]] = field(default_factory=dict)
-    """route → regression case ids (for per-route guardrails)."""
+    """route → greedy regression case ids (for per-route guardrails)."""
+    sampled: SampledStats | None = None
+    """The distribution test of the cell's sampled cases; None when it has none."""
 
     @property
     def regressions_beyond_floor(self) -> int:
@@ -496,13 +723,20 @@ class CaseClassification:
         return max(0, len(self.regressions) - self.allowance)
 
 
-def classify_cases(outcomes: Sequence[CaseOutcome], alpha: float = ALPHA, noise_source: NoiseSource | None = None) -> CaseClassification:
+def classify_cases(
+    outcomes: Sequence[CaseOutcome],
+    alpha: float = ALPHA,
+    noise_source: NoiseSource | None = None,
+    pooled: NoiseFloor | None = None,
+) -> CaseClassification:
     """The gate's quality decision input: regressions among cases the baseline agrees with itself on.
 
     A case regresses when its pass rate drops by more than half (one repeat:
     pass → fail). Flaky cases never count; their drops are listed apart. The
     allowance is how many regressions the measured noise floor alone would
-    produce among the cases the baseline passes, at level `alpha`.
+    produce among the cases the baseline passes, at level `alpha`: the
+    `pooled` floor of the whole run when given (the gate's), else this
+    cell's own.
 
     With the baseline asked again only where the candidate diverged
     (`baseline_again`), the A/A pairs cover those cases alone, so the
@@ -537,7 +771,29 @@ def classify_cases(outcomes: Sequence[CaseOutcome], alpha: float = ALPHA, noise_
         elif -drop > 0.5:
             improvements.append(o.case_id)
     return CaseClassification(
-        regressions, improvements, sorted(flaky), flaky_reg, routes, floor, regression_allowance(eligible, floor, alpha)
+        regressions, improvements, sorted(flaky), flaky_reg, routes, floor, regression_allowance(eligible, pooled or floor, alpha)
+    )
+
+
+def sampled_stats(outcomes: Sequence[CaseOutcome], design: Design, alpha: float = ALPHA) -> SampledStats | None:
+    """The distribution test of a cell's sampled cases, replayed over the looks their samples reach."""
+    outs = [o for o in outcomes if o.sampled]
+    if not outs:
+        return None
+    most = max(max((o.b_reps or range(len(o.baseline))), default=-1) for o in outs) + 1
+    looks = [[o.counts(n) for o in outs] for n in design.looks if n <= max(most, design.looks[0])]
+    decision = decide_cell(design, looks)
+    drops = sorted(((o.case_id, o.b_rate, o.c_rate) for o in outs if o.c_rate < o.b_rate), key=lambda d: (d[2] - d[1], d[0]))
+    return SampledStats(
+        cases=len(outs),
+        samples=sum(len(o.baseline) + len(o.candidate) for o in outs) / (2 * len(outs)),
+        baseline_pass_rate=float(np.mean([o.b_rate for o in outs])),
+        candidate_pass_rate=float(np.mean([o.c_rate for o in outs])),
+        decision=decision,
+        drops=drops,
+        detectable_drop=design.margin if design.margin is not None else design.drop,
+        routes={o.route for o in outs},
+        alpha=alpha,
     )
 
 
@@ -550,15 +806,31 @@ def check_stats(
     seed: int = 0,
     alpha: float = ALPHA,
     noise_source: NoiseSource | None = None,
+    pooled: NoiseFloor | None = None,
+    design: Design | None = None,
 ) -> CheckStats:
-    """Everything the gate and the report need for one (category, check)."""
-    cls = classify_cases(outcomes, alpha, noise_source)
+    """Everything the gate and the report need for one (category, check).
+
+    Greedy cases are classified against the `pooled` floor; sampled cases
+    are tested together with `design` (the run's looks; by default the
+    fixed number of samples they have).
+    """
+    greedy = [o for o in outcomes if not o.sampled]
+    cls = classify_cases(greedy, alpha, noise_source, pooled)
     n = len(outcomes)
     b = [o.b_rate for o in outcomes]
     c = [o.c_rate for o in outcomes]
     k = [sum(o.control) / len(o.control) for o in outcomes if o.control]
     ci = paired_bootstrap_ci(b, c, seed=seed) if n else None
     discordance = float(np.mean([abs(x - y) for x, y in zip(b, c, strict=True)])) if n else 0.0
+    sampled = None
+    if len(greedy) < n:
+        if design is None:
+            most = max(max(len(o.baseline), len(o.candidate)) for o in outcomes if o.sampled)
+            design = Design((most,), margin=margin)
+        elif margin is not None and design.margin != margin:
+            design = dataclasses.replace(design, margin=margin)
+        sampled = sampled_stats(outcomes, design, alpha)
     return CheckStats(
         category=category,
         check=check,
@@ -571,15 +843,26 @@ def check_stats(
         p_value=paired_p_value(outcomes),
         regressions=cls.regressions,
         improvements=cls.improvements,
-        flaky=cls.flaky,
+        flaky=cls.flaky if not sampled else sorted({*cls.flaky, *noise_floor([o for o in outcomes if o.sampled]).flaky}),
         flaky_regressions=cls.flaky_regressions,
         noise=cls.noise,
         allowance=cls.allowance,
         mde=minimum_detectable_effect(n, discordance, alpha),
         margin=margin,
-        non_inferiority=non_inferiority(ci, margin) if ci else None,
+        non_inferiority=non_inferiority(ci, margin) if ci and sampled is None else None,
         routes=cls.routes,
+        sampled=sampled,
     )
+
+
+@dataclass
+class QualityStats:
+    """The quality statistics of a run: every (category, check) cell, the pooled greedy floor, and every route against it."""
+
+    cells: dict[str, dict[str, CheckStats]]
+    floor: NoiseFloor
+    """The deployment's greedy floor, pooled over the run (`pooled_floor`)."""
+    routes: dict[str, RouteQuality]
 
 
 def quality_stats(
@@ -589,18 +872,69 @@ def quality_stats(
     seed: int = 0,
     alpha: float = ALPHA,
     noise_source: NoiseSource | None = None,
-) -> dict[str, dict[str, CheckStats]]:
-    """category → check → CheckStats from per-case outcomes, with Holm-adjusted p-values across all cells."""
+    design: Design | None = None,
+) -> QualityStats:
+    """Every cell's statistics, with Holm-adjusted p-values across all cells (and across the sampled cells' tests).
+
+    The greedy floor is pooled over the run first, so every cell's
+    allowance and every route's are measured against the same evidence.
+    """
     margins = margins or {}
-    out: dict[str, dict[str, CheckStats]] = {}
+    floor = pooled_floor(outcomes, noise_source)
+    cells: dict[str, dict[str, CheckStats]] = {}
     for cat, by_check in sorted(outcomes.items()):
         for check, outs in sorted(by_check.items()):
-            out.setdefault(cat, {})[check] = check_stats(
-                cat, check, outs, margin=margins.get(check), seed=seed, alpha=alpha, noise_source=noise_source
+            cells.setdefault(cat, {})[check] = check_stats(
+                cat,
+                check,
+                outs,
+                margin=margins.get(check),
+                seed=seed,
+                alpha=alpha,
+                noise_source=noise_source,
+                pooled=floor if floor.measured_by is not None else None,
+                design=design,
             )
-    cells = [s for per in out.values() for s in per.values()]
-    for s, p in zip(cells, holm([s.p_value for s in cells], alpha), strict=True):
+    every = [s for per in cells.values() for s in per.values()]
+    for s, p in zip(every, holm([s.p_value for s in every], alpha), strict=True):
         s.p_value_holm = p
+    _holm_sampled([s.sampled for s in every if s.sampled is not None], alpha)
+    return QualityStats(cells, floor, route_quality(outcomes, cells, floor, alpha))
+
+
+def _holm_sampled(cells: Sequence[SampledStats], alpha: float) -> None:
+    """Holm across the run's sampled cells: a cell's drop counts only when its adjusted p-value is below alpha."""
+    for sp, p in zip(cells, holm([sp.decision.p_value for sp in cells], alpha), strict=True):
+        sp.p_value_holm = p
+
+
+def undecided_sampled(
+    outcomes: Mapping[str, Mapping[str, Sequence[CaseOutcome]]],
+    design: Design,
+    *,
+    margins: Mapping[str, float] | None = None,
+    alpha: float = ALPHA,
+) -> dict[str, list[str]]:
+    """category → its sampled checks still undecided on the samples taken: the sampling rounds ask these categories again.
+
+    The same test the summary runs afterwards (`sampled_stats`), on the
+    looks the samples reach so far. A cell whose bound was crossed is
+    decided: more samples would not move its decision (the looks replay and
+    stop there). Holm across the sampled cells comes after, in the summary,
+    and can only turn a drop that multiplicity does not support undecided.
+    """
+    margins = margins or {}
+    cells: dict[tuple[str, str], SampledStats] = {}
+    for cat, by_check in sorted(outcomes.items()):
+        for check, outs in sorted(by_check.items()):
+            m = margins.get(check)
+            sp = sampled_stats(outs, dataclasses.replace(design, margin=m) if m is not None else design, alpha)
+            if sp is not None:
+                cells[cat, check] = sp
+    out: dict[str, list[str]] = {}
+    for (cat, check), sp in cells.items():
+        if sp.decision.outcome == "undecided":
+            out.setdefault(cat, []).append(check)
     return out
 
 

@@ -36,15 +36,16 @@ renders the same statuses without deciding anything (`check_statuses`,
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from qualitycheck.verdict._compare import CaseComparison
-from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, GuardrailResult
+from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, GuardrailResult, SampledFinding
 from qualitycheck.verdict._human import PairVotes
 from qualitycheck.verdict._model import CheckSummary, Summary
-from qualitycheck.verdict._stats import CaseOutcome, CheckStats, NoiseFloor, check_stats, regression_allowance
+from qualitycheck.verdict._stats import CaseOutcome, CheckStats, NoiseFloor, QualityStats, SampledStats, check_stats, regression_allowance
 
 __all__ = [
     "HUMAN_CHECK",
@@ -57,6 +58,8 @@ __all__ = [
     "check_statuses",
     "failed_quality_routes",
     "human_check_stats",
+    "sampled_finding",
+    "to_decide",
     "tolerated_regressions",
 ]
 
@@ -71,43 +74,98 @@ HUMAN_CHECK = "human"
 
 
 # ------------------------------------------------------------------ what counts (the summary's side)
-def add_regression_evidence(ev: Evidence, stats: Mapping[str, Mapping[str, CheckStats]]) -> None:
-    """What the quality guardrail judges: per route, the regression cases and the largest noise allowance of their cells.
+def add_regression_evidence(ev: Evidence, quality: QualityStats, category_routes: Mapping[str, set[str]] | None = None) -> None:
+    """What the quality guardrail judges, per route: greedy regressions against the pooled floor, sampled cells' tests.
 
-    A cell's allowance is shared among its routes in proportion to its
-    regressions there. Regressions within the allowance are still listed,
-    so the guardrail's message can name them as tolerated.
+    The machine checks' allowance is the route's, against the deployment's
+    one greedy floor (`RouteQuality`). Regressions within the allowance are
+    still listed, so the guardrail's message can name them as tolerated.
 
     A human-reported loss (`human` check) is evidence that its divergence is
     a real loss, so the machine checks' floor cannot explain it away: in a
     route with human regressions, the machine allowance covers only cases
     no human reported, and the reviewers' own allowance (attention checks)
     covers theirs.
+
+    A sampled cell is a finding for every route of its category's sampled
+    cases: a significant drop fails them, an undecided test leaves them
+    undecided.
     """
-    machine: dict[str, int] = {}
     human: dict[str, int] = {}
     human_cases: dict[str, set[str]] = {}
-    for cells in stats.values():
+    for cat, cells in quality.cells.items():
         for s in cells.values():
-            if not s.regressions:
-                continue
             for route, ids in s.routes.items():
                 per = ev.regressions.setdefault(route, {})
                 for i in ids:
                     per.setdefault(i, []).append(s.check)
-                share = s.allowance if len(s.routes) == 1 else s.allowance * len(ids) // len(s.regressions)
                 if s.check == HUMAN_CHECK:
+                    share = s.allowance if len(s.routes) == 1 else s.allowance * len(ids) // len(s.regressions)
                     human[route] = max(human.get(route, 0), share)
                     human_cases.setdefault(route, set()).update(ids)
-                else:
-                    machine[route] = max(machine.get(route, 0), share)
+            if s.sampled is not None:
+                finding = sampled_finding(s)
+                for route in s.sampled.routes or (category_routes or {}).get(cat, set()):
+                    ev.sampled.setdefault(route, []).append(finding)
+    machine = {r: q.allowance for r, q in quality.routes.items()}
+    supported = {r: q.supported for r, q in quality.routes.items()}
     for route in machine.keys() | human.keys():
         if route not in human_cases:
-            ev.allowances[route] = max(ev.allowances.get(route, 0), machine[route])
+            ev.allowances[route] = machine.get(route, 0)
+            ev.supported[route] = supported.get(route, 0)
             continue
         machine_only = len(set(ev.regressions.get(route, {})) - human_cases[route])
-        own = min(machine.get(route, 0), machine_only) + min(human.get(route, 0), len(human_cases[route]))
-        ev.allowances[route] = max(ev.allowances.get(route, 0), own)
+        own = min(human.get(route, 0), len(human_cases[route]))
+        ev.allowances[route] = min(machine.get(route, 0), machine_only) + own
+        ev.supported[route] = min(supported.get(route, 0), machine_only) + own
+    f = quality.floor
+    if f.measured_by == "control":
+        ev.floor = f"the control decided a check differently from the baseline on {f.disagreements} of {f.pairs} cases"
+        ev.floor_advice = "more cases, or --repeats N (every case asked N times of both), would decide"
+    elif f.measured_by == "repeats":
+        ev.floor = f"{f.disagreements} of {f.pairs} pairs of the baseline's repeats decided a check differently"
+        ev.floor_advice = "more repeats or more cases would decide"
+    elif f.measured_by is not None:
+        ev.floor = f"{f.disagreements} of {f.pairs} cases asked again decided a check differently the second time"
+
+
+def sampled_finding(s: CheckStats) -> SampledFinding:
+    """One sampled cell in a sentence: both rates, the drop with its repeated confidence bounds, p, the largest drops."""
+    sp = s.sampled
+    assert sp is not None
+    d = sp.decision
+    delta = f"Δ {-d.estimate * 100:+.1f}" if d.estimate is not None else "Δ n/a"
+    bounds = f" [{-d.high * 100:+.1f}, {-d.low * 100:+.1f}]" if d.low is not None and d.high is not None else ""
+    holm = f", Holm {sp.p_value_holm:.2g}" if sp.p_value_holm is not None else ""
+    msg = (
+        f"{s.category}/{s.check}: {sp.baseline_pass_rate:.0%} → {sp.candidate_pass_rate:.0%} over {sp.cases} sampled case(s) × "
+        f"{d.samples} samples per side, {delta} points{bounds}, one-sided p = {d.p_value:.2g}{holm}"
+    )
+    outcome = sp.outcome
+    if outcome == "drop":
+        worst = ", ".join(f"{cid} {b:.0%}→{c:.0%}" for cid, b, c in sp.drops[:5])
+        msg += f"; largest drops: {worst}"
+    elif outcome == "undecided":
+        msg += f"; {to_decide(sp)}"
+    return SampledFinding(s.category, s.check, outcome, msg, tuple(c for c, _, _ in sp.drops) if outcome == "drop" else ())
+
+
+def to_decide(sp: SampledStats) -> str:
+    """What would decide an undecided sampled cell: the cases, or samples per case, its information falls short of."""
+    d = sp.decision
+    if d.outcome == "drop":  # significant alone, not after Holm across the run's sampled cells
+        return f"significant alone (p = {d.p_value:.2g}) but not after Holm across the run's sampled checks (Holm {sp.p_value_holm:.2g})"
+    if d.mde is None or d.mde <= 0:
+        return "no sample of these cases was decided on both sides"
+    want = d.mde / sp.detectable_drop
+    if want <= 1:
+        return "the estimate sits between the bounds at the budget's last look"
+    more_cases = math.ceil(sp.cases * want * want)
+    more_samples = math.ceil(d.samples * want * want)
+    return (
+        f"it could detect a drop of {d.mde * 100:.0f} points, not {sp.detectable_drop * 100:.0f}: about {more_cases} cases at "
+        f"this budget, or {more_samples} samples per case (run.max_samples_per_case), would decide"
+    )
 
 
 def failed_quality_routes(results: Iterable[GuardrailResult], routes_in_run: set[str]) -> set[str]:
@@ -119,36 +177,56 @@ def failed_quality_routes(results: Iterable[GuardrailResult], routes_in_run: set
 
 
 def tolerated_regressions(s: CheckStats, failed_routes: set[str]) -> list[str]:
-    """The regressions of one (category, check) that do not count against the quality guardrail.
+    """The greedy regressions of one (category, check) that do not count against the quality guardrail.
 
-    A regression counts when its cell has regressions beyond the noise
-    allowance and its route's quality guardrail failed. Which of a cell's
-    regressions the noise explains cannot be told apart case by case, so a
-    cell's regressions in a failed route count together or not at all.
+    A regression counts when the quality guardrail of its route failed:
+    the route's regressions were weighed together against the pooled
+    floor, and which of them the noise explains cannot be told apart case by
+    case, so they count together or not at all.
     """
-    counted = {i for route, ids in s.routes.items() if route in failed_routes for i in ids} if s.regressions_beyond_floor else set()
+    counted = {i for route, ids in s.routes.items() if route in failed_routes for i in ids}
     return [i for i in s.regressions if i not in counted]
 
 
 def category_verdict(
-    cells: Mapping[str, CheckStats], tolerated: Mapping[str, list[str]], identical_rate: float | None
+    cells: Mapping[str, CheckStats],
+    tolerated: Mapping[str, list[str]],
+    identical_rate: float | None,
+    undecided_routes: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> tuple[Literal["pass", "fail", "inconclusive"], str]:
-    """fail on a counted regression or an inferior check; inconclusive when nothing decides; else pass."""
+    """fail on a counted regression, a sampled drop or an inferior check; inconclusive when the evidence cannot decide; else pass.
+
+    Inconclusive, never pass: a sampled check its samples could not decide,
+    regressions tolerated in a route whose floor rests on too few pairs
+    (`undecided_routes`), non-inferiority not shown, or answers that differ
+    with no check to judge them.
+    """
     reasons = []
     for name, s in cells.items():
         if set(s.regressions) - set(tolerated.get(name, ())):
             reasons.append(f"{s.check}: {s.regressions_beyond_floor} regression(s) beyond the noise floor")
         if s.non_inferiority == "inferior":
             reasons.append(f"{s.check}: pass rate worse than the non-inferiority margin {s.margin}")
+        if s.sampled is not None and s.sampled.outcome == "drop":
+            reasons.append(sampled_finding(s).message)
     if reasons:
         return "fail", "; ".join(reasons)
-    undecided = [s.check for s in cells.values() if s.non_inferiority == "inconclusive"]
+    undecided = [f"{s.check}: too few cases to show non-inferiority" for s in cells.values() if s.non_inferiority == "inconclusive"]
+    undecided += [sampled_finding(s).message for s in cells.values() if s.sampled is not None and s.sampled.outcome == "undecided"]
+    undecided += [
+        f"{s.check}: regression(s) {', '.join(tolerated.get(name, []))} tolerated only because the noise floor was measured on too few pairs"
+        for name, s in cells.items()
+        if tolerated.get(name) and any(r in undecided_routes for r, ids in s.routes.items() if set(ids) & set(tolerated[name]))
+    ]
     if undecided:
-        return "inconclusive", f"too few cases to show non-inferiority for {', '.join(undecided)}"
+        return "inconclusive", "; ".join(undecided)
     if not any(s.n for s in cells.values()):
         if identical_rate == 1.0:
             return "pass", "no checks, but every answer is identical to the baseline's"
         return "inconclusive", "no check decides these cases and the answers differ from the baseline's"
+    sampled = [s for s in cells.values() if s.sampled is not None]
+    if sampled:
+        return "pass", "no regression beyond the noise floor; sampled pass rates: " + "; ".join(sampled_finding(s).message for s in sampled)
     return "pass", "no regression beyond the noise floor"
 
 

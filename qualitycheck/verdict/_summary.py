@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from qualitycheck.core._config import Config
-from qualitycheck.core._records import FORMAT_VERSION, NoiseFloorRecord, PreflightRecord
+from qualitycheck.core._records import FORMAT_VERSION, NoiseFloorRecord, PreflightRecord, SamplingRecord
 from qualitycheck.core._store import CaseRecords, RunStore
 from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary, gpu_summary
 from qualitycheck.serving._errors import ErrorTally
@@ -26,6 +26,7 @@ from qualitycheck.verdict._human_summary import add_human_stats, human_category,
 from qualitycheck.verdict._judge_figures import JudgeTally
 from qualitycheck.verdict._model import (
     Acceptance,
+    CaseDrop,
     CategoryNoiseFloor,
     CategorySummary,
     CheckNoiseFloor,
@@ -39,12 +40,17 @@ from qualitycheck.verdict._model import (
     NoiseFloorSummary,
     NonInferiority,
     Preflight,
+    RouteFloor,
+    SampledCheck,
+    SamplingRound,
+    SamplingSummary,
     Slice,
     Summary,
     TargetInfo,
 )
-from qualitycheck.verdict._stats import CheckStats, StatsMemo, format_drift, mcnemar_exact_p, quality_stats
-from qualitycheck.verdict._status import add_regression_evidence, category_verdict, failed_quality_routes, tolerated_regressions
+from qualitycheck.verdict._sequential import design_for
+from qualitycheck.verdict._stats import CheckStats, QualityStats, StatsMemo, divergence_upper, format_drift, mcnemar_exact_p, quality_stats
+from qualitycheck.verdict._status import add_regression_evidence, category_verdict, failed_quality_routes, to_decide, tolerated_regressions
 
 __all__ = ["SUMMARY_NAME", "build_summary", "write_summary"]
 
@@ -124,8 +130,41 @@ class _Tallies:
         self.errors.merge(later.errors)
 
 
-def _check(s: CheckStats, tolerated: list[str], judge: dict[str, object] | None) -> CheckSummary:
-    """One check's entry: the statistics, which regressions are tolerated, and the judge's figures for `judge`."""
+def _sampled(s: CheckStats) -> SampledCheck | None:
+    """The check's sampled cases as summary.json records their distribution test."""
+    sp = s.sampled
+    if sp is None:
+        return None
+    d = sp.decision
+    out = SampledCheck(
+        cases=sp.cases,
+        samples_per_case=round(sp.samples, 4),
+        baseline_pass_rate=sp.baseline_pass_rate,
+        candidate_pass_rate=sp.candidate_pass_rate,
+        delta=-d.estimate if d.estimate is not None else None,
+        bounds=(-d.high, -d.low) if d.low is not None and d.high is not None else None,
+        p_value=d.p_value,
+        p_value_holm=sp.p_value_holm,
+        decision=sp.outcome,
+        looks=d.look + 1,
+        samples_at_decision=d.samples,
+        detectable_drop=sp.detectable_drop,
+        mde=d.mde,
+        largest_drops=[CaseDrop(case_id=c, baseline_pass_rate=b, candidate_pass_rate=k) for c, b, k in sp.drops[:5]],
+    )
+    if s.margin is not None:
+        out.margin = s.margin
+    return out
+
+
+def _check(s: CheckStats, tolerated: list[str], judge: dict[str, object] | None, skipped: int = 0) -> CheckSummary:
+    """One check's entry: the statistics, which regressions are tolerated, and the judge's figures for `judge`.
+
+    A sampled cell whose pass rate dropped lists the cases whose rate fell
+    among its regressions (counted: the drop is the category's, not noise).
+    """
+    sampled = _sampled(s)
+    drops = [c for c, _, _ in s.sampled.drops] if s.sampled is not None and s.sampled.outcome == "drop" else []
     return CheckSummary.model_validate(
         {
             "n": s.n,
@@ -136,7 +175,7 @@ def _check(s: CheckStats, tolerated: list[str], judge: dict[str, object] | None)
             "ci": s.ci,
             "p_value": s.p_value,
             "p_value_holm": s.p_value_holm,
-            "regressions": s.regressions,
+            "regressions": [*s.regressions, *(c for c in drops if c not in s.regressions)],
             "tolerated": tolerated,
             "improvements": s.improvements,
             "flaky": s.flaky,
@@ -147,9 +186,11 @@ def _check(s: CheckStats, tolerated: list[str], judge: dict[str, object] | None)
                 flip_rate=s.noise.flip_rate,
             ),
             "regression_allowance": s.allowance,
-            "regressions_beyond_floor": s.regressions_beyond_floor,
+            "regressions_beyond_floor": s.regressions_beyond_floor + len(drops),
             "mde": s.mde,
             "non_inferiority": NonInferiority(margin=s.margin, verdict=s.non_inferiority) if s.margin is not None else None,  # type: ignore[arg-type]
+            **({"sampled": sampled} if sampled is not None else {}),
+            **({"skipped_as_sampled": skipped} if skipped else {}),
             **(judge or {}),
         }
     )
@@ -225,6 +266,77 @@ def _noise_floor(store: RunStore, text: Mapping[str, TextTally]) -> NoiseFloorSu
     return NoiseFloorSummary(source="none", note="not measured: every pass→fail flip counts as a regression")
 
 
+def category_power(cells: Mapping[str, CheckStats], upper: float | None, text: TextTally | None) -> tuple[float | None, float | None, str]:
+    """What the run can promise about a category: the drop it detects, and how far identical answers generalise.
+
+    The MDE is the largest over its checks (a drop that size is detected in
+    any of them): for sampled cases the distribution test's at the samples
+    taken, for greedy ones the paired test's at its N.
+    """
+    mdes = []
+    for s in cells.values():
+        if s.sampled is not None and s.sampled.decision.mde is not None:
+            mdes.append(s.sampled.decision.mde)
+        if s.n > (s.sampled.cases if s.sampled is not None else 0) and s.mde is not None:
+            mdes.append(s.mde)
+    mde = min(1.0, max(mdes)) if mdes else None
+    parts = []
+    if mde is not None:
+        parts.append(f"detects a pass-rate drop of {mde * 100:.0f} points or more (80% power)")
+    if upper is not None and text is not None:
+        pairs, same = text.greedy_pairs, text.greedy_identical
+        if same == pairs:
+            parts.append(f"{pairs} of {pairs} greedy answers identical: at most {upper:.1%} of such requests differ (95% bound)")
+        else:
+            parts.append(f"{pairs - same} of {pairs} greedy answers differ: at most {upper:.1%} of such requests do (95% bound)")
+    return mde, upper, "; ".join(parts)
+
+
+def would_decide(cells: Mapping[str, CheckStats], why: str) -> str:
+    """What would decide an inconclusive category, in the terms a user can act on."""
+    out = []
+    for s in cells.values():
+        if s.sampled is not None and s.sampled.outcome == "undecided":
+            out.append(f"{s.check}: {to_decide(s.sampled)}")
+        if s.non_inferiority == "inconclusive":
+            out.append(f"{s.check}: more cases, until the CI lies wholly above −{s.margin} or below it")
+    if "too few pairs" in why:
+        out.append("the noise floor's pairs: more cases, --control URL (a second baseline replica asked every case) or --repeats N")
+    if "no check decides" in why:
+        out.append("a check on these cases (exact: true for greedy ones, or a format or reference check)")
+    return "; ".join(out)
+
+
+def _pooled_into(noise: NoiseFloorSummary, quality: QualityStats) -> None:
+    """The pooled greedy floor every route was gated against, and the routes whose regressions it weighed."""
+    noise.pairs, noise.disagreements = quality.floor.pairs, quality.floor.disagreements
+    routes = {
+        r: RouteFloor(regressions=len(q.regressions), eligible=q.eligible, allowance=q.allowance, supported=q.supported)
+        for r, q in quality.routes.items()
+        if q.regressions
+    }
+    if routes:
+        noise.routes = routes
+
+
+def _sampling(store: RunStore, digest: RunDigest) -> SamplingSummary | None:
+    """The sampling rounds as generation recorded them, with the samples the run holds."""
+    rec = store.record(SamplingRecord)
+    cases = sum(t.sampled_cases for t in digest.text.values())
+    if rec is None or not cases:
+        return None
+    samples = sum(t.sampled_pairs for t in digest.text.values())
+    return SamplingSummary(
+        mode=rec.mode,
+        max_samples_per_case=rec.max_samples_per_case,
+        sample_round=rec.sample_round,
+        detectable_drop=rec.detectable_drop,
+        sampled_cases=rec.sampled_cases,
+        mean_samples_per_case=round(samples / cases, 4),
+        rounds=[SamplingRound(**r.model_dump()) for r in rec.rounds],
+    )
+
+
 def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[CaseConsumer | SplitTally] = ()) -> Summary:
     """The whole verdict from the store: comparisons, statistics, guardrails, case statuses, fallback.
 
@@ -253,20 +365,25 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
     digest, latency_tally, slice_tally = tallies.digest, tallies.latency, tallies.slices
     judge_tally, error_tally = tallies.judge, tallies.errors
     noise = _noise_floor(store, digest.text)
+    design = design_for(cfg.run)
     memo = StatsMemo.from_json(store.artifact(STATS_MEMO_ARTIFACT))
     with memo.active():  # a rebuild of an unchanged run computes nothing with scipy, and never imports it
-        stats = quality_stats(
+        quality = quality_stats(
             digest.outcomes,
             margins=cfg.non_inferiority_margin,
             seed=cfg.run.seed,
             noise_source="baseline_again" if noise.source == "baseline_again" else None,
+            design=design,
         )
+        stats = quality.cells
         drift = format_drift(digest.drift_samples())
         judge = judge_tally.summary()
         text = digest.text
         category_noise = {cat: _category_noise(t, stats.get(cat, {})) for cat, t in text.items()}
+        divergence = {cat: divergence_upper(t.greedy_pairs, t.greedy_pairs - t.greedy_identical) for cat, t in text.items()}
     if memo.added:
         store.put_artifact(STATS_MEMO_ARTIFACT, memo.to_json())
+    _pooled_into(noise, quality)
     errors = error_tally.summary(store)
     latency = latency_tally.summary()
     acceptance = acceptance_summary(store)
@@ -285,7 +402,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
     )
     repeats = store.manifest.get("repeats", 1)
     for cat, t in text.items():
-        if t.pairs and t.pairs == t.cases * repeats and t.identical == t.pairs:
+        if t.pairs and t.pairs >= t.cases and t.identical == t.pairs:
             ev.scored_routes |= category_routes.get(cat, set())  # identical answers: no check can differ
     for cells in stats.values():
         for s in cells.values():
@@ -293,9 +410,12 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
                 ev.scored_routes |= {c for c in category_routes.get(s.category, set())}
     if humans is not None:
         add_human_stats(stats, humans, cfg.run.seed)
-    add_regression_evidence(ev, stats)
+    add_regression_evidence(ev, quality, category_routes)
     results = [rule.evaluate(ev) for rule in build_rules(guard, routes_in_run, preflight_ran=preflight is not None)]
     failed_routes = failed_quality_routes(results, routes_in_run)
+    undecided_routes = {r.route for r in results if r.name == "max_quality_regression_cases" and r.passed is None}
+    if ALL_ROUTES in undecided_routes:
+        undecided_routes |= routes_in_run
 
     categories: dict[str, CategorySummary] = {}
     verdicts: dict[str, str] = {}
@@ -303,9 +423,18 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         figures = digest.text_json(cat)
         cells = stats.get(cat, {})
         tolerated = {name: tolerated_regressions(s, failed_routes) for name, s in cells.items()}
-        cat_verdict, why = category_verdict(cells, tolerated, figures["identical_rate"])
+        cat_verdict, why = category_verdict(cells, tolerated, figures["identical_rate"], undecided_routes)
         verdicts[cat] = cat_verdict
-        checks = {name: _check(s, tolerated[name], judge.get(cat) if name == "judge" else None) for name, s in cells.items()}
+        skipped = digest.skipped_sampled.get(cat, {})
+        checks = {
+            name: _check(s, tolerated[name], judge.get(cat) if name == "judge" else None, skipped.get(name, 0)) for name, s in cells.items()
+        }
+        for name, n in skipped.items():  # a check no sampled case applied to shows, with its reason
+            if name not in checks:
+                checks[name] = CheckSummary(
+                    baseline_pass_rate=None, candidate_pass_rate=None, delta=None, ci=None, p_value=None, regressions=[], improvements=[]
+                )
+                checks[name].skipped_as_sampled = n
         if cat in judge and "judge" not in checks:
             checks["judge"] = CheckSummary.model_validate(
                 {
@@ -319,6 +448,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
                     **judge[cat],
                 }
             )
+        mde, upper, power = category_power(cells, divergence.get(cat), text.get(cat))
         categories[cat] = CategorySummary(
             cases=sum(case_counts[cat].values()),
             routes=sorted(category_routes[cat]),
@@ -328,8 +458,16 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
             format_drift={name: FormatDrift.model_validate(d) for name, d in drift.get(cat, {}).items()},
             verdict=cat_verdict,
             verdict_reason=why,
+            mde=mde,
+            divergence_upper=upper,
+            power=power,
             **(human_category(humans, cat) if humans is not None else {}),
         )
+        sampled_cases = text[cat].sampled_cases if cat in text else 0
+        if sampled_cases:
+            categories[cat].sampled_cases = sampled_cases
+        if cat_verdict == "inconclusive":
+            categories[cat].would_decide = would_decide(cells, why)
     verdict, fallback = decide(
         results,
         verdicts,
@@ -382,6 +520,9 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
     gpu = gpu_summary(store)
     if gpu:  # written only when something was sampled during generation
         summary.gpu = {side: GpuFacts.model_validate(facts) for side, facts in gpu.items()}
+    sampling = _sampling(store, digest)
+    if sampling is not None:
+        summary.sampling = sampling
     return summary
 
 

@@ -41,6 +41,8 @@ def test_only_divergent_cases_are_asked_again_and_the_cost_is_stated(tmp_path: P
         "requests": 3,
         "note": "the baseline was asked again for the 3 of 10 cases whose candidate answer differed; "
         "0.0% of those answers differed from its first",
+        "pairs": 3,
+        "disagreements": 0,
     }
     assert not any("noise floor" in line for line in summary["not_evaluated"])
     assert summary["targets"].keys() == {"baseline", "candidate"}

@@ -68,6 +68,8 @@ def test_rules_pass_and_fail_with_readable_messages():
         acceptance={"rate": 0.6},
         regressions={"r": {"a": ["exact"], "b": ["json_parse"]}},
         allowances={"r": 1},
+        supported={"r": 1},
+        floor="3 of 100 cases asked again decided a check differently the second time",
         scored_routes={"r"},
     )
     assert MinAcceptanceRate(0.55).evaluate(ev).passed is True
@@ -77,7 +79,25 @@ def test_rules_pass_and_fail_with_readable_messages():
     assert err.passed is False and err.observed == 0.03 and "candidate 3/100" in err.message
     q = MaxQualityRegressionCases(0, "r").evaluate(ev)
     assert q.passed is False and q.observed == 1 and "after 1 explained by the measured noise floor" in q.message
-    assert MaxQualityRegressionCases(1, "r").evaluate(ev).passed is True
+    assert "(3 of 100 cases asked again decided" in q.message, "the floor's own figures back the allowance"
+    ok = MaxQualityRegressionCases(1, "r").evaluate(ev)
+    assert ok.passed is True and "3 of 100 cases asked again" in ok.message
+
+
+def test_regressions_tolerated_only_for_a_floor_of_few_pairs_are_undecided_not_passed():
+    """A floor that never disagreed explains no regression: an allowance it gives rests on too few pairs, not on noise."""
+    ev = Evidence(
+        regressions={"r": {"a": ["exact"], "b": ["json_parse"]}},
+        allowances={"r": 2},
+        supported={"r": 0},
+        floor="0 of 4 cases asked again decided a check differently the second time",
+        scored_routes={"r"},
+    )
+    q = MaxQualityRegressionCases(0, "r").evaluate(ev)
+    assert q.passed is None and q.observed is None
+    assert q.message.startswith("undecided") and "too few pairs" in q.message and "(0 of 4 cases asked again" in q.message
+    assert "--control" in q.message and "a (exact)" in q.message
+    assert MaxQualityRegressionCases(2, "r").evaluate(ev).passed is True, "regressions within the threshold need no toleration"
 
 
 def test_decide_verdicts_and_fallback_routes():
