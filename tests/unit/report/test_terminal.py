@@ -29,7 +29,9 @@ def test_ci_log_summary_has_verdicts_guardrails_and_top_regressions(stored_run: 
     assert out.startswith("qualitycheck verdict: FAIL  (11 cases)")
     qa_line = next(line for line in out.splitlines() if line.startswith("| qa "))
     verdict = summary.categories["qa"].verdict.upper()  # the gate's call (noise floor from the control)
-    assert re.search(r"\|\s+8 \|\s+71\.4% \| exact 85\.7%→85\.7% \(\+0\.0pp\) p=1\.000\s+\|\s+1 \| drop ≥100pp; ≤65\.9% differ \| " + verdict, qa_line), qa_line
+    assert re.search(
+        r"\|\s+8 \|\s+71\.4% \| exact 85\.7%→85\.7% \(\+0\.0pp\) p=1\.000\s+\|\s+1 \| drop ≥100pp; ≤65\.9% differ \| " + verdict, qa_line
+    ), qa_line
     assert "INCONCLUSIVE" in out  # the undecided category, as a word
     assert "max_error_rate " in out and "NOT EVALUATED" in out and "max_quality_regression_cases [qa]" in out
     assert "Top regressions (1 of 1)" in out and re.search(r"\| qa-3\s+\| qa\s+\| exact\s+\| tolerated", out)
