@@ -175,7 +175,8 @@ class SampledCheck(_Closed):
     detectable_drop: float
     """The drop the run had to be able to detect, or the non-inferiority margin."""
     mde: float | None
-    """The smallest drop these samples detect with 80% power (one-sided, alpha 0.05)."""
+    """The smallest drop the test detects with 80% power: `detectable_drop` when it decided no drop (its futility
+    bound guarantees that power wherever it stopped), else the fixed-sample figure at the samples taken."""
     margin: float | None = None
     """Written when non_inferiority_margin names this check."""
     largest_drops: list[CaseDrop] = Field(default_factory=list)

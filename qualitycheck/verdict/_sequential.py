@@ -80,7 +80,9 @@ DEFAULT_DROP = 0.10
 BETA = 0.20
 """1 − power at `drop`: the futility bound's error rate."""
 SPEND_RHO = 3.0
-"""Exponent of the spending function alpha·t^rho (3: O'Brien–Fleming-like, 1: Pocock-like)."""
+"""Exponent of the alpha-spending function alpha·t^rho (3: O'Brien–Fleming-like, 1: Pocock-like)."""
+BETA_RHO = 3.0
+"""Exponent of the beta-spending function of the futility bound."""
 CONTINUITY = 0.25
 """Continuity correction of u for the test of a drop: with as many samples on each side, u moves in
 steps of one half, and the normal law of a lattice statistic over-counts the point on the bound. Half a
@@ -281,8 +283,9 @@ def _solve(fn: Callable[[float], float], target: float, lo: float, hi: float) ->
     return (lo + hi) / 2
 
 
-def _spent(total: float, t: float) -> float:
-    return float(total * min(1.0, t) ** SPEND_RHO)
+def _spent(total: float, t: float, rho: float | None = None) -> float:
+    """What a spending function total·t^rho has spent by information fraction t (rho: `SPEND_RHO` unless given)."""
+    return float(total * min(1.0, t) ** (SPEND_RHO if rho is None else rho))
 
 
 def _bounds_at(
@@ -310,7 +313,7 @@ def _bounds_at(
     span = (_WIDTH + abs(theta)) * root_t + 1
     c = _solve(lambda s: -null.prob_above(t, s), -a, -span, span) / root_t if a > 0 else math.inf
     last = t >= 1.0
-    b = (beta if last else _spent(beta, t)) - _spent(beta, prev_t)
+    b = (beta if last else _spent(beta, t, BETA_RHO)) - _spent(beta, prev_t, BETA_RHO)
     f = _solve(alt.prob_below_fn(t), b, -span + theta * t, span + theta * t) / root_t if b > 0 else -math.inf
     return c, min(f, c), _spent(alpha, prev_t)
 

@@ -661,6 +661,19 @@ class SampledStats:
     alpha: float = ALPHA
 
     @property
+    def mde(self) -> float | None:
+        """The smallest drop the test detects with 80% power.
+
+        Decided "no drop", that is `detectable_drop` itself, wherever it
+        stopped: the futility bound spends beta over the looks under exactly
+        that drop, so a drop that size ends anywhere but "no drop" at least 80%
+        of the time. Otherwise it is the fixed-sample figure at the last look.
+        """
+        if self.decision.outcome == "no_drop" and self.outcome == "no_drop":
+            return self.detectable_drop
+        return self.decision.mde
+
+    @property
     def outcome(self) -> Literal["drop", "no_drop", "undecided"]:
         """drop only when the Holm-adjusted p-value is below alpha; a drop multiplicity does not support is undecided."""
         if self.decision.outcome == "drop":

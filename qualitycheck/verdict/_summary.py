@@ -149,7 +149,7 @@ def _sampled(s: CheckStats) -> SampledCheck | None:
         looks=d.look + 1,
         samples_at_decision=d.samples,
         detectable_drop=sp.detectable_drop,
-        mde=d.mde,
+        mde=sp.mde,
         largest_drops=[CaseDrop(case_id=c, baseline_pass_rate=b, candidate_pass_rate=k) for c, b, k in sp.drops[:5]],
     )
     if s.margin is not None:
@@ -275,8 +275,8 @@ def category_power(cells: Mapping[str, CheckStats], upper: float | None, text: T
     """
     mdes = []
     for s in cells.values():
-        if s.sampled is not None and s.sampled.decision.mde is not None:
-            mdes.append(s.sampled.decision.mde)
+        if s.sampled is not None and s.sampled.mde is not None:
+            mdes.append(s.sampled.mde)
         if s.n > (s.sampled.cases if s.sampled is not None else 0) and s.mde is not None:
             mdes.append(s.mde)
     mde = min(1.0, max(mdes)) if mdes else None
