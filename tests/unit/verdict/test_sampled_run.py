@@ -106,7 +106,7 @@ def test_a_faithful_sampled_candidate_passes_with_what_the_run_can_promise(tmp_p
     assert len(rounds) >= 2 and rounds[-1]["samples_per_case"] <= 10, "more rounds where it is close, within the budget"
     assert s["sampling"]["mean_samples_per_case"] == rounds[-1]["samples_per_case"]
     err = capsys.readouterr().err
-    assert f"sampling round 2 of up to 5: 40 of 40 sampled cases, 2 more samples per side (+160 requests" in err
+    assert "sampling round 2 of up to 5: 40 of 40 sampled cases, 2 more samples per side (+160 requests" in err
 
 
 def test_identity_checks_do_not_apply_to_sampled_cases(tmp_path: Path) -> None:
