@@ -220,11 +220,19 @@ def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path,
 
 
 def gate_power(figure: Figure, skipped: Callable[[str, str], None], trials: int) -> None:
-    """The quality gate on simulated paired runs: A/A false alarms and power for a 2-pp regression."""
+    """The quality gate on simulated runs, through its own decisions: false alarms, power, and the samples sampled cases cost.
+
+    Greedy: one 300-case category against a control (1% A/A disagreement);
+    31 cases over 5 routes with 2 regressions each against the default pooled
+    floor. Sampled: a category of 30 cases whose baseline pass rates spread
+    over 0.5-0.95, sampled in rounds with the default budget, against the
+    fixed `--repeats 8` design on the same draws' distribution.
+    """
     try:
-        from qualitycheck.verdict._stats import simulate_gate
+        from qualitycheck.core._config import RunOptions
+        from qualitycheck.verdict._simulate import simulate_gate, simulate_routes, simulate_sampled
     except ImportError:
-        skipped("gate_false_alarm_rate", "qualitycheck.verdict._stats.simulate_gate is not in this checkout yet")
+        skipped("gate_false_alarm_rate", "qualitycheck.verdict._simulate is not in this checkout yet")
         return
     t0 = time.perf_counter()
     fa = simulate_gate(n=300, drop=0.0, trials=trials, seed=1)
@@ -232,4 +240,36 @@ def gate_power(figure: Figure, skipped: Callable[[str, str], None], trials: int)
     note = f"N=300 cases, 80% pass rate, 1% A/A disagreement, control target, {trials} simulated runs each"
     figure("gate_false_alarm_rate", fa, "", note)
     figure("gate_power_2pp_regression", power, "", note)
+
+    routes = simulate_routes(per_route=2, trials=trials, seed=3)
+    note = f"31 greedy cases over 5 routes, 2 regressions per route, 0% A/A disagreement, default floor, {trials} runs"
+    figure("gate_routes_caught", routes.failed, "", note)
+    figure("gate_routes_every_broken_route_failed", routes.every_broken_route, "", note)
+    for noise in (0.0, 0.01, 0.02):
+        aa = simulate_routes(noise=noise, trials=trials, seed=4)
+        note = f"31 greedy cases over 5 routes, nothing broken, {noise:.0%} A/A disagreement, default floor, {trials} runs"
+        figure(f"gate_routes_false_alarm[aa={noise:.0%}]", aa.failed, "", note)
+        figure(f"gate_routes_undecided[aa={noise:.0%}]", aa.undecided, "", note + "; undecided: a floor too small to explain a flip")
+
+    fixed8 = RunOptions(repeats=8)
+    used = []
+    for drop, name in ((0.0, "aa"), (0.10, "10pp"), (0.30, "30pp")):
+        got = simulate_sampled(drop=drop, trials=trials, seed=5)
+        note = f"30 sampled cases, baseline pass rates 0.5-0.95, candidate {drop:.0%} lower, default rounds, {trials} runs"
+        if drop:
+            figure(f"gate_sampled_power_{name}", got.drop, "", note)
+        else:
+            figure("gate_sampled_false_alarm", got.drop, "", note)
+            figure("gate_sampled_aa_passed", got.no_drop, "", note + "; the rest undecided")
+        figure(f"gate_sampled_samples_per_case[{name}]", got.mean_samples, "samples", note + "; per side")
+        used.append(got.mean_samples)
+        if drop == 0.10:
+            ref = simulate_sampled(drop=drop, run=fixed8, trials=trials, seed=5)
+            figure("gate_sampled_fixed8_power_10pp", ref.drop, "", note.replace("default rounds", "fixed --repeats 8"))
+    figure(
+        "gate_sampled_samples_vs_fixed8",
+        sum(used) / len(used) / 8,
+        "ratio",
+        "mean samples per case over the three cases above (no drop, 10, 30 points) against --repeats 8's 8",
+    )
     figure("gate_simulation_s", time.perf_counter() - t0, "s")

@@ -2,6 +2,10 @@
 
     python bench/gate_power.py [--trials N]
 
+First the headline figures `bench/run.py` prints (greedy routes against the
+pooled floor, sampled categories in rounds: `figures_scoring.gate_power`),
+then the greedy floor's designs across A/A disagreement rates:
+
 A category of 300 cases (80% baseline pass rate) and a share of A/A pairs
 that disagree (batching non-determinism). The false-alarm rate is measured
 on A/A data (no change); the power is the share of runs in which a
@@ -19,8 +23,14 @@ baseline asked again for every case; `none` measures nothing.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from qualitycheck.verdict._stats import ALPHA, simulate_gate
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.figures_scoring import gate_power
+from qualitycheck.verdict._simulate import simulate_gate
+from qualitycheck.verdict._stats import ALPHA
 
 
 def main() -> None:
@@ -29,6 +39,14 @@ def main() -> None:
     p.add_argument("--cases", type=int, default=300)
     a = p.parse_args()
     print(f"gate_nominal_alpha: {ALPHA} share")
+
+    def figure(name: str, value: float, unit: str = "", note: str = "") -> None:
+        print(f"{name}: {value:.4f} {unit or 'share'}" + (f"  # {note}" if note else ""), flush=True)
+
+    def skipped(name: str, why: str) -> None:
+        print(f"{name}: skipped ({why})")
+
+    gate_power(figure, skipped, a.trials)
     for design, wording in (("baseline_again", 0.0), ("baseline_again", 0.3), ("control", 0.0), ("none", 0.0)):
         label = "default" if design == "baseline_again" else design
         for noise in (0.0, 0.01, 0.02, 0.05):

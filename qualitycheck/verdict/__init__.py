@@ -109,6 +109,15 @@ if TYPE_CHECKING:
     from qualitycheck.verdict._model import (
         summary_json_schema as summary_json_schema,
     )
+    from qualitycheck.verdict._simulate import (
+        simulate_gate as simulate_gate,
+    )
+    from qualitycheck.verdict._simulate import (
+        simulate_routes as simulate_routes,
+    )
+    from qualitycheck.verdict._simulate import (
+        simulate_sampled as simulate_sampled,
+    )
     from qualitycheck.verdict._stats import (
         ALPHA as ALPHA,
     )
@@ -165,9 +174,6 @@ if TYPE_CHECKING:
     )
     from qualitycheck.verdict._stats import (
         regression_allowance as regression_allowance,
-    )
-    from qualitycheck.verdict._stats import (
-        simulate_gate as simulate_gate,
     )
     from qualitycheck.verdict._status import (
         STATUS_ORDER as STATUS_ORDER,
@@ -252,7 +258,9 @@ _HOME = {
     "read_summary": "_model",
     "regression_allowance": "_stats",
     "similarity": "_compare",
-    "simulate_gate": "_stats",
+    "simulate_gate": "_simulate",
+    "simulate_routes": "_simulate",
+    "simulate_sampled": "_simulate",
     "summary_json_schema": "_model",
     "write_summary": "_summary",
 }

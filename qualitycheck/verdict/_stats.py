@@ -70,7 +70,6 @@ __all__ = [
     "regression_allowance",
     "route_quality",
     "sampled_stats",
-    "simulate_gate",
     "supported_allowance",
     "undecided_sampled",
 ]
@@ -1177,78 +1176,3 @@ def wilcoxon_method(d: np.ndarray) -> Literal["exact", "asymptotic"]:
     if len(nonzero) == len(d) and len(d) <= WILCOXON_EXACT_MAX and len(np.unique(nonzero)) == len(nonzero):
         return "exact"
     return "asymptotic"
-
-
-# ---------------------------------------------------------------- simulation
-def _simulated_outcomes(
-    rng: np.random.Generator, n: int, pass_rate: float, noise: float, drop: float, design: str, text_noise: float
-) -> list[CaseOutcome]:
-    """Paired outcomes: each case has a pass probability near 0 or 1 (stable) or
-    in between (noisy); the candidate loses `drop` of the stable cases outright.
-
-    Noisy cases diverge in text too, and so does a further share `text_noise`
-    of cases whose wording varies while their checks hold (the usual case
-    under batching). `design` is how the floor is measured: `control` (the
-    baseline again on every case), `baseline_again` (only where the
-    candidate's text diverged: noisy, wording-only and broken cases) or
-    `none`.
-    """
-    noisy = rng.random(n) < 2 * noise
-    wording = noisy | (rng.random(n) < text_noise) if text_noise else noisy
-    p_case = np.where(rng.random(n) < pass_rate, 1.0, 0.0)
-    p_case = np.where(noisy, 0.5, p_case)
-    base = rng.random(n) < p_case
-    ctrl = rng.random(n) < p_case
-    cand_p = p_case.copy()
-    stable = np.flatnonzero((p_case == 1.0) & ~wording)
-    broken = np.zeros(n, dtype=bool)
-    k = round(drop * n)
-    if k:
-        idx = rng.choice(stable, size=min(k, len(stable)), replace=False)
-        cand_p[idx] = 0.0
-        broken[idx] = True
-    cand = rng.random(n) < cand_p
-    asked = {"control": np.ones(n, dtype=bool), "baseline_again": wording | broken, "none": np.zeros(n, dtype=bool)}[design]
-    return [
-        CaseOutcome(
-            f"c{i}",
-            "r",
-            (bool(base[i]),),
-            (bool(cand[i]),),
-            (bool(ctrl[i]),) if asked[i] else (),
-            ((bool(base[i]), bool(ctrl[i])),) if asked[i] else (),
-        )
-        for i in range(n)
-    ]
-
-
-def simulate_gate(
-    *,
-    n: int = 300,
-    pass_rate: float = 0.8,
-    noise: float = 0.01,
-    drop: float = 0.0,
-    trials: int = 500,
-    max_cases: int = 0,
-    design: str = "control",
-    text_noise: float = 0.0,
-    alpha: float = ALPHA,
-    seed: int = 0,
-) -> float:
-    """Share of simulated runs in which the quality guardrail fails the category.
-
-    With drop=0 (A/A) this is the false-alarm rate; with drop=0.02 it is the
-    power to see a 2-percentage-point regression. `noise` is the A/A
-    disagreement rate: a share 2·noise of the cases are coin flips on every
-    target (batching non-determinism), the rest are stable. `design` is how
-    the run measures its floor (see `_simulated_outcomes`).
-    The decision is the gate's own: regressions beyond the noise allowance
-    greater than `max_cases`.
-    """
-    rng = np.random.default_rng(seed)
-    source: NoiseSource | None = "baseline_again" if design == "baseline_again" else None
-    fails = 0
-    for _ in range(trials):
-        outs = _simulated_outcomes(rng, n, pass_rate, noise, drop, design, text_noise)
-        fails += classify_cases(outs, alpha, source).regressions_beyond_floor > max_cases
-    return fails / trials

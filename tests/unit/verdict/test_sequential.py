@@ -40,11 +40,16 @@ def test_a_single_look_is_the_fixed_sample_one_sided_test():
 
 
 def test_early_looks_spend_little_alpha_so_the_last_bound_stays_near_a_single_tests():
-    design = Design.rounds(10, 2)
-    cases = [CaseCounts(f"c{i}", 1, 2, 1, 2) for i in range(30)]  # no information about a drop yet
-    bounds = [decide_cell(design, [cases] * (k + 1)).bound for k in range(5)]
+    from qualitycheck.verdict._sequential import _bounds_at
+
+    fractions = [0.2, 0.4, 0.6, 0.8, 1.0]
+    past: list[tuple[float, float]] = []
+    for k in range(5):  # no futility: the efficacy bounds of alpha-spending alone
+        c, f, spent = _bounds_at(fractions, past, k, 0.05, 0.0, 0.0)
+        past.append((f, c))
+    bounds = [c for _, c in past]
     assert bounds == sorted(bounds, reverse=True), "the critical value falls look by look"
-    assert bounds[0] > 3.0 and bounds[-1] < 1.75
+    assert bounds[0] > 3.0 and bounds[-1] < 1.75 and spent == pytest.approx(0.05 * 0.8**3)
 
 
 def test_an_obvious_drop_decides_at_the_first_look_and_identical_samples_rule_a_drop_out():

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from qualitycheck.verdict._simulate import simulate_gate
 from qualitycheck.verdict._stats import (
     CaseOutcome,
     classify_cases,
@@ -12,7 +13,6 @@ from qualitycheck.verdict._stats import (
     paired_bootstrap_ci,
     paired_p_value,
     regression_allowance,
-    simulate_gate,
 )
 
 
