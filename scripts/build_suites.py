@@ -2836,6 +2836,72 @@ _HIGH_RISK_GOLDEN = {
 }
 
 
+# Sampled traffic: the same kind of extraction at temperature 0.9, as most production traffic is sampled.
+_SAMPLED_PEOPLE = [
+    ("Ada Lovelace", 36, "London"),
+    ("Alan Turing", 41, "Manchester"),
+    ("Grace Hopper", 85, "Arlington"),
+    ("Linus Torvalds", 54, "Portland"),
+    ("Margaret Hamilton", 87, "Boston"),
+    ("Tim Berners-Lee", 68, "Oxford"),
+    ("Barbara Liskov", 84, "Cambridge"),
+    ("Donald Knuth", 86, "Stanford"),
+    ("Frances Allen", 88, "Schenectady"),
+    ("Ken Thompson", 81, "Berkeley"),
+    ("Radia Perlman", 72, "Seattle"),
+    ("Guido van Rossum", 68, "Amsterdam"),
+    ("Katherine Johnson", 101, "Hampton"),
+    ("John McCarthy", 84, "Boston"),
+    ("Hedy Lamarr", 85, "Vienna"),
+    ("Claude Shannon", 84, "Gaylord"),
+    ("Edsger Dijkstra", 72, "Nuenen"),
+    ("Sophie Wilson", 67, "Leeds"),
+    ("Dennis Ritchie", 70, "Bronxville"),
+    ("Lynn Conway", 85, "Ann Arbor"),
+    ("Niklaus Wirth", 89, "Zurich"),
+    ("Annie Easley", 78, "Cleveland"),
+    ("Bjarne Stroustrup", 74, "Aarhus"),
+    ("Shafi Goldwasser", 66, "Berkeley"),
+    ("Leslie Lamport", 83, "Palo Alto"),
+    ("Mary Allen Wilkes", 88, "Chicago"),
+    ("Joan Clarke", 79, "Headington"),
+    ("Jean Sammet", 89, "Maryland"),
+]
+_SAMPLED_SCHEMA = {
+    "type": "object",
+    "required": ["name", "age"],
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}},
+}
+_SAMPLED_DEMO = 12
+"""The first cases are the demo's sampled path: enough cases for the distribution test to decide a clear drop."""
+
+
+def build_sampled() -> list[Case]:
+    """JSON extraction at temperature 0.9: judged by pass rates over several samples per side, not one pair of texts."""
+    out = []
+    for i, (name, age, city) in enumerate(_SAMPLED_PEOPLE):
+        slug = name.lower().replace(" ", "-")
+        out.append(
+            case(
+                f"json_sampled-{slug}",
+                "json_sampled",
+                user(
+                    f'Extract the person as a JSON object with keys "name" (string), "age" (integer) and "city" (string). '
+                    f"Text: {name}, {age}, lives in {city}. Reply with JSON only.",
+                    _JSON_SYSTEM,
+                ),
+                max_tokens=48,
+                checks={"json": {"schema": _SAMPLED_SCHEMA}, "contains": {"all": [name.split()[-1]]}},
+                source=AUTHORED,
+                demo=i < _SAMPLED_DEMO,
+                tags={"origin": "authored", "traffic": "sampled"},
+                params={"temperature": 0.9},
+                answer=json.dumps({"name": name, "age": age, "city": city}),
+            )
+        )
+    return out
+
+
 def build_high_risk() -> list[Case]:
     system = "You are a helpful assistant for a consumer app."
     out = []
@@ -2882,6 +2948,7 @@ def build(data: Path, out: Path) -> dict[str, int]:
         "multi_turn": build_multi_turn(data),
         "tool_call_explanation": build_tool_calls(),
         "high_risk": build_high_risk(),
+        "json_sampled": build_sampled(),
     }
     rag_items = _rag_items(data)
     split = 24

@@ -78,12 +78,19 @@ def work_items(
     done: StoredOutcomes | dict[tuple[str, str, int], tuple[str, bool]],
     samples: Samples | None = None,
 ) -> Iterable[tuple[Case, int, list[str]]]:
-    """(case, repeat, targets still needing an answer) for everything not stored yet."""
+    """(case, repeat, targets still needing an answer) for everything not stored yet.
+
+    A sampled case is not sent to the control: the control measures the
+    greedy noise floor, and a sampled case is judged by its own samples on
+    both sides (`verdict._sequential`).
+    """
     targets = config.targets()
+    greedy_only = {n: t for n, t in targets.items() if n != "control"}
     for case in cases:
+        asked = greedy_only if case.sampled else targets
         for rep in range(samples(case) if samples is not None else config.run.repeats):
             need = []
-            for name, t in targets.items():
+            for name, t in asked.items():
                 prev = done.get((case.id, name, rep))
                 # the fingerprint is only needed to compare with a stored answer (resume)
                 if prev is None or not prev[1] or prev[0] != build_request(case, t, config.run, rep).fingerprint:
@@ -184,17 +191,20 @@ async def _generate(
 ) -> RunStats:
     totals: dict[str, int] = {}
     wanted = 0
-    if not done and samples is None and isinstance(cases, Sized):  # nothing stored yet: all of it is to send, no pass needed to count it
-        wanted = len(cases) * config.run.repeats
+    targets = config.targets()
+    if not done and samples is None and "control" not in targets and isinstance(cases, Sized):
+        # nothing stored yet: all of it is to send, no pass needed to count it
+        wanted = len(cases) * config.run.repeats * len(targets)
         if wanted:
-            totals = {name: wanted for name in config.targets()}
+            totals = {name: len(cases) * config.run.repeats for name in targets}
     else:
         for case in cases:  # a counting pass: neither the cases nor the work are ever listed
-            wanted += samples(case) if samples is not None else config.run.repeats
+            n = samples(case) if samples is not None else config.run.repeats
+            wanted += n * (len(targets) - ("control" in targets and case.sampled))
             for _, _, need in work_items((case,), config, done, samples):
-                for n in need:
-                    totals[n] = totals.get(n, 0) + 1
-    stats.skipped = wanted * len(config.targets()) - sum(totals.values())
+                for name in need:
+                    totals[name] = totals.get(name, 0) + 1
+    stats.skipped = wanted - sum(totals.values())
     endpoints = {name: Endpoint(name, t, config.run, (http_clients or {}).get(name)) for name, t in config.targets().items()}
     sems = {name: asyncio.Semaphore(config.run.concurrency) for name in endpoints}
     writer = _StoreWriter(store)

@@ -88,7 +88,7 @@ def sample_in_rounds(
     rounds where they are (a rerun resumes them).
     """
     design = design_for(cfg.run)
-    sides = 2 if cfg.control is None else 3
+    sides = 2  # a sampled case is asked of the baseline and the candidate, never of the control (`generation.work_items`)
     stats = measured_generate(
         store, StoredCases(store), cfg, progress=progress() if progress else None, http_clients=http_clients, samples=first_round(cfg)
     )

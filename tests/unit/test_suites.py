@@ -34,6 +34,7 @@ CATEGORIES = (
     "summarization",
     "rag",
     "high_risk",
+    "json_sampled",
 )
 OPEN_ENDED = ("summarization", "multi_turn", "rag", "high_risk", "tool_call_explanation")
 
@@ -58,10 +59,13 @@ def test_each_category_has_at_least_25_cases(cases: list[Case], category: str) -
     assert len(_by_category(cases, category)) >= 25
 
 
-def test_every_case_is_attributed_and_greedy(cases: list[Case]) -> None:
+def test_every_case_is_attributed_and_greedy_unless_it_is_sampled_traffic(cases: list[Case]) -> None:
     for c in cases:
         assert c.source, c.id
-        assert c.params.get("temperature") == 0, c.id
+        if c.tags.get("traffic") == "sampled":
+            assert c.sampled and c.category == "json_sampled", c.id
+        else:
+            assert c.params.get("temperature") == 0, c.id
         assert isinstance(c.params.get("max_tokens"), int) and c.params["max_tokens"] > 0, c.id
         assert c.check_names(), f"{c.id} has no checks"
 
@@ -176,11 +180,14 @@ def test_answers_checked_by_contains_appear_in_the_given_text(cases: list[Case])
 
 
 def test_demo_selection_fits_a_tiny_cpu_model(cases: list[Case]) -> None:
-    demo = [c for c in cases if c.tags.get("demo") == "yes"]
+    demo = [c for c in cases if c.tags.get("demo") == "yes" and not c.sampled]
     by_cat = Counter(c.category for c in demo)
     assert len(by_cat) >= 8, by_cat
     assert 16 <= len(demo) <= 32
     assert max(by_cat.values()) <= 4, by_cat
+    sampled = [c for c in cases if c.tags.get("demo") == "yes" and c.sampled]
+    assert 10 <= len(sampled) <= 16, "the sampled path: enough cases for a clear drop to be decided, few enough for two cores"
+    demo += sampled
     assert "long_context_qa" not in by_cat
     for c in demo:
         assert c.params["max_tokens"] <= 64, c.id

@@ -133,6 +133,19 @@ def test_repeats_fix_the_number_of_samples(tmp_path: Path) -> None:
     assert s["sampling"]["mode"] == "fixed" and [r["samples_per_case"] for r in s["sampling"]["rounds"]] == [3]
 
 
+def test_the_control_answers_greedy_cases_only(tmp_path: Path) -> None:
+    """The control measures the greedy floor; a sampled case's own samples are its comparison, so it is not sent there."""
+    greedy = {"id": "g", "category": "qa", "messages": [{"role": "user", "content": "say 42"}], "checks": {"contains": "42"}}
+    suite = write_suite(tmp_path / "s.jsonl", [*_sampled_cases(3), greedy])
+    says = {"say 42": "42"}
+    with TestServer(default=_sampler(lambda i: 1.0), answers=says) as b, TestServer(default=_sampler(lambda i: 1.0), answers=says) as c:
+        with TestServer(default="42") as k:
+            s = _run(b, c, suite, tmp_path / "run", "--control", k.url, "--repeats", "2")
+            asked = [r["body"]["messages"][0]["content"] for r in k.requests("/chat/completions")]
+    assert asked == ["say 42", "say 42"]
+    assert s["noise_floor"]["source"] == "control" and s["errors"]["control"]["requests"] == 2
+
+
 def test_a_seeded_request_gets_seed_plus_repeat_so_its_samples_are_independent(tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "s.jsonl", _sampled_cases(1, seed=1234))
     with TestServer(default=_sampler(lambda i: 0.5)) as b, TestServer(default=_sampler(lambda i: 0.5)) as c:

@@ -1,0 +1,91 @@
+"""Sampled traffic on real vLLM: the fp32 baseline against the ngram candidate at temperature 0.9, in a default run.
+
+On this engine ngram drafting at temperature 0.9 breaks most JSON answers
+(the candidate copies prompt fragments into broken tokens) and most
+arithmetic, while greedy decoding of the same prompts stays identical. A
+default run (no --repeats) must find the drop by sampling in rounds, fail
+the categories that lose, and pass the same suite at temperature 0.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.e2e_helpers import MODEL, SUITES, explain, qc, summary_of, write_config
+
+pytestmark = pytest.mark.e2e
+
+SAMPLED = SUITES / "sampled.jsonl"
+
+
+def _run(servers: dict[str, Any], candidate: str, suite: Path, tmp_path: Path, name: str) -> tuple[Any, dict[str, Any]]:
+    out = tmp_path / name
+    proc = qc(
+        "run",
+        "-c",
+        str(write_config(tmp_path / "qc.yaml")),
+        "--baseline",
+        servers["fp32"].url,
+        "--candidate",
+        servers[candidate].url,
+        "--model",
+        MODEL,
+        "--suite",
+        str(suite),
+        "--out",
+        str(out),
+        "--concurrency",
+        "8",
+    )
+    return proc, summary_of(out)
+
+
+def greedy_copy(suite: Path, folder: Path) -> Path:
+    """The same cases at temperature 0."""
+    out = folder / "greedy.jsonl"
+    lines = []
+    for line in suite.read_text(encoding="utf-8").splitlines():
+        case = json.loads(line)
+        case["params"]["temperature"] = 0
+        lines.append(json.dumps(case))
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def test_ngram_at_temperature_loses_json_and_arithmetic_and_a_default_run_fails_those_categories(engines: Any, tmp_path: Path) -> None:
+    servers = engines.use("fp32", "fp32-ngram")
+    proc, s = _run(servers, "fp32-ngram", SAMPLED, tmp_path, "sampled")
+    assert proc.returncode == 1 and s["verdict"] == "fail", explain(proc)
+    assert s["repeats"] == 1 and s["sampling"]["mode"] == "adaptive", "a default run: no --repeats"
+    assert "sampling round" in proc.stderr or len(s["sampling"]["rounds"]) == 1
+    cats = s["categories"]
+    for cat, checks in (("json", ("json_parse", "json_schema")), ("math", ("regex",))):
+        assert cats[cat]["verdict"] == "fail", (cat, cats[cat]["verdict_reason"])
+        for name in checks:
+            sp = cats[cat]["checks"][name]["sampled"]
+            assert sp["decision"] == "drop" and sp["p_value_holm"] < 0.05, (cat, name, sp)
+            assert sp["candidate_pass_rate"] < sp["baseline_pass_rate"] - 0.15, (cat, name, sp)
+        assert len(cats[cat]["checks"][checks[0]]["flaky"]) > 0, "the baseline disagrees with itself at 0.9, and that hides nothing"
+    quality = {g["route"]: g for g in s["guardrails"] if g["name"] == "max_quality_regression_cases"}
+    for route in ("json", "math"):
+        assert quality[route]["passed"] is False and "sampled pass rate dropped" in quality[route]["message"]
+        assert "largest drops" in quality[route]["message"] and "one-sided p" in quality[route]["message"]
+    assert {"json", "math"} <= set(s["fallback"]["routes"])
+    assert s["acceptance"]["draft_tokens"] > 0, "acceptance is read on sampled traffic too"
+    # the sampled cases were never re-asked as a greedy floor: their own samples are the comparison
+    assert s["noise_floor"]["cases"] == 0
+
+
+def test_the_same_suite_at_temperature_0_passes_its_quality_guardrails(engines: Any, tmp_path: Path) -> None:
+    servers = engines.use("fp32", "fp32-ngram")
+    proc, s = _run(servers, "fp32-ngram", greedy_copy(SAMPLED, tmp_path), tmp_path, "greedy")
+    quality = [g for g in s["guardrails"] if g["name"] == "max_quality_regression_cases"]
+    assert quality and all(g["passed"] is True for g in quality), explain(proc)
+    assert all(c["verdict"] == "pass" and c["identical_rate"] == 1.0 for c in s["categories"].values())
+    assert "sampling" not in s, "no sampled case, no rounds"
+    for c in s["categories"].values():  # identical answers are evidence, with a stated reach
+        assert c["divergence_upper"] is not None and "greedy answers identical" in c["power"]
