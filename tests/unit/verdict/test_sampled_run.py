@@ -138,10 +138,10 @@ def test_the_control_answers_greedy_cases_only(tmp_path: Path) -> None:
     greedy = {"id": "g", "category": "qa", "messages": [{"role": "user", "content": "say 42"}], "checks": {"contains": "42"}}
     suite = write_suite(tmp_path / "s.jsonl", [*_sampled_cases(3), greedy])
     says = {"say 42": "42"}
-    with TestServer(default=_sampler(lambda i: 1.0), answers=says) as b, TestServer(default=_sampler(lambda i: 1.0), answers=says) as c:
-        with TestServer(default="42") as k:
-            s = _run(b, c, suite, tmp_path / "run", "--control", k.url, "--repeats", "2")
-            asked = [r["body"]["messages"][0]["content"] for r in k.requests("/chat/completions")]
+    b, c = TestServer(default=_sampler(lambda i: 1.0), answers=says), TestServer(default=_sampler(lambda i: 1.0), answers=says)
+    with b, c, TestServer(default="42") as k:
+        s = _run(b, c, suite, tmp_path / "run", "--control", k.url, "--repeats", "2")
+        asked = [r["body"]["messages"][0]["content"] for r in k.requests("/chat/completions")]
     assert asked == ["say 42", "say 42"]
     assert s["noise_floor"]["source"] == "control" and s["errors"]["control"]["requests"] == 2
 
