@@ -242,8 +242,6 @@ def _categories(data: ReportData) -> list[dict[str, Any]]:
                 "verdict": cat.verdict,
                 "verdict_reason": cat.verdict_reason,
                 "would_decide": cat.would_decide,
-                "mde": cat.mde,
-                "divergence_upper": cat.divergence_upper,
                 "power": cat.power,
                 "sampled_cases": cat.sampled_cases,
                 "checks": checks,
