@@ -15,9 +15,9 @@ the per-case pass-rate differences over its cases:
   is McNemar's statistic. `U / sum(w)` (w = nb·nc / (nb + nc) per case) is
   the Mantel–Haenszel estimate of the drop in pass rate, with standard error
   `sqrt(V) / sum(w)`.
-- **Rounds and looks.** Cases are sampled `round` at a time per side, up to
-  `max_samples` (default 2, 4, 6, 8: four looks). The cell is tested at each
-  look on the samples taken so far. Looking more than once would inflate
+- **Rounds and looks.** Cases are sampled `run.sample_round` at a time per
+  side, up to `run.max_samples_per_case` (by default 2, 4, 6, 8, 10: five
+  looks). The cell is tested at each look on the samples taken so far. Looking more than once would inflate
   false alarms, so the look's critical value comes from a group-sequential
   design: an O'Brien–Fleming-type alpha-spending function over the planned
   information fraction t = samples / max_samples (Lan–DeMets), computed by
@@ -27,9 +27,10 @@ the per-case pass-rate differences over its cases:
 - **Stopping for no drop.** A cell also stops when the data are
   inconsistent with a drop of `drop` (the drop the run must be able to
   detect, default 10 points): a futility bound from beta-spending under that
-  alternative (non-binding: it never raises the false-alarm rate). Reaching
-  it, or the last look below the critical value with the power to detect
-  `drop` (the bound and the critical value then meet), is a decided "no drop".
+  alternative; it is binding (the rounds stop there), and the efficacy values
+  spend alpha on the paths it leaves going. Reaching it is a decided "no
+  drop"; at the budget's last look it takes the rest of beta, and where the
+  information suffices it meets the critical value.
   A cell that ends between the two bounds is undecided: too few cases or
   samples to tell, and the category is inconclusive, never passed.
 - **Non-inferiority.** With a margin m for the check, the cell passes when
@@ -60,8 +61,6 @@ from qualitycheck.core._config import RunOptions
 __all__ = [
     "BETA",
     "DEFAULT_DROP",
-    "DEFAULT_MAX_SAMPLES",
-    "DEFAULT_ROUND",
     "CaseCounts",
     "CellLook",
     "Design",
@@ -71,10 +70,6 @@ __all__ = [
     "look_statistic",
 ]
 
-DEFAULT_MAX_SAMPLES = 8
-"""Samples per side a sampled case may get at most (`run.max_samples_per_case`)."""
-DEFAULT_ROUND = 2
-"""Samples per side added to an undecided case in each round."""
 DEFAULT_DROP = 0.10
 """The drop in pass rate a sampled cell must be able to detect (80% power) before it passes (`run.detectable_drop`)."""
 BETA = 0.20
@@ -123,7 +118,7 @@ class Design:
     """A non-inferiority margin: decide drop < margin against drop > margin instead of no drop against a drop."""
 
     @classmethod
-    def rounds(cls, max_samples: int, round_size: int = DEFAULT_ROUND, **kw: float | None) -> Design:
+    def rounds(cls, max_samples: int, round_size: int = 2, **kw: float | None) -> Design:
         """Looks every `round_size` samples up to `max_samples` (the last look at the budget itself)."""
         looks = list(range(round_size, max_samples, round_size)) + [max_samples]
         return cls(tuple(looks), **kw)  # type: ignore[arg-type]
@@ -298,9 +293,9 @@ def _bounds_at(
     stops can no longer cross later and the efficacy value spends exactly
     alpha·t^rho − alpha·t_prev^rho on the paths still going: the last look's
     value stays close to a single test's. The futility value spends
-    beta·t^rho under the drift `theta` of the drop to detect (the rest of
-    beta at the budget's last look); where it would lie above the efficacy
-    value the two meet.
+    beta·t^BETA_RHO under the drift `theta` of the drop to detect (the rest
+    of beta at the budget's last look); where it would lie above the
+    efficacy value the two meet.
     """
     t = fractions[k]
     prev_t = fractions[k - 1] if k else 0.0
@@ -379,24 +374,23 @@ def decide_cell(design: Design, looks: Sequence[Sequence[CaseCounts]]) -> Sample
         est, se = stat.estimate, stat.se
         final = k == len(design.looks) - 1
         mde = (z_alpha + z_beta) * se if se is not None else None
+        outcome: Outcome
         if design.margin is not None:  # two one-sided tests against the margin; no futility of its own
             c, f, before = _bounds_at(fractions, past, k, design.alpha, 0.0, 0.0)
-            f = -math.inf
-            m = design.margin
-            z = (stat.u - m * stat.w) / math.sqrt(stat.v_smooth) if se is not None else 0.0
-            low = est - c * se if est is not None and se is not None else None
-            high = est + c * se if est is not None and se is not None else None
-            outcome: Outcome = (
-                "undecided" if se is None else "drop" if z >= c else "no_drop" if high is not None and high < m else "undecided"
-            )
+            z = (stat.u - design.margin * stat.w) / math.sqrt(stat.v_smooth) if se is not None else 0.0
         else:
             # the drift of Z per unit of information fraction if the candidate dropped by `drop`
             theta = design.drop * stat.w / math.sqrt(stat.v_smooth) / math.sqrt(fractions[k]) if se is not None else 0.0
             c, f, before = _bounds_at(fractions, past, k, design.alpha, theta, design.beta if se is not None else 0.0)
             z = stat.z_corrected
-            low = est - c * se if est is not None and se is not None else None
-            high = est + c * se if est is not None and se is not None else None
-            outcome = "undecided" if se is None else "drop" if z >= c else "no_drop" if stat.z <= f else "undecided"
+        low = est - c * se if est is not None and se is not None else None
+        high = est + c * se if est is not None and se is not None else None
+        if se is None:
+            outcome = "undecided"
+        elif design.margin is not None:
+            outcome = "drop" if z >= c else "no_drop" if high is not None and high < design.margin else "undecided"
+        else:
+            outcome = "drop" if z >= c else "no_drop" if stat.z <= f else "undecided"
         p = _p_at(fractions, past, k, before, z)
         past.append((f, c))
         last = SampledDecision(
