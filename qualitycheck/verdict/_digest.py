@@ -70,7 +70,8 @@ class TextTally:
                 self.paired_candidate_diverged += not c.identical
                 self.candidate_only += (not c.identical) and c.control_identical
                 self.control_only += c.identical and not c.control_identical
-        if c.baseline_repeat_identical is not None:
+        if c.baseline_repeat_identical is not None and not c.sampled:
+            # a sampled baseline's repeats differ by design: they are its samples, not a measure of batching noise
             self.rep_pairs += 1
             self.rep_identical += c.baseline_repeat_identical
 

@@ -90,6 +90,8 @@ def test_a_sampled_drop_fails_its_route_in_a_default_run_although_every_case_is_
     # decided without --repeats, in rounds recorded and printed
     assert s["repeats"] == 1 and s["sampling"]["mode"] == "adaptive" and s["sampling"]["rounds"][0]["samples_per_case"] == 2
     assert len(s["sampling"]["rounds"]) <= 2, "an obvious drop needs no more than two rounds"
+    # a sampled baseline's samples differ by design: they are no measure of the greedy floor
+    assert s["noise_floor"]["cases"] == 0 and s["noise_floor"]["source"] != "repeats", s["noise_floor"]
     assert "sampling" in capsys.readouterr().err
 
 
