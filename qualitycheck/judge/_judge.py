@@ -42,6 +42,7 @@ from qualitycheck.core._config import Config, JudgeTarget
 from qualitycheck.core._errors import ConfigError, Problem, SuiteError
 from qualitycheck.core._records import Response, Score, ScoreStatus
 from qualitycheck.core._store import RunStore
+from qualitycheck.scoring._base import NOT_FOR_SAMPLED
 
 if TYPE_CHECKING:  # aiohttp is imported with the first judge call, not with the judge definitions
     import aiohttp
@@ -712,6 +713,16 @@ def _judged_scores(
         pairs: dict[int, dict[str, Response]] = {}
         for r in rec.responses:
             pairs.setdefault(r.repeat, {})[r.target] = r
+        if case.sampled:
+            # The judge weighs the candidate's answer against the baseline's, which always scores `pass`: between
+            # two samples of one distribution that is one-sided, and would fail a faithful candidate. Its other
+            # checks' pass rates are compared instead, as for the identity checks.
+            reason = {"judge": judge.name, "kind": judge.kind, "reason": NOT_FOR_SAMPLED}
+            for rep in sorted(pairs):
+                for t in ("baseline", "candidate"):
+                    if t in pairs[rep]:
+                        yield Score(case_id=case.id, target=t, repeat=rep, check="judge", status="skipped", detail=reason)
+            continue
         has_control = any(r.target == "control" for r in rec.responses)
         first = pairs.get(0, {}).get("baseline")  # without a control, the A/A reference of the later repeats
         for rep, pair in sorted(pairs.items()):

@@ -216,7 +216,7 @@ def render_signoff(s: Summary) -> str:
             (cat, name, k.skipped_as_sampled) for cat, c in s.categories.items() for name, k in c.checks.items() if k.skipped_as_sampled
         ]
         for cat, name, n in skipped:
-            w(f"- {cat} / {name}: not applied to {n} sampled case(s) (identity with the baseline does not apply to samples)")
+            w(f"- {cat} / {name}: not applied to {n} sampled case(s) (a check against the baseline's answer does not apply to samples)")
     if sm is not None:
         w(
             f"Sampling: {sm.mode}, up to {sm.max_samples_per_case} samples per side in rounds of {sm.sample_round}, to detect a "

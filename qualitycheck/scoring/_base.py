@@ -37,10 +37,10 @@ __all__ = ["BASELINE", "NOT_FOR_SAMPLED", "BrokenScorer", "CheckSpec", "LoadCont
 BASELINE = "baseline"
 """Target that pairwise checks (`exact: true`, same-as-baseline) compare against."""
 NOT_FOR_SAMPLED = (
-    "identity with the baseline's answer does not apply to a sampled case (temperature > 0): two samples differ by "
-    "design; its other checks' pass rates are compared instead"
+    "a check against the baseline's answer (identity, the judge's comparison) does not apply to a sampled case "
+    "(temperature > 0): two samples differ by design; its other checks' pass rates are compared instead"
 )
-"""The reason an identity check scores `skipped` on a sampled case."""
+"""The reason an identity check, or the judge, scores `skipped` on a sampled case."""
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ class JudgeTally:
         if s.check == "judge" and s.target in ("control", "baseline") and s.detail.get("aa"):
             self._add_aa(s, category)
             return
-        if s.check != "judge" or s.target != "candidate" or s.detail.get("not_configured"):
+        if s.check != "judge" or s.target != "candidate" or s.detail.get("not_configured") or s.status == "skipped":
             return
         a = self._acc.get(category)
         if a is None:

@@ -256,8 +256,8 @@ class CheckSummary(_Closed):
     sampled: SampledCheck | None = None
     """Written when the check has sampled cases: their distribution test (the one that gates them)."""
     skipped_as_sampled: int = 0
-    """Written when set: sampled cases this check does not apply to (identity with the baseline's answer, as
-    `exact: true`: two samples differ by design) and that are not counted."""
+    """Written when set: sampled cases this check does not apply to (a check against the baseline's answer:
+    identity, as `exact: true`, or the judge's comparison; two samples differ by design) and that are not counted."""
     wins: int = 0
     """judge: pairs the candidate won (judge check only, like the fields below)."""
     losses: int = 0

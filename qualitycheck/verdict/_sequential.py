@@ -390,7 +390,8 @@ def decide_cell(design: Design, looks: Sequence[Sequence[CaseCounts]]) -> Sample
         elif design.margin is not None:
             outcome = "drop" if z >= c else "no_drop" if high is not None and high < design.margin else "undecided"
         else:
-            outcome = "drop" if z >= c else "no_drop" if stat.z <= f else "undecided"
+            # at the budget's last look the bounds meet: what does not cross the efficacy bound rules the drop out
+            outcome = "drop" if z >= c else "no_drop" if stat.z <= f or (final and f >= c - 1e-9) else "undecided"
         p = _p_at(fractions, past, k, before, z)
         past.append((f, c))
         last = SampledDecision(

@@ -383,23 +383,26 @@ def supported_allowance(eligible: int, floor: NoiseFloor, alpha: float = ALPHA) 
     cannot rule out: with 0 disagreements over 8 pairs it still allows a
     regression or two, because 8 pairs do not show the noise to be small.
     That is a lack of evidence, not noise: regressions tolerated only for it
-    leave their route undecided (`verdict._status`). Here the rate is taken
-    as measured (D / 2P flips per eligible case), so a floor that never
-    disagreed supports none.
+    leave their route undecided (`verdict._status`). Here the rate is the
+    one the pairs show at the least (the one-sided Clopper–Pearson lower
+    bound of D / P at level `alpha`, halved: a pair's disagreement is a flip
+    either way), so a floor that never disagreed supports none and one
+    disagreement in two pairs supports little.
     """
     if floor.measured_by is None or eligible <= 0 or floor.pairs <= 0 or floor.disagreements <= 0:
         return 0
-    lam = eligible * floor.disagreements / (2 * floor.pairs)
 
     def compute() -> int:
         from scipy import stats as sps
 
+        low = float(sps.beta.ppf(alpha, floor.disagreements, floor.pairs - floor.disagreements + 1))
+        lam = eligible * low / 2
         r = 0
         while sps.poisson.sf(r, lam) >= alpha:  # P(X ≥ r + 1) still plausible
             r += 1
         return r
 
-    return _remembered("supported", (eligible, floor.pairs, floor.disagreements, alpha), compute)
+    return _remembered("supported_low", (eligible, floor.pairs, floor.disagreements, alpha), compute)
 
 
 def pooled_floor(outcomes: Mapping[str, Mapping[str, Sequence[CaseOutcome]]], source: NoiseSource | None = None) -> NoiseFloor:

@@ -128,7 +128,10 @@ def test_with_repeats_the_later_baseline_answers_are_judged_against_the_first(tm
     cell = with_floor.categories["summaries"].checks["judge"]
     assert cell.noise_floor.measured_by == "repeats" and cell.aa_pairs == 10 and cell.aa_losses == 4
     assert cell.regressions == ["c4", "c5", "c6"] and cell.tolerated == ["c4", "c5", "c6"]
-    assert cell.flaky == ["c0", "c1", "c2", "c3"] and with_floor.verdict == "pass"
+    assert cell.flaky == ["c0", "c1", "c2", "c3"]
+    # the floor's ten pairs show a disagreement rate of at least 15% (95%): that explains two of the six
+    # eligible cases, not three; the third is tolerated only for want of pairs, so the verdict waits for more
+    assert with_floor.verdict == "inconclusive" and with_floor.noise_floor.routes["summaries"].supported == 2
 
     # Without the A/A judgements the baseline never disagrees with itself: three losses are beyond the floor.
     store.replace_scores(

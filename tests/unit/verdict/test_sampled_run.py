@@ -126,6 +126,40 @@ def test_identity_checks_do_not_apply_to_sampled_cases(tmp_path: Path) -> None:
     assert statuses == {"skipped"} and len(details) == 1 and "does not apply to a sampled case" in details.pop()
 
 
+def test_the_judge_does_not_apply_to_sampled_cases(tmp_path: Path) -> None:
+    """The judge weighs the candidate against the baseline, which scores `pass` by construction: one-sided between samples.
+
+    Here the judge calls every differing pair a loss for the candidate; a
+    faithful candidate would be failed if the judge's pass rates were
+    compared. The judge is skipped on sampled cases, with its reason, and
+    never called for them.
+    """
+    cases = _sampled_cases(12)
+    for c in cases:
+        c["checks"]["judge"] = {"mode": "pairwise"}
+    suite = write_suite(tmp_path / "s.jsonl", cases)
+    calls: list[Any] = []
+
+    def judge(body: dict[str, Any]) -> str:
+        calls.append(body)
+        return "the first reply is better. [[A]]"
+
+    with (
+        TestServer(default=_sampler(_spread)) as b,
+        TestServer(default=_sampler(_spread, salt=1)) as c,
+        TestServer(default=judge) as j,
+    ):
+        s = _run(b, c, suite, tmp_path / "run", "--judge", j.url)
+    cell = s["categories"]["json"]["checks"]["judge"]
+    assert cell["n"] == 0 and cell["skipped_as_sampled"] == 12 and cell["regressions"] == [], cell
+    assert calls == [], "no judge call for a sampled case"
+    assert s["categories"]["json"]["verdict"] != "fail", s["categories"]["json"]["verdict_reason"]
+    with RunStore.open(tmp_path / "run") as store:
+        judged = [sc for sc in store.scores() if sc.check == "judge"]
+    assert judged and {sc.status for sc in judged} == {"skipped"}
+    assert all("judge's comparison" in sc.detail["reason"] for sc in judged)
+
+
 def test_repeats_fix_the_number_of_samples(tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "s.jsonl", _sampled_cases(5))
     with TestServer(default=_sampler(_spread)) as b, TestServer(default=_sampler(_spread)) as c:
