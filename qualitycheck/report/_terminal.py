@@ -134,9 +134,9 @@ def _check_line(name: str, st: CheckSummary) -> str:
     if sp is not None:  # the sampled cases' test decides: show its figures
         d = "" if sp.delta is None else f" ({sp.delta * 100:+.1f}pp)"
         word = {"drop": "DROP", "no_drop": "no drop", "undecided": "UNDECIDED"}[sp.decision]
-        holm = sp.p_value_holm if sp.p_value_holm is not None else sp.p_value
+        p = f"Holm p={sp.p_value_holm:.3g}" if sp.p_value_holm is not None else f"p={sp.p_value:.3g}"
         return (
-            f"{name} {_pct(sp.baseline_pass_rate)}→{_pct(sp.candidate_pass_rate)}{d} p1={holm:.3g} "
+            f"{name} {_pct(sp.baseline_pass_rate)}→{_pct(sp.candidate_pass_rate)}{d} {p} "
             f"[{sp.cases} sampled × {sp.samples_at_decision}: {word}]"
         )
     if st.skipped_as_sampled and not st.n:

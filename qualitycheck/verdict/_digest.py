@@ -43,8 +43,10 @@ class TextTally:
     """Of those: the candidate diverged and the control did not."""
     control_only: int = 0
     greedy_pairs: int = 0
-    """Pairs of greedy cases (the divergence rate's bound is about these: sampled texts differ by design)."""
+    """Greedy cases compared (the divergence rate's bound is about these: sampled texts differ by design). Counted
+    per case, not per repeat: a case's repeats are not independent requests of the traffic it stands for."""
     greedy_identical: int = 0
+    """Of those, cases identical to the baseline on every repeat."""
     sampled_cases: int = 0
     sampled_pairs: int = 0
     """(case, repeat)s of sampled cases both sides answered: the samples taken."""
@@ -55,9 +57,6 @@ class TextTally:
             self.identical += c.identical
             if c.sampled:
                 self.sampled_pairs += 1
-            else:
-                self.greedy_pairs += 1
-                self.greedy_identical += c.identical
             if c.similarity is not None:
                 self.similarity.append(c.similarity)
             if c.divergence_char is not None:
@@ -121,6 +120,10 @@ class RunDigest:
         drift = self.drift.get(cat)
         if drift is None:
             drift = self.drift[cat] = DriftTally()
+        compared = [c.identical for c in reps if c.identical is not None]
+        if compared and not reps[0].sampled:
+            tally.greedy_pairs += 1
+            tally.greedy_identical += all(compared)
         for c in reps:
             tally.add(c)
             if "baseline" in c.format and "candidate" in c.format:

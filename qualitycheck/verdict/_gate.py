@@ -24,7 +24,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import ConfigDict
 
@@ -108,6 +108,31 @@ class Evidence:
     """Routes with at least one check decided on both sides."""
     preflight: PreflightRecord | None = None
     """The preflight record (generation/_preflight.py), when preflight ran."""
+
+    def greedy(self, routes: list[str]) -> tuple[dict[str, list[str]], int, int]:
+        """The routes' greedy regressions (case id → checks), and how many of them the floor allows and supports."""
+        cases: dict[str, list[str]] = {}
+        allowance = supported = 0
+        for r in routes:
+            for case_id, checks in self.regressions.get(r, {}).items():
+                cases.setdefault(case_id, []).extend(checks)
+            allowance += self.allowances.get(r, 0)
+            supported += self.supported.get(r, 0)
+        return cases, allowance, supported
+
+    def greedy_decision(self, routes: list[str], threshold: int) -> Literal["fail", "thin_floor", "pass"]:
+        """What the routes' greedy regressions decide under `threshold`: the one place this is decided.
+
+        fail: more regressions beyond the floor's allowance than the threshold;
+        thin_floor: within the allowance only because the floor rests on too few
+        pairs (its measured rate explains fewer), which leaves the routes
+        undecided; pass otherwise.
+        """
+        cases, allowance, supported = self.greedy(routes)
+        if len(cases) - allowance > threshold:
+            return "fail"
+        needed = len(cases) - threshold
+        return "thin_floor" if needed > 0 and needed > supported else "pass"
 
 
 @dataclass(frozen=True)
@@ -260,14 +285,10 @@ class MaxQualityRegressionCases:
                 "not evaluated: no check was decided on both the baseline and the candidate",
                 self.route,
             )
-        cases: dict[str, list[str]] = {}
-        allowance = supported = 0
+        cases, allowance, supported = ev.greedy(routes)
+        greedy = ev.greedy_decision(routes, self.threshold)
         findings: dict[tuple[str, str], SampledFinding] = {}
         for r in routes:
-            for case_id, checks in ev.regressions.get(r, {}).items():
-                cases.setdefault(case_id, []).extend(checks)
-            allowance += ev.allowances.get(r, 0)
-            supported += ev.supported.get(r, 0)
             for f in ev.sampled.get(r, []):
                 findings.setdefault((f.category, f.check), f)
         drops = [f for f in findings.values() if f.outcome == "drop"]
@@ -275,18 +296,18 @@ class MaxQualityRegressionCases:
         n = max(0, len(cases) - allowance)
         listed = "; ".join(f"{i} ({', '.join(sorted(set(c)))})" for i, c in sorted(cases.items())[:20])
         floor = f" ({ev.floor})" if ev.floor else ""
-        if drops or n > self.threshold:
+        if drops or greedy == "fail":
             parts = []
             if drops:
                 parts.append("sampled pass rate dropped: " + "; ".join(f.message for f in drops))
-            if n > self.threshold:
+            if greedy == "fail":
                 more = f" and {len(cases) - 20} more" if len(cases) > 20 else ""
                 noise = f" after {allowance} explained by the measured noise floor{floor}" if allowance else ""
                 parts.append(f"{n} case(s) regressed beyond the noise floor{noise} (max {self.threshold}): {listed}{more}")
             observed = n + len({c for f in drops for c in f.cases})
             return GuardrailResult(self.name, self.threshold, observed, False, "; ".join(parts), self.route)
         needed = len(cases) - self.threshold
-        if needed > 0 and needed > supported:
+        if greedy == "thin_floor":
             return GuardrailResult(
                 self.name,
                 self.threshold,

@@ -57,6 +57,7 @@ from typing import Literal
 import numpy as np
 
 from qualitycheck.core._config import RunOptions
+from qualitycheck.core._records import SamplingRecord
 
 __all__ = [
     "BETA",
@@ -67,6 +68,7 @@ __all__ = [
     "SampledDecision",
     "decide_cell",
     "design_for",
+    "design_of",
     "look_statistic",
 ]
 
@@ -133,6 +135,22 @@ def design_for(run: RunOptions, alpha: float = 0.05) -> Design:
     if run.repeats > 1:
         return Design((run.repeats,), alpha=alpha, drop=run.detectable_drop)
     return Design.rounds(run.max_samples_per_case, min(run.sample_round, run.max_samples_per_case), alpha=alpha, drop=run.detectable_drop)
+
+
+def design_of(record: SamplingRecord | None, run: RunOptions, taken: int, alpha: float = 0.05) -> Design:
+    """The looks a stored run's samples were taken at, so that gating it again reads them as they were taken.
+
+    From the run's sampling record when it has one: another config given to
+    `gate` or `score` changes the guardrails, not the looks already taken.
+    Answers not taken in rounds (a shadow or canary recording, imported
+    traffic) get one look at the samples there are (`taken` per side).
+    """
+    if record is None:
+        return Design((max(1, taken),), alpha=alpha, drop=run.detectable_drop)
+    if record.mode == "fixed":
+        return Design((record.max_samples_per_case,), alpha=alpha, drop=record.detectable_drop)
+    top = record.max_samples_per_case
+    return Design.rounds(top, min(record.sample_round, top), alpha=alpha, drop=record.detectable_drop)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ __all__ = [
     "add_regression_evidence",
     "category_verdict",
     "check_statuses",
-    "failed_quality_routes",
+    "greedy_route_decisions",
     "human_check_stats",
     "sampled_finding",
     "to_decide",
@@ -168,12 +168,26 @@ def to_decide(sp: SampledStats) -> str:
     )
 
 
-def failed_quality_routes(results: Iterable[GuardrailResult], routes_in_run: set[str]) -> set[str]:
-    """Routes whose quality guardrail failed; an endpoint-wide failure fails every route in the run."""
-    failed = {r.route for r in results if r.name == _QUALITY_RULE and r.passed is False}
-    if ALL_ROUTES in failed:
-        failed |= routes_in_run
-    return failed
+def greedy_route_decisions(ev: Evidence, results: Iterable[GuardrailResult], routes_in_run: set[str]) -> tuple[set[str], set[str]]:
+    """The routes whose greedy regressions failed their quality guardrail, and those left undecided by a thin floor.
+
+    Read from the guardrail's own decision (`Evidence.greedy_decision`), not
+    from its result: a route failed by a sampled drop, or undecided by an
+    undecided sampled cell, says nothing about its greedy regressions.
+    """
+    failed: set[str] = set()
+    thin: set[str] = set()
+    for r in results:
+        if r.name != _QUALITY_RULE or r.threshold is None:
+            continue
+        routes = sorted(ev.scored_routes) if r.route == ALL_ROUTES else [r.route]
+        decision = ev.greedy_decision(routes, int(r.threshold))
+        every = routes_in_run if r.route == ALL_ROUTES else {r.route}
+        if decision == "fail":
+            failed |= every
+        elif decision == "thin_floor":
+            thin |= every
+    return failed, thin
 
 
 def tolerated_regressions(s: CheckStats, failed_routes: set[str]) -> list[str]:

@@ -48,9 +48,15 @@ from qualitycheck.verdict._model import (
     Summary,
     TargetInfo,
 )
-from qualitycheck.verdict._sequential import design_for
+from qualitycheck.verdict._sequential import design_of
 from qualitycheck.verdict._stats import CheckStats, QualityStats, StatsMemo, divergence_upper, format_drift, mcnemar_exact_p, quality_stats
-from qualitycheck.verdict._status import add_regression_evidence, category_verdict, failed_quality_routes, to_decide, tolerated_regressions
+from qualitycheck.verdict._status import (
+    add_regression_evidence,
+    category_verdict,
+    greedy_route_decisions,
+    to_decide,
+    tolerated_regressions,
+)
 
 __all__ = ["SUMMARY_NAME", "build_summary", "write_summary"]
 
@@ -286,9 +292,9 @@ def category_power(cells: Mapping[str, CheckStats], upper: float | None, text: T
     if upper is not None and text is not None:
         pairs, same = text.greedy_pairs, text.greedy_identical
         if same == pairs:
-            parts.append(f"{pairs} of {pairs} greedy answers identical: at most {upper:.1%} of such requests differ (95% bound)")
+            parts.append(f"{pairs} of {pairs} greedy cases identical: at most {upper:.1%} of such requests differ (95% bound)")
         else:
-            parts.append(f"{pairs - same} of {pairs} greedy answers differ: at most {upper:.1%} of such requests do (95% bound)")
+            parts.append(f"{pairs - same} of {pairs} greedy cases differ: at most {upper:.1%} of such requests do (95% bound)")
     return mde, upper, "; ".join(parts)
 
 
@@ -365,7 +371,8 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
     digest, latency_tally, slice_tally = tallies.digest, tallies.latency, tallies.slices
     judge_tally, error_tally = tallies.judge, tallies.errors
     noise = _noise_floor(store, digest.text)
-    design = design_for(cfg.run)
+    taken = max((len(o.baseline) for cells in digest.outcomes.values() for outs in cells.values() for o in outs if o.sampled), default=1)
+    design = design_of(store.record(SamplingRecord), cfg.run, taken)
     memo = StatsMemo.from_json(store.artifact(STATS_MEMO_ARTIFACT))
     with memo.active():  # a rebuild of an unchanged run computes nothing with scipy, and never imports it
         quality = quality_stats(
@@ -412,18 +419,15 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         add_human_stats(stats, humans, cfg.run.seed)
     add_regression_evidence(ev, quality, category_routes)
     results = [rule.evaluate(ev) for rule in build_rules(guard, routes_in_run, preflight_ran=preflight is not None)]
-    failed_routes = failed_quality_routes(results, routes_in_run)
-    undecided_routes = {r.route for r in results if r.name == "max_quality_regression_cases" and r.passed is None}
-    if ALL_ROUTES in undecided_routes:
-        undecided_routes |= routes_in_run
+    greedy_failed, thin_floor = greedy_route_decisions(ev, results, routes_in_run)
 
     categories: dict[str, CategorySummary] = {}
     verdicts: dict[str, str] = {}
     for cat in sorted(category_routes):
         figures = digest.text_json(cat)
         cells = stats.get(cat, {})
-        tolerated = {name: tolerated_regressions(s, failed_routes) for name, s in cells.items()}
-        cat_verdict, why = category_verdict(cells, tolerated, figures["identical_rate"], undecided_routes)
+        tolerated = {name: tolerated_regressions(s, greedy_failed) for name, s in cells.items()}
+        cat_verdict, why = category_verdict(cells, tolerated, figures["identical_rate"], thin_floor)
         verdicts[cat] = cat_verdict
         skipped = digest.skipped_sampled.get(cat, {})
         checks = {

@@ -107,4 +107,4 @@ def test_the_same_suite_at_temperature_0_passes_its_quality_guardrails(engines: 
     assert all(c["verdict"] == "pass" and c["identical_rate"] == 1.0 for c in s["categories"].values())
     assert "sampling" not in s, "no sampled case, no rounds"
     for c in s["categories"].values():  # identical answers are evidence, with a stated reach
-        assert c["divergence_upper"] is not None and "greedy answers identical" in c["power"]
+        assert c["divergence_upper"] is not None and "greedy cases identical" in c["power"]

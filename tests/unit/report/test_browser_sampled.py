@@ -60,7 +60,7 @@ def test_the_page_shows_the_sampled_test_and_what_each_category_promises(tmp_pat
             page.goto((tmp_path / "run" / "report.html").as_uri())
             cats = {page.locator(".cat h3").nth(i).inner_text(): page.locator(".cat").nth(i) for i in range(page.locator(".cat").count())}
             qa = cats["qa"].locator("[data-role=power]").inner_text()
-            assert "30 of 30 greedy answers identical: at most 9.5% of such requests differ" in qa, qa
+            assert "30 of 30 greedy cases identical: at most 9.5% of such requests differ" in qa, qa
             json_cat = cats["json"]
             assert json_cat.locator(".badge.fail").first.is_visible()
             row = json_cat.locator("tr.sampled").first.inner_text()

@@ -250,7 +250,7 @@ def test_identical_greedy_answers_pass_and_say_how_far_they_generalise(tmp_path:
     cat = s["categories"]["cat0"]
     assert s["verdict"] == "pass" and cat["identical_rate"] == 1.0
     assert cat["divergence_upper"] == pytest.approx(1 - 0.05 ** (1 / 30)) and cat["divergence_upper"] == pytest.approx(0.095, abs=5e-4)
-    assert "30 of 30 greedy answers identical: at most 9.5% of such requests differ" in cat["power"]
+    assert "30 of 30 greedy cases identical: at most 9.5% of such requests differ" in cat["power"]
     assert "9.5%" in (tmp_path / "run" / "signoff.md").read_text(encoding="utf-8")
 
 
@@ -282,6 +282,20 @@ def test_a_rerun_into_the_folder_takes_the_same_rounds_and_sends_nothing(tmp_pat
         again = _run(b, c, suite, tmp_path / "run")
         assert len(b.requests("/chat/completions")) == sent
     assert again["sampling"] == first["sampling"] and again["categories"] == first["categories"]
+
+
+def test_gating_again_with_another_budget_reads_the_looks_as_they_were_taken(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", _sampled_cases(30))
+    with TestServer(default=_sampler(_spread)) as b, TestServer(default=_sampler(_spread, salt=1)) as c:
+        first = _run(b, c, suite, tmp_path / "run")
+    (tmp_path / "small.yaml").write_text("run:\n  max_samples_per_case: 4\n  sample_round: 1\n", encoding="utf-8")
+    assert main(["gate", str(tmp_path / "run"), "-c", str(tmp_path / "small.yaml")]) in (0, 1)
+    again = json.loads((tmp_path / "run" / "summary.json").read_text(encoding="utf-8"))
+    was, now = (
+        first["categories"]["json"]["checks"]["json_parse"]["sampled"],
+        again["categories"]["json"]["checks"]["json_parse"]["sampled"],
+    )
+    assert now == was and again["verdict"] == first["verdict"], "the config's budget is not the one the samples were taken with"
 
 
 def test_the_sampling_record_of_shards_adds_up_round_by_round() -> None:
@@ -319,3 +333,56 @@ def test_a_temperature_that_is_not_a_number_is_a_suite_error(tmp_path: Path, cap
     assert main(["validate", str(suite)]) == 2
     err = capsys.readouterr().err
     assert "s.jsonl:1" in err and "params" in err and "temperature must be a number" in err
+
+
+def _greedy(n: int, category: str = "qa", route: str = "billing") -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"{category}-{i}",
+            "category": category,
+            "tags": {"route": route},
+            "messages": [{"role": "user", "content": f"greedy {category} {i} say 42"}],
+            "checks": {"contains": "42"},
+        }
+        for i in range(n)
+    ]
+
+
+def _mixed(sampled: Callable[[dict[str, Any]], str], greedy: dict[str, str]) -> Callable[[dict[str, Any]], str]:
+    def answer(body: dict[str, Any]) -> str:
+        prompt = body["messages"][0]["content"]
+        return greedy.get(prompt, "It is 42.") if prompt.startswith("greedy") else sampled(body)
+
+    return answer
+
+
+def test_a_route_failed_by_a_sampled_drop_does_not_count_its_greedy_categories_regressions(tmp_path: Path) -> None:
+    """The route fails on the sampled drop; the greedy category beside it is judged on its own regressions."""
+    cases = [{**c, "tags": {"route": "billing"}} for c in _sampled_cases(30)] + _greedy(5)
+    suite = write_suite(tmp_path / "s.jsonl", cases)
+    with (
+        TestServer(default=_mixed(_sampler(_spread), {})) as b,
+        TestServer(default=_mixed(_sampler(lambda i: _spread(i) - 0.45), {"greedy qa 0 say 42": "It is 41."})) as c,
+    ):
+        s = _run(b, c, suite, tmp_path / "run")
+    assert s["categories"]["json"]["verdict"] == "fail"
+    qa = s["categories"]["qa"]
+    assert qa["verdict"] != "fail" and "0 regression(s)" not in qa["verdict_reason"], qa["verdict_reason"]
+    assert qa["checks"]["contains"]["tolerated"] == ["qa-0"]
+
+
+def test_an_undecided_sampled_category_does_not_make_its_routes_greedy_categories_inconclusive(tmp_path: Path) -> None:
+    """A greedy regression the floor's measured rate explains passes, though a sampled category of its route is undecided."""
+    cases = [{**c, "tags": {"route": "billing"}} for c in _sampled_cases(4)] + _greedy(10)
+    suite = write_suite(tmp_path / "s.jsonl", cases)
+    control = {"greedy qa 1 say 42": "It is 41.", "greedy qa 2 say 42": "It is 41."}
+    cfg = _config(tmp_path, "run:\n  max_samples_per_case: 4\n")
+    with (
+        TestServer(default=_mixed(_sampler(lambda i: 0.5), {})) as b,
+        TestServer(default=_mixed(_sampler(lambda i: 0.5), {"greedy qa 0 say 42": "It is 41."})) as c,
+        TestServer(default=_mixed(_sampler(lambda i: 0.5), control)) as k,
+    ):
+        s = _run(b, c, suite, tmp_path / "run", "-c", str(cfg), "--control", k.url)
+    assert s["noise_floor"]["routes"]["billing"]["supported"] >= 1, s["noise_floor"]
+    assert s["categories"]["json"]["verdict"] == "inconclusive"
+    assert s["categories"]["qa"]["verdict"] == "pass", s["categories"]["qa"]["verdict_reason"]

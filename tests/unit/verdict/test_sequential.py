@@ -72,6 +72,16 @@ def test_a_cell_too_small_to_detect_the_drop_ends_undecided_at_the_budget():
     assert d.outcome == "undecided" and not d.stopped and d.mde is not None and d.mde > design.drop
 
 
+def test_at_the_last_look_where_the_bounds_meet_every_cell_is_decided():
+    """The efficacy bound reads the continuity-corrected statistic: where the futility bound meets it, z between the two is no drop."""
+    table = {(0, 0): 38, (0, 1): 53, (0, 2): 15, (1, 0): 57, (1, 1): 80, (1, 2): 36, (2, 0): 19, (2, 1): 55, (2, 2): 47}
+    cases = [CaseCounts(f"c{k}-{i}", b, 2, c, 2) for k, ((b, c), n) in enumerate(table.items()) for i in range(n)]
+    stat = look_statistic(cases)
+    d = decide_cell(Design((2,)), [cases])
+    assert d.futility == d.bound and stat.z_corrected < d.bound <= stat.z, "the case between the two statistics"
+    assert d.outcome == "no_drop"
+
+
 def test_a_decision_is_kept_once_a_bound_was_crossed():
     """Later samples (taken for another check of the category) never undo an earlier look's decision."""
     design = Design.rounds(6, 2)
@@ -125,8 +135,8 @@ def test_holm_across_sampled_cells_can_leave_a_lone_drop_undecided():
     sp = crowd.cells["a"]["regex"].sampled
     assert sp is not None and sp.decision.outcome == "drop"
     assert sp.p_value_holm is not None and sp.p_value_holm > sp.decision.p_value
-    if sp.p_value_holm >= 0.05:
-        assert sp.outcome == "undecided", "a drop multiplicity does not support is not a finding, nor a pass"
+    assert sp.p_value_holm >= 0.05, "nine cells: Holm multiplies the lone cell's p beyond alpha"
+    assert sp.outcome == "undecided", "a drop multiplicity does not support is not a finding, nor a pass"
 
 
 def test_sampled_cases_stay_out_of_the_greedy_floor():
