@@ -159,7 +159,7 @@ def to_decide(sp: SampledStats) -> str:
         return "no sample of these cases was decided on both sides"
     want = d.mde / sp.detectable_drop
     if want <= 1:
-        return "the estimate sits between the bounds at the budget's last look"
+        return f"the estimate sits between the bounds at the last look taken ({d.samples} samples per side)"
     more_cases = math.ceil(sp.cases * want * want)
     more_samples = math.ceil(d.samples * want * want)
     return (

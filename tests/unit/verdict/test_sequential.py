@@ -10,7 +10,7 @@ from scipy import stats as sps
 
 from qualitycheck.core._config import RunOptions
 from qualitycheck.verdict._sequential import CONTINUITY, CaseCounts, Design, decide_cell, design_for, look_statistic
-from qualitycheck.verdict._stats import CaseOutcome, pooled_floor, quality_stats, sampled_stats, supported_allowance
+from qualitycheck.verdict._stats import CaseOutcome, check_stats, pooled_floor, quality_stats, sampled_stats, supported_allowance
 
 
 def test_with_one_sample_per_side_the_statistic_is_mcnemars():
@@ -163,3 +163,12 @@ def test_a_floor_that_never_disagreed_supports_no_regression():
     assert supported_allowance(2, small) == 0, "but noise never showed, so it explains nothing"
     noisy = NoiseFloor("control", pairs=300, disagreements=12)
     assert supported_allowance(250, noisy) >= 5
+
+
+def test_a_margin_still_judges_the_greedy_cases_of_a_cell_that_also_has_sampled_ones():
+    """Twelve greedy cases cannot show non-inferiority to a 1-point margin; one sampled case beside them must not hide that."""
+    greedy = [CaseOutcome(f"g{i}", "r", (True,), (i != 0,), (), ()) for i in range(12)]
+    alone = check_stats("c", "regex", greedy, margin=0.01)
+    mixed = check_stats("c", "regex", [*greedy, _sampled("s0", (True, False), (True, True))], margin=0.01)
+    assert alone.non_inferiority == "inconclusive"
+    assert mixed.non_inferiority == "inconclusive" and mixed.sampled is not None
