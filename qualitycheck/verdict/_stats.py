@@ -424,8 +424,10 @@ def pooled_floor(outcomes: Mapping[str, Mapping[str, Sequence[CaseOutcome]]], so
     if any(o.control_pairs for outs in per_case.values() for o in outs):
         pairs = dis = 0
         for outs in per_case.values():
-            pairs += max(len(o.control_pairs) for o in outs)
-            dis += max(sum(b != k for b, k in o.control_pairs) for o in outs)
+            most = max(len(o.control_pairs) for o in outs)
+            pairs += most
+            # a pair disagrees when any check decided it differently (checks hold the same pairs, in repeat order)
+            dis += sum(any(i < len(o.control_pairs) and o.control_pairs[i][0] != o.control_pairs[i][1] for o in outs) for i in range(most))
         return NoiseFloor("baseline_again" if source == "baseline_again" else "control", pairs, dis)
     if any(len(o.baseline) > 1 for outs in per_case.values() for o in outs):
         pairs = dis = 0

@@ -172,3 +172,11 @@ def test_a_margin_still_judges_the_greedy_cases_of_a_cell_that_also_has_sampled_
     mixed = check_stats("c", "regex", [*greedy, _sampled("s0", (True, False), (True, True))], margin=0.01)
     assert alone.non_inferiority == "inconclusive"
     assert mixed.non_inferiority == "inconclusive" and mixed.sampled is not None
+
+
+def test_a_pair_of_the_floor_disagrees_when_any_of_its_checks_does():
+    """Two A/A pairs of one case: the first differs on one check, the second on another; both pairs disagree."""
+    a = CaseOutcome("g", "r", (True, True), (True, True), (False, True), ((True, False), (True, True)))
+    b = CaseOutcome("g", "r", (True, True), (True, True), (True, False), ((True, True), (True, False)))
+    floor = pooled_floor({"c": {"a": [a], "b": [b]}})
+    assert floor.pairs == 2 and floor.disagreements == 2
