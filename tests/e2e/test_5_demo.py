@@ -40,13 +40,18 @@ def test_demo_runs_the_whole_job_and_cleans_up(engines: Any, tmp_path: Path) -> 
     assert len(mixed) >= 2, json.dumps({k: v["checks"] for k, v in s["categories"].items()})[:3000]
     assert s["acceptance"]["draft_tokens"], "acceptance from the ngram candidate's /metrics"
     assert s["preflight"]["ok"] is True
-    # the baseline judges the open-ended cases: a judge is configured (not 'skipped'), every judged case is decided,
-    # and the identical fp32 pairs are settled without a call
+    # the baseline judges the open-ended cases: a judge is configured (not 'skipped') and identical fp32 pairs are
+    # settled without a call; a differing pair the 135M judge cannot answer in its format is a judge error, never a
+    # decided case
     judged = {cat: c["checks"]["judge"] for cat, c in s["categories"].items() if "judge" in c["checks"]}
     assert judged, "the demo suite has judge checks"
+    assert any(j["skipped_identical"] for j in judged.values()), judged
     for cat, j in judged.items():
-        assert j["n"] >= 1 and j["candidate_pass_rate"] is not None, (cat, j)
-        assert j["judge_errors"] == 0 and j["skipped_identical"] + j["judged"] == j["n"], (cat, j)
+        assert j["skipped_identical"] + j["judged"] >= 1, (cat, j)
+        assert j["n"] == j["skipped_identical"] + j["judged"] - j["judge_errors"], (cat, j)
+    # the sampled JSON cases: ngram at temperature 0.9 loses valid JSON on this engine, found in the default rounds
+    sampled = s["categories"]["json_sampled"]
+    assert sampled["verdict"] == "fail" and s["sampling"]["mode"] == "adaptive", sampled["verdict_reason"]
     # the servers are gone: each log's first line is its command line; nothing answers on its port any more
     logs = list((out / "servers").glob("vllm-*.log"))
     assert len(logs) == 2
