@@ -108,8 +108,8 @@ def measured_generate(
     """
     # read before anything is sent, and kept here as windows are added (a resumed run's earlier windows are kept):
     # a damaged record (a StoreError) must not cost the preflight's and a window's requests first
-    windows = list((store.record(MetricsWindows) or MetricsWindows()).windows)
-    gpu = list((store.record(GpuSamples) or GpuSamples()).samples)
+    windows = list(store.record_or_empty(MetricsWindows).windows)
+    gpu = list(store.record_or_empty(GpuSamples).samples)
     if preflight:
         preflight_into_store(store, cases, cfg)
     targets = cfg.targets()
