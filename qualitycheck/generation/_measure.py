@@ -15,7 +15,6 @@ pairs inside a category are still sent together.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -129,8 +128,8 @@ def measured_generate(
                     )
                 finally:
                     sampler.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await sampler
+                    # the sampler's cancellation is its result; a Ctrl-C landing here must still stop the run (suppressing CancelledError would swallow it)
+                    await asyncio.gather(sampler, return_exceptions=True)
                     if readings:
                         gpu.extend(readings)
                         store.put_record(GpuSamples(samples=gpu))
