@@ -294,6 +294,13 @@ class RunStore:
                 (r.case_id, r.target, r.repeat, r.fingerprint, 0, body),
             )
 
+    def put_responses(self, rs: Iterable[Response]) -> None:
+        """Store several outcomes in one transaction (one commit, one WAL sync point), each as `put_response` does."""
+        with self._db:
+            self._db.execute("BEGIN")
+            for r in rs:
+                self.put_response(r)
+
     def stored_outcomes(self) -> StoredOutcomes:
         """What is stored per (case, target, repeat), for resume: looked up a case at a time. Close it after use."""
         return StoredOutcomes(self.folder / STORE_NAME)
