@@ -140,11 +140,11 @@ MAX_UNWRITTEN = 1024
 """Responses received but not yet committed beyond which no new pair is sent.
 
 The writer thread gets the GIL only when the event loop lets go of it; with
-a fast server (the benchmark's instant one, ~2,000 responses/s on one core)
-the loop receives faster than the thread commits, and an unbounded queue
-grew by 16,000 responses (~70 MB) over a 50,000-case run. An idle writer
-commits a response in ~30 us; model servers answer far slower than that, so
-at their rates the limit is not reached and the configured load is kept.
+a server faster than a commit (the benchmark's instant one) the loop
+receives faster than the thread commits, and an unbounded queue would grow
+with the run (docs/ARCHITECTURE.md has the figure). Model servers answer far
+slower than a commit, so at their rates the limit is not reached and the
+configured load is kept.
 """
 
 
