@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench import _procs
 
 ROOT = Path(__file__).resolve().parents[1]
 MBPP = Path("/work/shared/data/mbpp/sanitized-mbpp.jsonl")
@@ -204,12 +205,12 @@ def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path,
     folder = tmp / "report-run"
     _store(folder, cases, answers).close()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    score = subprocess.run([sys.executable, "-m", "qualitycheck", "score", str(folder)], capture_output=True, text=True, env=env)
+    score = _procs.run([sys.executable, "-m", "qualitycheck", "score", str(folder)], capture_output=True, text=True, env=env)
     if score.returncode not in (0, 1):
         skipped("report_build_s", f"qualitycheck score failed: {score.stderr[-300:]}")
         return
     t0 = time.perf_counter()
-    rep = subprocess.run([sys.executable, "-m", "qualitycheck", "report", str(folder)], capture_output=True, text=True, env=env)
+    rep = _procs.run([sys.executable, "-m", "qualitycheck", "report", str(folder)], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     html = folder / "report.html"
     if rep.returncode not in (0, 1) or not html.is_file():

@@ -47,6 +47,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench import _procs
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 PY = sys.executable
@@ -104,7 +106,7 @@ def proxy(baseline: str, out: Path, sample: float, *extra: str, config: dict[str
     cmd = [*_pin(PROXY_CPU), PY, "-m", "qualitycheck", "shadow", "-c", str(cfg), "--listen", "127.0.0.1:0"]
     cmd += ["--baseline", root, "--candidate", root, "--model", "bench", "--out", str(out), "--sample", str(sample), *extra]
     with log.open("wb") as err:
-        proc = subprocess.Popen(cmd, stdout=err, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        proc = _procs.popen(cmd, stdout=err, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     try:
         deadline = time.monotonic() + 60
         while not (m := re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text(errors="replace"))):
@@ -124,7 +126,7 @@ def proxy(baseline: str, out: Path, sample: float, *extra: str, config: dict[str
 @contextmanager
 def reference(script: str, baseline: str) -> Iterator[str]:
     """A reference hop (bench/bare_proxy.py, bench/tcp_relay.py) pinned where the shadow proxy runs; yields its /v1 URL."""
-    proc = subprocess.Popen([*_pin(PROXY_CPU), PY, str(BENCH / script), baseline.removesuffix("/v1")], stdout=subprocess.PIPE, text=True)
+    proc = _procs.popen([*_pin(PROXY_CPU), PY, str(BENCH / script), baseline.removesuffix("/v1")], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         if not line.startswith("PORT "):
@@ -137,7 +139,7 @@ def reference(script: str, baseline: str) -> Iterator[str]:
 
 def _load_run(url: str, n: int, c: int = 64, stagger: float = 0.0) -> dict[str, Any]:
     cmd = [*_pin(SERVER_CPU), PY, str(BENCH / "shadow_load.py"), url, str(n), str(c)] + (["--stagger", str(stagger)] if stagger else [])
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    out = _procs.run(cmd, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(f"load generator failed: {out.stderr[-2000:]}")
     data: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import _procs
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path("/work/shared/data")
 FIXTURES = ROOT / "tests" / "fixtures" / "replay"
@@ -157,7 +159,7 @@ def _run_measured(cmd: list[str]) -> tuple[float, float, float, float, int, str]
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, text=True)
+    proc = _procs.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, text=True)
     peak = 0.0
     largest = 0.0
     while proc.poll() is None:

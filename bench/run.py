@@ -10,7 +10,8 @@ because the machine may be shared.
     python bench/run.py --quick    # fewer repetitions and cases; < 10 minutes
     python bench/run.py --peers    # also lm-eval / promptfoo / inspect-ai when installed
 
-Figures are recorded in docs/PERFORMANCE.md.
+Figures are recorded in docs/PERFORMANCE.md. Every process a section starts
+ends with the bench, also when the bench is SIGKILLed (bench/_procs.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 PY = sys.executable
 sys.path.insert(0, str(ROOT))
+
+from bench import _procs  # noqa: E402  (bench/ is importable once the root is on the path)
 
 SERVER_CPU, CLIENT_CPU = 1, 0
 REAL = {"ttft": 0.05, "itl": 0.002, "chunks": 20}
@@ -73,7 +76,7 @@ def bench_server(mode: dict[str, float], record: bool = False) -> Iterator[str]:
         "--chunks",
         str(int(mode["chunks"])),
     ] + (["--record"] if record else [])
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = _procs.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         if not line.startswith("PORT "):
@@ -105,7 +108,7 @@ def run_process(cmd: list[str], *, timeout: float = 900, env: dict[str, str] | N
     """Run a client pinned to its core; wall from spawn to exit, CPU and RSS from wait4."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen([*_pin(CLIENT_CPU), *cmd], stdout=out, stderr=err, env=env, cwd=ROOT)
+        proc = _procs.popen([*_pin(CLIENT_CPU), *cmd], stdout=out, stderr=err, env=env, cwd=ROOT)
         deadline = t0 + timeout
         while True:
             pid, status, ru = os.wait4(proc.pid, os.WNOHANG)

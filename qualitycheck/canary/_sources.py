@@ -1,7 +1,8 @@
 """Where a canary's numbers come from: Prometheus text pages scraped directly, or a Prometheus server's HTTP API.
 
 A scrape becomes a `Snapshot`: the counters, gauges and histograms the
-guardrails read, under engine-neutral keys, so one window computation
+guardrails read, under engine-neutral keys (a view of the run's record of
+a scrape, `MetricsSnapshot`, plus what only the canary reads), so one window computation
 serves vLLM, SGLang, the shadow proxy and a DCGM exporter alike. The names
 each key comes from (docs/stages/canary.md has the table):
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
@@ -36,6 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from qualitycheck.core._config import Target
 from qualitycheck.core._http import HttpClient
+from qualitycheck.core._records import MetricsSnapshot
 from qualitycheck.generation._metrics import parse_dcgm, parse_metrics
 
 __all__ = [
@@ -92,21 +95,61 @@ class Histogram:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One scrape of one page: what the guardrails read, under engine-neutral keys."""
+    """The canary's view of one scrape of one page: what the guardrails read, under engine-neutral keys.
 
-    t: float
-    ok: bool
-    error: str | None = None
+    What a scrape says that a run records too (vLLM's speculative-decoding
+    counters, generated tokens, finished requests, KV-cache usage) is held
+    once, in the run's record of a scrape (`scrape`, a `MetricsSnapshot`,
+    read from the page by the run's own reader); the keys below read it
+    from there. Only what the run never records is kept here besides:
+    other engines' names, the shadow proxy's counters, DCGM's gauges, the
+    TPOT histogram.
+    """
+
+    scrape: MetricsSnapshot
     engine: str | None = None
     """`vllm`, `sglang`, or None (a shadow proxy or DCGM page, or no engine names found)."""
-    counters: dict[str, float] = field(default_factory=dict)
-    """drafts, draft_tokens, accepted_tokens, requests, errors, generation_tokens (those the page has)."""
-    gauges: dict[str, float] = field(default_factory=dict)
-    """spec_accept_rate, spec_accept_length, kv_cache_usage, gpu_utilization, gpu_memory_used_mib, gpu_memory_free_mib."""
+    other_counters: dict[str, float] = field(default_factory=dict)
+    """Counters the scrape record does not hold: vLLM's failed requests, SGLang's and the shadow proxy's names."""
+    other_gauges: dict[str, float] = field(default_factory=dict)
     histograms: dict[str, Histogram] = field(default_factory=dict)
     """`tpot`: the TPOT (or inter-token latency) histogram, in seconds."""
-    per_position: dict[str, float] = field(default_factory=dict)
-    """vLLM's accepted tokens per draft position (counters)."""
+
+    @property
+    def t(self) -> float:
+        return self.scrape.t
+
+    @property
+    def ok(self) -> bool:
+        return self.scrape.ok
+
+    @property
+    def error(self) -> str | None:
+        return self.scrape.error
+
+    @cached_property
+    def counters(self) -> dict[str, float]:
+        """drafts, draft_tokens, accepted_tokens, requests, errors, generation_tokens (those the page has)."""
+        s = self.scrape
+        out: dict[str, float] = {}
+        if s.spec is not None:
+            out.update(drafts=s.spec.drafts, draft_tokens=s.spec.draft_tokens, accepted_tokens=s.spec.accepted_tokens)
+        if s.generation_tokens is not None:
+            out["generation_tokens"] = s.generation_tokens
+        if s.requests_finished is not None:
+            out["requests"] = s.requests_finished
+        return out | self.other_counters
+
+    @cached_property
+    def gauges(self) -> dict[str, float]:
+        """spec_accept_rate, spec_accept_length, kv_cache_usage, gpu_utilization, gpu_memory_used_mib, gpu_memory_free_mib."""
+        kv = self.scrape.kv_cache_usage
+        return ({"kv_cache_usage": kv} if kv is not None else {}) | self.other_gauges
+
+    @property
+    def per_position(self) -> dict[str, float]:
+        """vLLM's accepted tokens per draft position (counters)."""
+        return self.scrape.spec.per_position if self.scrape.spec is not None else {}
 
 
 def _histogram(samples: list[Any], name: str) -> Histogram | None:
@@ -126,7 +169,13 @@ def _histogram(samples: list[Any], name: str) -> Histogram | None:
 
 
 def parse_page(
-    text: str, t: float, *, engine: str = "auto", model: str | None = None, shadow_names: tuple[str, str] | None = None
+    text: str,
+    t: float,
+    *,
+    engine: str = "auto",
+    model: str | None = None,
+    shadow_names: tuple[str, str] | None = None,
+    url: str = "",
 ) -> Snapshot:
     """A Prometheus text page → a `Snapshot`; `ValueError` when it is not Prometheus text.
 
@@ -139,31 +188,21 @@ def parse_page(
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
     histograms: dict[str, Histogram] = {}
-    per_position: dict[str, float] = {}
+    scrape = MetricsSnapshot(url=url, t=t, ok=True)
     if shadow_names is not None:
         for key, name in zip(("requests", "errors"), shadow_names, strict=True):
             if name in names:
                 counters[key] = sum(s.value for s in samples if s.name == name)
-        return Snapshot(t, True, counters=counters)
+        return Snapshot(scrape, other_counters=counters)
     if engine == "auto":
         engine = "vllm" if any(n.startswith("vllm:") for n in names) else "sglang" if any(n.startswith("sglang:") for n in names) else ""
     if engine == "vllm":
+        scrape = MetricsSnapshot(url=url, t=t, ok=True, **parse_metrics(text, model))  # as the run records a scrape
         if model and any(s.labels.get("model_name") == model for s in samples):
             samples = [s for s in samples if s.labels.get("model_name") in (model, None)]
-        base = parse_metrics(text, model)
-        spec = base.get("spec") or {}
-        for key in ("drafts", "draft_tokens", "accepted_tokens"):
-            if key in spec:
-                counters[key] = float(spec[key])
-        per_position = {str(k): float(v) for k, v in (spec.get("per_position") or {}).items()}
-        if "generation_tokens" in base:
-            counters["generation_tokens"] = float(base["generation_tokens"])
         success = [s for s in samples if s.name == "vllm:request_success_total"]
         if success:
-            counters["requests"] = sum(s.value for s in success)
             counters["errors"] = sum(s.value for s in success if s.labels.get("finished_reason") == "error")
-        if "kv_cache_usage" in base:
-            gauges["kv_cache_usage"] = float(base["kv_cache_usage"])
         for name in VLLM_TPOT:
             if (h := _histogram(samples, name)) is not None:
                 histograms["tpot"] = h
@@ -183,7 +222,7 @@ def parse_page(
         if "requests" in counters:  # SGLang counts finished and aborted requests apart
             counters["requests"] += counters.get("errors", 0.0)
     gauges.update(parse_dcgm(text))
-    return Snapshot(t, True, None, engine or None, counters, gauges, histograms, per_position)
+    return Snapshot(scrape, engine or None, counters, gauges, histograms)
 
 
 def _target(url: str) -> Target:
@@ -201,11 +240,11 @@ async def scrape_page(
     finally:
         await http.aclose()
     if out.error is not None:
-        return Snapshot(t, False, f"{url}: {out.error.message}")
+        return Snapshot(MetricsSnapshot(url=url, t=t, ok=False, error=f"{url}: {out.error.message}"))
     try:
-        return parse_page(out.value or "", t, engine=engine, model=model, shadow_names=shadow_names)
+        return parse_page(out.value or "", t, engine=engine, model=model, shadow_names=shadow_names, url=url)
     except ValueError as exc:
-        return Snapshot(t, False, f"{url}: not Prometheus text: {exc}")
+        return Snapshot(MetricsSnapshot(url=url, t=t, ok=False, error=f"{url}: not Prometheus text: {exc}"))
 
 
 @dataclass(frozen=True)

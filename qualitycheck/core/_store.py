@@ -25,7 +25,7 @@ from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
 from qualitycheck.core._config import Config
 from qualitycheck.core._errors import RunMismatchError, StoreError, first_problem
-from qualitycheck.core._records import FORMAT_VERSION, ArtifactRecord, Response, Score
+from qualitycheck.core._records import FORMAT_VERSION, ArtifactRecord, Response, Score, _Readings
 
 __all__ = [
     "STORE_NAME",
@@ -41,6 +41,8 @@ STORE_NAME = "run.sqlite"
 
 R = TypeVar("R", bound=ArtifactRecord)
 """A kind of typed artifact (`RunStore.record`)."""
+L = TypeVar("L", bound=_Readings)
+"""A kind of artifact that is a list of readings, whose empty record means "none taken" (`RunStore.record_or_empty`)."""
 _ROUTE = "COALESCE(json_extract(body, '$.tags.route'), category)"
 """A stored case's route in SQL: `tags.route`, else its category (as `Case.route`)."""
 _JUDGED = "json_extract(body, '$.checks.judge') IS NOT NULL"
@@ -292,6 +294,13 @@ class RunStore:
                 (r.case_id, r.target, r.repeat, r.fingerprint, 0, body),
             )
 
+    def put_responses(self, rs: Iterable[Response]) -> None:
+        """Store several outcomes in one transaction (one commit, one WAL sync point), each as `put_response` does."""
+        with self._db:
+            self._db.execute("BEGIN")
+            for r in rs:
+                self.put_response(r)
+
     def stored_outcomes(self) -> StoredOutcomes:
         """What is stored per (case, target, repeat), for resume: looked up a case at a time. Close it after use."""
         return StoredOutcomes(self.folder / STORE_NAME)
@@ -464,6 +473,15 @@ class RunStore:
             return kind.model_validate_json(body, strict=True)
         except ValidationError as exc:
             raise StoreError(f"{self.folder}: artifact {kind.ARTIFACT!r} is not a valid {kind.__name__}: {first_problem(exc)}") from None
+
+    def record_or_empty(self, kind: type[L]) -> L:
+        """The run's list of readings of this kind, validated; the empty record when the run has none.
+
+        Only list kinds have an empty record that means "none taken"; a kind
+        with required fields (a preflight, a noise floor) has no such value,
+        so its absence stays `record`'s None.
+        """
+        return self.record(kind) or kind()
 
     def artifact_names(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT name FROM artifacts ORDER BY name")]

@@ -15,7 +15,6 @@ pairs inside a category are still sent together.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -108,8 +107,8 @@ def measured_generate(
     """
     # read before anything is sent, and kept here as windows are added (a resumed run's earlier windows are kept):
     # a damaged record (a StoreError) must not cost the preflight's and a window's requests first
-    windows = list((store.record(MetricsWindows) or MetricsWindows()).windows)
-    gpu = list((store.record(GpuSamples) or GpuSamples()).samples)
+    windows = list(store.record_or_empty(MetricsWindows).windows)
+    gpu = list(store.record_or_empty(GpuSamples).samples)
     if preflight:
         preflight_into_store(store, cases, cfg)
     targets = cfg.targets()
@@ -129,8 +128,8 @@ def measured_generate(
                     )
                 finally:
                     sampler.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await sampler
+                    # the sampler's cancellation is its result; a Ctrl-C landing here must still stop the run (suppressing CancelledError would swallow it)
+                    await asyncio.gather(sampler, return_exceptions=True)
                     if readings:
                         gpu.extend(readings)
                         store.put_record(GpuSamples(samples=gpu))

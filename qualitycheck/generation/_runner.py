@@ -140,11 +140,11 @@ MAX_UNWRITTEN = 1024
 """Responses received but not yet committed beyond which no new pair is sent.
 
 The writer thread gets the GIL only when the event loop lets go of it; with
-a fast server (the benchmark's instant one, ~2,000 responses/s on one core)
-the loop receives faster than the thread commits, and an unbounded queue
-grew by 16,000 responses (~70 MB) over a 50,000-case run. An idle writer
-commits a response in ~30 us; model servers answer far slower than that, so
-at their rates the limit is not reached and the configured load is kept.
+a server faster than a commit (the benchmark's instant one) the loop
+receives faster than the thread commits, and an unbounded queue would grow
+with the run (docs/ARCHITECTURE.md has the figure). Model servers answer far
+slower than a commit, so at their rates the limit is not reached and the
+configured load is kept.
 """
 
 
@@ -281,9 +281,10 @@ class _StoreWriter:
     A commit waits on the disk (~0.2 ms, far more on a busy disk); done on
     the event loop, that wait delays reading every other stream and shows up
     as extra TTFT/ITL. The thread commits each response as soon as it is
-    handed over, so durability is unchanged: a killed run loses only what was
-    in flight or queued for a fraction of a millisecond. `close` drains the
-    queue before generation returns.
+    handed over (with whatever else is queued by then, in one transaction),
+    so durability is unchanged: a killed run loses only what was in flight or
+    queued for a fraction of a millisecond. `close` drains the queue before
+    generation returns.
     """
 
     _STOP = object()
@@ -303,16 +304,22 @@ class _StoreWriter:
         return self._queue.qsize()
 
     def _run(self) -> None:
+        """Commit what is queued, all of it in one transaction: whatever arrived while the last commit ran
+        goes in the next, so no response waits longer than before, and a busy run pays one commit for several."""
         while True:
-            r = self._queue.get()
-            if r is self._STOP:
+            batch = [self._queue.get()]
+            while not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            stop = batch[-1] is self._STOP
+            if stop:
+                batch.pop()
+            if batch and self._failure is None:
+                try:
+                    self._store.put_responses(batch)
+                except BaseException as exc:  # surfaced by raise_failure once generation ends
+                    self._failure = exc
+            if stop:
                 return
-            if self._failure is not None:
-                continue
-            try:
-                self._store.put_response(r)
-            except BaseException as exc:  # surfaced by raise_failure once generation ends
-                self._failure = exc
 
     def close(self) -> None:
         if self._thread.is_alive():

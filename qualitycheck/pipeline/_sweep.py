@@ -99,7 +99,7 @@ def _cell(
             raise RunIncompleteError(f"sweep interrupted in cell {name}; run the same command again to resume")
         latency = side_latency(store.responses(), cfg.run.gpu_hour_usd).get(side, {})
         errors = ErrorTally.of(r for r in store.responses() if not r.ok)
-        acceptance = acceptance_from_windows((store.record(MetricsWindows) or MetricsWindows()).windows, side=side, reference="none")
+        acceptance = acceptance_from_windows(store.record_or_empty(MetricsWindows).windows, side=side, reference="none")
     finally:
         store.close()
     rate = latency.get("error_rate")

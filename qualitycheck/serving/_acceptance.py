@@ -168,7 +168,7 @@ def acceptance_from_windows(windows: Sequence[MetricsWindow], side: str = "candi
 
 def acceptance_summary(store: RunStore) -> dict[str, Any]:
     """summary.json `acceptance`; all values None with a warning when nothing was scraped."""
-    windows = (store.record(MetricsWindows) or MetricsWindows()).windows
+    windows = store.record_or_empty(MetricsWindows).windows
     if not windows:
         out = _empty()
         out.update(

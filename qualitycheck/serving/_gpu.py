@@ -40,5 +40,4 @@ def gpu_from_samples(samples: Sequence[GpuSample]) -> dict[str, dict[str, Any]]:
 
 def gpu_summary(store: RunStore) -> dict[str, dict[str, Any]]:
     """summary.json `gpu`: empty when nothing was sampled (no gauge exposed, or generation shorter than a sample)."""
-    record = store.record(GpuSamples)
-    return gpu_from_samples(record.samples if record is not None else [])
+    return gpu_from_samples(store.record_or_empty(GpuSamples).samples)

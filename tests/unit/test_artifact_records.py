@@ -186,6 +186,19 @@ def test_metrics_windows_read_from_a_bare_list_merge_in_folder_order_and_refuse_
         store.record(MetricsWindows)
 
 
+def test_a_list_record_a_run_does_not_have_reads_as_empty_and_one_it_has_as_stored(tmp_path: Path) -> None:
+    _empty(tmp_path).close()
+    with RunStore.open(tmp_path) as store:
+        assert store.record_or_empty(MetricsWindows) == MetricsWindows()
+        assert store.record_or_empty(GpuSamples).samples == []
+    _set_artifact(tmp_path, "metrics_windows", [_window("qa", 1)])
+    with RunStore.open(tmp_path) as store:
+        assert [w.category for w in store.record_or_empty(MetricsWindows).windows] == ["qa"]
+    _set_artifact(tmp_path, "metrics_windows", [_window("qa", "1")])
+    with RunStore.open(tmp_path) as store, pytest.raises(StoreError, match=r"windows\.0\.sent\.candidate\.requests"):
+        store.record_or_empty(MetricsWindows)  # damage is an error, never the empty record
+
+
 def test_gpu_samples_read_from_a_bare_list_merge_in_folder_order_and_refuse_a_damaged_reading(tmp_path: Path) -> None:
     _empty(tmp_path).close()
     kv = {"t": 1.0, "side": "candidate", "kv_cache_usage": 0.5}

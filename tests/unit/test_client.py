@@ -122,3 +122,49 @@ def test_api_key_comes_from_the_named_env_var(monkeypatch: pytest.MonkeyPatch) -
 
         asyncio.run(go())
     assert srv.requests("/chat/completions")[0]["auth"] == "Bearer sk-from-env"
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        b'{"choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null,"token_ids":[5]}]}',
+        b'{"choices":[{"index":0,"delta":{"role":"assistant"}}],"usage":null}',
+        b'{"choices":[{"index":1,"delta":{"content":"other choice"}}]}',
+        b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":7}}',
+        b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{}"}}]}}]}',
+        b'{"choices":[{"index":"0","delta":{"content":"a string index"}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":7}}]}',
+        b'{"choices":{"index":0}}',
+        b'{"error":{"message":"overloaded"}}',
+        b'{"choices":[],"usage":"many"}',
+        b"[1, 2]",
+        b'{"choices":[{"index":0,"delta":{"content":"x"}}]',
+    ],
+)
+def test_an_event_adds_to_the_answer_as_json_loads_reads_it_whichever_parser_takes_it(event: bytes) -> None:
+    """The msgspec path takes a well-formed answer's events; the rest fall through to `json.loads`: same answer, same error."""
+    import json
+
+    from qualitycheck.core._http import HttpError
+    from qualitycheck.generation._client import _Accumulator, _feed_payload
+
+    def outcome(feed: Any) -> tuple[Any, ...]:
+        acc = _Accumulator(1.0)
+        try:
+            feed(acc)
+        except HttpError as exc:
+            return ("error", exc.info.kind, exc.info.message)
+        return (acc.text, acc.chunk_times, acc.token_ids, acc.has_token_ids, acc.finish_reason, acc.usage, acc.tool_calls())
+
+    def by_json(acc: _Accumulator) -> None:
+        try:
+            data = json.loads(event.decode())
+        except ValueError:
+            _feed_payload(event, 2.0, acc, True)  # the parser's own error for JSON it cannot read
+            return
+        if not isinstance(data, dict):
+            _feed_payload(event, 2.0, acc, True)
+            return
+        acc.feed(data, 2.0, True)
+
+    assert outcome(lambda acc: _feed_payload(event, 2.0, acc, True)) == outcome(by_json)
