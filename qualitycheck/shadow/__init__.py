@@ -32,7 +32,7 @@ if TYPE_CHECKING:
         run_shadow as run_shadow,
     )
     from qualitycheck.shadow._tally import (
-        DrainRecord as DrainRecord,
+        ShadowDrain as ShadowDrain,
     )
     from qualitycheck.shadow._tally import (
         ShadowMetrics as ShadowMetrics,
@@ -46,7 +46,7 @@ _HOME = {
     "ShadowProxy": "_proxy",
     "Recorder": "_recorder",
     "run_shadow": "_serve",
-    "DrainRecord": "_tally",
+    "ShadowDrain": "_tally",
     "ShadowMetrics": "_tally",
     "ShadowPeriod": "_tally",
 }

@@ -51,7 +51,7 @@ from qualitycheck.core._records import ErrorInfo, MetricsSnapshot, Response, Spe
 from qualitycheck.generation._client import AnswerReader, Endpoint, RequestPlan
 from qualitycheck.generation._metrics import SentTally, scrape_all, window
 from qualitycheck.shadow._recorder import PairRecord, Recorder
-from qualitycheck.shadow._tally import DrainRecord, ShadowMetrics
+from qualitycheck.shadow._tally import ShadowDrain, ShadowMetrics
 
 __all__ = ["AS_REQUESTED", "HOP_BY_HOP", "ShadowProxy"]
 
@@ -234,7 +234,7 @@ class ShadowProxy:
 
         return make
 
-    async def drain(self) -> DrainRecord:
+    async def drain(self) -> ShadowDrain:
         """SIGTERM: stop listening, let in-flight requests and mirrors finish within the timeout, record what is left."""
         timeout = self.cfg.shadow.drain_timeout_s
         t0 = time.monotonic()
@@ -261,7 +261,7 @@ class ShadowProxy:
         for s in (self._session, self._mirror_session):
             if s is not None:
                 await s.close()
-        return DrainRecord(
+        return ShadowDrain(
             timeout_s=timeout, in_flight=in_flight, finished=in_flight - cancelled, cancelled=cancelled, seconds=time.monotonic() - t0
         )
 

@@ -23,7 +23,7 @@ from qualitycheck.core._config import Config
 from qualitycheck.core._store import RunStore
 from qualitycheck.shadow._proxy import ShadowProxy
 from qualitycheck.shadow._recorder import Recorder
-from qualitycheck.shadow._tally import DrainRecord, ShadowMetrics
+from qualitycheck.shadow._tally import ShadowDrain, ShadowMetrics
 from qualitycheck.traffic._rules import Rules
 
 __all__ = ["GC_YOUNG", "log", "run_loop", "run_shadow", "tune_gc"]
@@ -88,7 +88,7 @@ def run_shadow(
     )
     recorder.open()  # a folder holding another run is refused (exit 2) before anyone is served
 
-    async def main() -> DrainRecord:
+    async def main() -> ShadowDrain:
         proxy = ShadowProxy(cfg, recorder, metrics, host=host, port=port, noise_floor=noise_floor, log=log)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -15,7 +15,7 @@ import pytest
 from qualitycheck.core._config import Config, RunOptions, ShadowOptions, Target
 from qualitycheck.shadow._proxy import ShadowProxy
 from qualitycheck.shadow._recorder import Recorder
-from qualitycheck.shadow._tally import DrainRecord, ShadowMetrics
+from qualitycheck.shadow._tally import ShadowDrain, ShadowMetrics
 from qualitycheck.testserver import TestServer
 from qualitycheck.traffic._rules import Rules
 
@@ -71,11 +71,11 @@ class Proxy:
         self.url = self._call(go())
         return self.url
 
-    def stop(self) -> DrainRecord:
+    def stop(self) -> ShadowDrain:
         assert self.proxy is not None
         proxy = self.proxy
 
-        async def go() -> DrainRecord:
+        async def go() -> ShadowDrain:
             drain = await proxy.drain()
             await asyncio.to_thread(self.recorder.close, proxy.period, drain)
             return drain

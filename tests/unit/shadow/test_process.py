@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from qualitycheck.core._records import ShadowPeriods
 from qualitycheck.core._store import RunStore
 from qualitycheck.testserver import TestServer
 
@@ -202,11 +203,11 @@ def test_no_key_and_no_planted_pii_in_any_file_of_the_run_folder_or_the_log(tmp_
             assert secret.encode() not in data, f"{secret!r} found in {where}"
     with RunStore.open(out) as store:
         cases = store.cases()
-        period = store.artifact("shadow")[0]
+        period = (store.record(ShadowPeriods) or ShadowPeriods()).periods[0]
         texts = [r.text for r in store.responses()]
     assert len(cases) == len(PII) and all(c.route == "support" for c in cases)
     assert "<EMAIL_1>" in texts[0] and "<CARD_1>" in texts[0]
-    assert set(period["redactions"]) == set(PII)
+    assert set(period.redactions) == set(PII)
 
 
 def test_keep_pii_stores_prompts_as_sent_but_never_a_key(tmp_path: Path) -> None:
