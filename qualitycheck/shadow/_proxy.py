@@ -134,6 +134,9 @@ class _Pair:
 class ShadowProxy:
     """One listening proxy: forwarding, mirroring, /qc/health, /qc/metrics, periodic /metrics windows, rotation, drain."""
 
+    SIDES = 1
+    """Requests a pair has upstream at once from here (the mirror: the baseline's answer is the forwarded one)."""
+
     def __init__(
         self,
         cfg: Config,
@@ -194,7 +197,7 @@ class ShadowProxy:
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),  # only what the caller sent
             trust_env=False,
         )
-        limit = self._slots.size
+        limit = self._slots.size * self.SIDES
         self._mirror_session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit),
             # no idle timeout per read: each try is bounded as a whole by the same `timeout_s` (`HttpClient.retrying`),
@@ -203,7 +206,7 @@ class ShadowProxy:
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
         )
-        opts = RunOptions(retries=0, timeout_s=cfg.run.timeout_s, concurrency=limit, return_token_ids=False)
+        opts = RunOptions(retries=0, timeout_s=cfg.run.timeout_s, concurrency=self._slots.size, return_token_ids=False)
         # the answers are parsed once each has ended: the loop's time per read goes to forwarding callers' bytes
         self._candidate = Endpoint("candidate", cfg.candidate, opts, self._mirror_session, parse_after=True)
         if self.noise_floor:
@@ -454,15 +457,18 @@ class ShadowProxy:
             pair.body = body
             self.metrics.mirrored.inc()
             self.period.mirrored += 1
-            sent = body
-            if (self._candidate_model and body.get("model") != self._candidate_model) or self._candidate_extra:
-                sent = {**body, **({"model": self._candidate_model} if self._candidate_model else {}), **self._candidate_extra}
-            plan = RequestPlan(pair.kind, sent, _fingerprint(self._candidate_url, pair.kind, pair.raw))
-            pair.candidate = await self._candidate.send_plan(pair.case_id, plan)
+            pair.candidate = await self._candidate.send_plan(pair.case_id, self._candidate_plan(pair, body))
         finally:
             if pair.candidate is None and pair.dropped is None:
                 pair.dropped = "stopped"
             self._maybe_complete(pair)
+
+    def _candidate_plan(self, pair: _Pair, body: dict[str, Any]) -> RequestPlan:
+        """The caller's body for the candidate: its configured model in place of the caller's, its `extra_body` merged in."""
+        sent = body
+        if (self._candidate_model and body.get("model") != self._candidate_model) or self._candidate_extra:
+            sent = {**body, **({"model": self._candidate_model} if self._candidate_model else {}), **self._candidate_extra}
+        return RequestPlan(pair.kind, sent, _fingerprint(self._candidate_url, pair.kind, pair.raw))
 
     def _baseline_done(self, pair: _Pair | None, r: Response | None) -> None:
         if pair is None or r is None:

@@ -205,7 +205,14 @@ class Recorder:
 
     def new_period(self) -> ShadowPeriod:
         s = self.cfg.shadow
-        return ShadowPeriod(replica=self.replica, listen=self.listen, sample=s.sample, max_inflight=s.max_inflight, started_at=time.time())
+        return ShadowPeriod(
+            mode="sink" if s.sink else "proxy",
+            replica=self.replica,
+            listen=self.listen,
+            sample=s.sample,
+            max_inflight=s.max_inflight,
+            started_at=time.time(),
+        )
 
     # ------------------------------------------------------------ the writer thread
     def _run(self) -> None:

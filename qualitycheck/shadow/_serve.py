@@ -23,6 +23,7 @@ from qualitycheck.core._config import Config
 from qualitycheck.core._store import RunStore
 from qualitycheck.shadow._proxy import ShadowProxy
 from qualitycheck.shadow._recorder import Recorder
+from qualitycheck.shadow._sink import ShadowSink
 from qualitycheck.shadow._tally import ShadowDrain, ShadowMetrics
 from qualitycheck.traffic._rules import Rules
 
@@ -89,7 +90,8 @@ def run_shadow(
     recorder.open()  # a folder holding another run is refused (exit 2) before anyone is served
 
     async def main() -> ShadowDrain:
-        proxy = ShadowProxy(cfg, recorder, metrics, host=host, port=port, noise_floor=noise_floor, log=log)
+        kind = ShadowSink if cfg.shadow.sink else ShadowProxy
+        proxy = kind(cfg, recorder, metrics, host=host, port=port, noise_floor=noise_floor, log=log)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -102,7 +104,7 @@ def run_shadow(
         assert cfg.baseline is not None and cfg.candidate is not None
         s = cfg.shadow
         log(
-            f"listening on {url}: baseline {cfg.baseline.public_url}, candidate {cfg.candidate.public_url}, "
+            f"{'sink ' if s.sink else ''}listening on {url}: baseline {cfg.baseline.public_url}, candidate {cfg.candidate.public_url}, "
             f"sample {s.sample:g}, max in flight {s.max_inflight}"
             + (f", rotating every {s.rotate_every}" if s.rotate_every else "")
             + f" → {recorder.folder}"

@@ -1,4 +1,4 @@
-"""An in-process shadow proxy in front of two scripted test servers, on a loop of its own."""
+"""An in-process shadow proxy (or sink) with two scripted test servers, on a loop of its own."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from qualitycheck.core._config import Config, RunOptions, ShadowOptions, Target
 from qualitycheck.shadow._proxy import ShadowProxy
 from qualitycheck.shadow._recorder import Recorder
+from qualitycheck.shadow._sink import ShadowSink
 from qualitycheck.shadow._tally import ShadowDrain, ShadowMetrics
 from qualitycheck.testserver import TestServer
 from qualitycheck.traffic._rules import Rules
@@ -63,7 +64,8 @@ class Proxy:
         self.thread.start()
 
         async def go() -> str:
-            self.proxy = ShadowProxy(
+            kind = ShadowSink if self.cfg.shadow.sink else ShadowProxy
+            self.proxy = kind(
                 self.cfg, self.recorder, self.metrics, host="127.0.0.1", port=0, noise_floor=self.noise_floor, log=self.logs.append
             )
             return await self.proxy.start()

@@ -26,6 +26,7 @@ from .test_forwarding import call, chat
 
 CALLER_KEY = "sk-callerkey0123456789abcdefXYZ"
 CANDIDATE_KEY = "sk-candidatekey9876543210zyxwvUT"
+BASELINE_KEY = "sk-baselinekey5555555555qqqqqPP"
 PII = {
     "email": "jane.doe.4711@example.org",
     "phone": "+44 20 7946 0958",
@@ -155,10 +156,13 @@ def test_kill_9_loses_at_most_the_pairs_in_flight(tmp_path: Path) -> None:
     assert json.loads((out / "summary.json").read_text())["cases"] == 4
 
 
-def test_no_key_and_no_planted_pii_in_any_file_of_the_run_folder_or_the_log(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["proxy", "sink"])
+def test_no_key_and_no_planted_pii_in_any_file_of_the_run_folder_or_the_log(tmp_path: Path, mode: str) -> None:
+    """The sink's caller is the gateway: the caller's key it relays is sent nowhere, each target gets its own."""
     answer = f"Sure, I will write to {PII['email']} and charge {PII['card']}."
     cfg = tmp_path / "qualitycheck.yaml"
     cfg.write_text(
+        "baseline:\n  api_key_env: QC_SHADOW_BASE_KEY\n"
         "candidate:\n  api_key_env: QC_SHADOW_TEST_KEY\n"
         "speculative_decoding_guardrails:\n  max_error_rate: '1%'\n  max_quality_regression_cases: 0\n",
         encoding="utf-8",
@@ -178,18 +182,22 @@ def test_no_key_and_no_planted_pii_in_any_file_of_the_run_folder_or_the_log(tmp_
             str(out),
             "--sample",
             "1",
+            *(["--sink"] if mode == "sink" else []),
         )
-        with shadow_process(tmp_path, *args, env={"QC_SHADOW_TEST_KEY": CANDIDATE_KEY}) as sp:
+        keys = {"QC_SHADOW_TEST_KEY": CANDIDATE_KEY, "QC_SHADOW_BASE_KEY": BASELINE_KEY}
+        with shadow_process(tmp_path, *args, env=keys) as sp:
             for kind, value in PII.items():
                 body = chat(f"My {kind} is {value}, please help.", temperature=0, stream=kind != "ip")
                 status, _, _ = call(
                     sp.url, "/v1/chat/completions", body, headers={"Authorization": f"Bearer {CALLER_KEY}", "X-Route": "support"}
                 )
-                assert status == 200
+                assert status == (204 if mode == "sink" else 200)
             sp.wait_metric("qc_shadow_stored_total", float(len(PII)))
             sp.proc.send_signal(signal.SIGTERM)
             assert sp.proc.wait(120) in (0, 1), sp.log.read_text()
-        assert {e["auth"] for e in base.requests("/chat/completions")} == {f"Bearer {CALLER_KEY}"}
+        # the proxy forwards the caller's key to the baseline (the callers' own request); the sink sends its configured one
+        base_key = CALLER_KEY if mode == "proxy" else BASELINE_KEY
+        assert {e["auth"] for e in base.requests("/chat/completions")} == {f"Bearer {base_key}"}
         assert {e["auth"] for e in cand.requests("/chat/completions")} == {f"Bearer {CANDIDATE_KEY}"}
     report = qc("report", str(out))
     assert report.returncode in (0, 1), report.stderr
@@ -199,7 +207,7 @@ def test_no_key_and_no_planted_pii_in_any_file_of_the_run_folder_or_the_log(tmp_
     haystacks["proxy log"] = sp.log.read_bytes()
     haystacks["report output"] = (report.stdout + report.stderr).encode()
     for where, data in haystacks.items():
-        for secret in (CALLER_KEY, CANDIDATE_KEY, *PII_FORMS):
+        for secret in (CALLER_KEY, CANDIDATE_KEY, BASELINE_KEY, *PII_FORMS):
             assert secret.encode() not in data, f"{secret!r} found in {where}"
     with RunStore.open(out) as store:
         cases = store.cases()
@@ -207,7 +215,7 @@ def test_no_key_and_no_planted_pii_in_any_file_of_the_run_folder_or_the_log(tmp_
         texts = [r.text for r in store.responses()]
     assert len(cases) == len(PII) and all(c.route == "support" for c in cases)
     assert "<EMAIL_1>" in texts[0] and "<CARD_1>" in texts[0]
-    assert set(period.redactions) == set(PII)
+    assert set(period.redactions) == set(PII) and period.mode == mode
 
 
 def test_keep_pii_stores_prompts_as_sent_but_never_a_key(tmp_path: Path) -> None:
