@@ -25,10 +25,21 @@ __all__ = [
     "ShadowPeriods",
 ]
 
-DROP_REASONS = ("max_inflight", "not_json", "not_a_case", "client_disconnected", "stopped", "store_failed")
+DROP_REASONS = (
+    "max_inflight",
+    "handoff_full",
+    "mirror_down",
+    "not_json",
+    "not_a_case",
+    "client_disconnected",
+    "stopped",
+    "store_failed",
+)
 """Why a sampled request was not stored as a pair:
 
 - `max_inflight`: more mirrors were pending than allowed; the request was not mirrored;
+- `handoff_full`: the mirror process is not taking requests as fast as they come (stalled, or saturated);
+- `mirror_down`: the mirror process is gone (the callers are served as before);
 - `not_json`: the body is not a JSON object, so there is nothing to mirror;
 - `not_a_case`: mirrored, but the request cannot be a case (e.g. no messages);
 - `client_disconnected`: the caller left mid-answer, so the baseline's answer is incomplete;

@@ -289,3 +289,47 @@ def test_a_folder_holding_another_run_is_refused_before_listening(tmp_path: Path
         str(tmp_path / "taken"),
     )
     assert r.returncode == 2 and "holds a different run" in r.stderr and "listening" not in r.stderr
+
+
+def test_a_stalled_or_killed_mirror_process_never_touches_the_callers(tmp_path: Path) -> None:
+    """The mirror side stopped (SIGSTOP), then killed mid-run (SIGKILL): every caller gets the baseline's bytes throughout."""
+    with TestServer(default="a b c d", itl_s=0.0) as base, TestServer(default="a b c d") as cand:
+        out = tmp_path / "run"
+        with shadow_process(tmp_path, "--baseline", base.url, "--candidate", cand.url, "--out", str(out), "--sample", "1") as sp:
+            m = re.search(r"mirror process (\d+)", sp.log.read_text())
+            assert m, sp.log.read_text()
+            mirror = int(m.group(1))
+            body = chat("the same question", stream=True, temperature=0)
+            direct = call(base.url, "/v1/chat/completions", body)
+            for _ in range(3):
+                assert call(sp.url, "/v1/chat/completions", body) == direct
+            sp.wait_metric("qc_shadow_stored_total", 3.0)
+            os.kill(mirror, signal.SIGSTOP)  # stalled: the hand-off only fills a buffer
+            try:
+                for _ in range(5):
+                    assert call(sp.url, "/v1/chat/completions", body) == direct
+            finally:
+                os.kill(mirror, signal.SIGCONT)
+            sp.wait_metric("qc_shadow_stored_total", 8.0)  # it catches up: nothing handed over was lost
+            base.itl_s = 0.2
+            results: list[Any] = []
+            threads = [stream_in_thread(sp.url, chat(f"in flight {i}", stream=True, temperature=0), results) for i in range(2)]
+            deadline = time.monotonic() + 20
+            while len(base.requests("/chat/completions")) < 11 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(mirror, signal.SIGKILL)  # mid-run, with two answers streaming
+            for t in threads:
+                t.join(30)
+            base.itl_s = 0.0
+            for _ in range(3):
+                assert call(sp.url, "/v1/chat/completions", body) == direct
+            status, _, raw = call(sp.url, "/qc/health")
+            assert status == 503 and json.loads(raw)["status"] == "mirror_down"
+            assert sp.metric("qc_shadow_dropped_total", reason="mirror_down") == 3.0
+            sp.proc.send_signal(signal.SIGTERM)
+            code = sp.proc.wait(60)
+    assert [r[0] for r in results] == [200, 200] and all(b"[DONE]" in r[2] for r in results)
+    log = sp.log.read_text()
+    assert code == 3 and "the mirror process" in log and "is gone" in log, log
+    with RunStore.open(out) as store:
+        assert store.case_count() == 8
