@@ -35,6 +35,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from qualitycheck.core._config import Config
+from qualitycheck.core._errors import QualitycheckError
 from qualitycheck.core._http import TRANSPORT_ERRORS, transport_error
 from qualitycheck.core._records import ErrorInfo, ShadowDrain
 from qualitycheck.shadow._mirror import AS_REQUESTED, MIRRORED, BaselineAnswer
@@ -135,7 +136,12 @@ class ShadowProxy:
         self._runner = web.ServerRunner(server, shutdown_timeout=cfg.shadow.drain_timeout_s)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, backlog=4096, reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # a port in use, an address not on this host: bad input, said as such (exit 2)
+            await self._runner.cleanup()
+            await self._session.close()
+            raise QualitycheckError(f"--listen {self.host}:{self.port}: cannot listen there ({exc.strerror or exc})") from None
         port = self._runner.addresses[0][1]
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.url = f"http://{host}:{port}"

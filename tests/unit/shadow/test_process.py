@@ -333,3 +333,18 @@ def test_a_stalled_or_killed_mirror_process_never_touches_the_callers(tmp_path: 
     assert code == 3 and "the mirror process" in log and "is gone" in log, log
     with RunStore.open(out) as store:
         assert store.case_count() == 8
+
+
+def test_a_port_in_use_is_refused_with_exit_2_and_the_mirror_process_ends(tmp_path: Path) -> None:
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        args = ["--listen", f"127.0.0.1:{port}", "--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9"]
+        r = qc("shadow", *args, "--out", str(tmp_path / "o"))
+    finally:
+        taken.close()
+    assert r.returncode == 2 and f"--listen 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr, r.stderr
