@@ -348,3 +348,26 @@ def test_a_port_in_use_is_refused_with_exit_2_and_the_mirror_process_ends(tmp_pa
     finally:
         taken.close()
     assert r.returncode == 2 and f"--listen 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_stalled_mirror_process_fills_a_bounded_hand_off_and_the_rest_is_counted(tmp_path: Path) -> None:
+    """Requests of 512 KiB while the mirror process is stopped: past the hand-off's bound they are not mirrored, and counted."""
+    with TestServer(default="ok") as base, TestServer(default="ok") as cand:
+        out = tmp_path / "run"
+        with shadow_process(tmp_path, "--baseline", base.url, "--candidate", cand.url, "--out", str(out), "--sample", "1") as sp:
+            m = re.search(r"mirror process (\d+)", sp.log.read_text())
+            assert m, sp.log.read_text()
+            mirror = int(m.group(1))
+            big = "x" * 2**19
+            os.kill(mirror, signal.SIGSTOP)
+            try:
+                for i in range(60):  # 30 MiB: past the 16 MiB the hand-off holds, whatever the socket's own buffers take
+                    assert call(sp.url, "/v1/chat/completions", chat(f"{i} {big}"))[0] == 200
+            finally:
+                os.kill(mirror, signal.SIGCONT)
+            sp.wait_metric("qc_shadow_requests_total", 60.0, endpoint="chat")
+            dropped = sp.metric("qc_shadow_dropped_total", reason="handoff_full")
+            assert 0 < dropped < 60
+            sp.wait_metric("qc_shadow_stored_total", 60.0 - dropped)
+            sp.proc.send_signal(signal.SIGTERM)
+            assert sp.proc.wait(120) in (0, 1), sp.log.read_text()
