@@ -305,8 +305,9 @@ class ProcessHandoff:
 
     async def health(self, draining: bool) -> tuple[int, dict[str, Any]]:
         got = await self._ask("health")
-        if got is None:
-            return 503, {"status": "mirror_down", "folder": str(self.folder), "mirror_pid": self.pid}
+        if got is None:  # gone, or alive but not answering within the ask's 10 s
+            status = "mirror_stalled" if self._up else "mirror_down"
+            return 503, {"status": status, "folder": str(self.folder), "mirror_pid": self.pid}
         body = {**got[0], "mirror_pid": self.pid, "handoff_bytes": self._writer.transport.get_write_buffer_size() if self._writer else 0}
         if draining:
             body["status"] = "draining"
