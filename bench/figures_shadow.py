@@ -27,7 +27,14 @@ percentile of the neighbouring run.
   stored); requests/s is what the load generator saw, and the proxy's own CPU
   time per request says what one core sustains when it is the bottleneck;
 - memory: the proxy's RSS over a long run with `--rotate-every`, sampled as
-  it goes (flat means nothing grows with the number of requests).
+  it goes (flat means nothing grows with the number of requests);
+- the sink (`--sink`, behind a gateway's mirror): its answer to the gateway
+  while it is saturated (c=64 callers sending as fast as it answers), and
+  the pairs it mirrors per second of its CPU, at `--sample 1.0`.
+
+The proxy and the sink are two processes each (the listening one and its
+mirror process); both are pinned to the same core, so "per core" figures
+count both, and the listening loop's own CPU is reported beside them.
 """
 
 from __future__ import annotations
@@ -74,6 +81,11 @@ def _cpu_s(pid: int) -> float:
     return _cpu_s_of(Path(f"/proc/{pid}/stat"))
 
 
+def _both_cpu_s(pids: tuple[int, int]) -> float:
+    """The listening process's and its mirror process's CPU seconds together."""
+    return _cpu_s(pids[0]) + _cpu_s(pids[1])
+
+
 def _loop_cpu_s(pid: int) -> float:
     """CPU seconds of the process's main thread alone: the event loop (the rest is the writer thread's)."""
     return _cpu_s_of(Path(f"/proc/{pid}/task/{pid}/stat"))
@@ -96,8 +108,10 @@ def _load() -> str:
 
 
 @contextmanager
-def proxy(baseline: str, out: Path, sample: float, *extra: str, config: dict[str, Any] | None = None) -> Iterator[tuple[str, int]]:
-    """`qualitycheck shadow` pinned to its core, in front of `baseline` (also its candidate); yields (URL, pid)."""
+def proxy(
+    baseline: str, out: Path, sample: float, *extra: str, config: dict[str, Any] | None = None
+) -> Iterator[tuple[str, tuple[int, int]]]:
+    """`qualitycheck shadow` pinned to its core, in front of `baseline` (also its candidate); yields (URL, (pid, mirror pid))."""
     cfg = out.parent / f"{out.name}.yaml"
     cfg.write_text(json.dumps({"shadow": {"summarize_rotated": False, **(config or {})}}), encoding="utf-8")
     log = out.parent / f"{out.name}.log"
@@ -109,11 +123,12 @@ def proxy(baseline: str, out: Path, sample: float, *extra: str, config: dict[str
         proc = _procs.popen(cmd, stdout=err, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     try:
         deadline = time.monotonic() + 60
-        while not (m := re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text(errors="replace"))):
+        pattern = r"listening on (http://127\.0\.0\.1:\d+).*\(mirror process (\d+)\)"
+        while not (m := re.search(pattern, log.read_text(errors="replace"))):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the proxy did not start: {log.read_text(errors='replace')[-2000:]}")
             time.sleep(0.05)
-        yield m.group(1) + "/v1", proc.pid
+        yield m.group(1) + "/v1", (proc.pid, int(m.group(2)))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -137,8 +152,9 @@ def reference(script: str, baseline: str) -> Iterator[str]:
         proc.wait(10)
 
 
-def _load_run(url: str, n: int, c: int = 64, stagger: float = 0.0) -> dict[str, Any]:
+def _load_run(url: str, n: int, c: int = 64, stagger: float = 0.0, *, stream: bool = True) -> dict[str, Any]:
     cmd = [*_pin(SERVER_CPU), PY, str(BENCH / "shadow_load.py"), url, str(n), str(c)] + (["--stagger", str(stagger)] if stagger else [])
+    cmd += [] if stream else ["--no-stream"]
     out = _procs.run(cmd, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(f"load generator failed: {out.stderr[-2000:]}")
@@ -218,6 +234,17 @@ def _added_latency(
                         (note if pq == "p50" else "")
                         + f"  same runs, bare aiohttp pass-through {med(added['bare'][k]):.2f} ms, byte relay {med(added['relay'][k]):.2f} ms",
                     )
+            for key in ("ttft", "e2e"):
+                for pq in ("p50", "p99"):
+                    k = f"{key}_{pq}"
+                    over = [p - b for p, b in zip(added["proxy"][k], added["bare"][k], strict=True)]
+                    figure(
+                        f"shadow_added_{key}_vs_bare_ms_{pq}{suffix}",
+                        med(over),
+                        "ms",
+                        f"the proxy's addition minus the bare aiohttp hop's, run by run; spread {min(over):.2f} to {max(over):.2f} ms "
+                        f"over {reps} alternations (goal: p50 within 0.5 ms, p99 within 2 ms)",
+                    )
 
 
 def _settled(purl: str) -> None:
@@ -240,11 +267,11 @@ def throughput(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) 
             for _ in range(reps):
                 direct_rps.append(n / _load_run(url, n)["wall_s"])
                 _settled(purl)
-                c0, l0 = _cpu_s(pid), _loop_cpu_s(pid)
+                c0, l0 = _both_cpu_s(pid), _loop_cpu_s(pid[0])
                 r = _load_run(purl, n)
                 _settled(purl)
-                cpu_ms.append((_cpu_s(pid) - c0) / n * 1000)
-                loop_ms.append((_loop_cpu_s(pid) - l0) / n * 1000)
+                cpu_ms.append((_both_cpu_s(pid) - c0) / n * 1000)
+                loop_ms.append((_loop_cpu_s(pid[0]) - l0) / n * 1000)
                 rps.append(r["ok"] / r["wall_s"])
         stored = json.loads((out / "shadow.json").read_text())["stored"] if (out / "shadow.json").is_file() else None
         shutil.rmtree(out, ignore_errors=True)
@@ -253,10 +280,10 @@ def throughput(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) 
             _load_run(purl, 512)
             for _ in range(reps):
                 _settled(purl)
-                c0 = _cpu_s(pid)
+                c0 = _both_cpu_s(pid)
                 _load_run(purl, n)
                 _settled(purl)
-                cpu_ms_01.append((_cpu_s(pid) - c0) / n * 1000)
+                cpu_ms_01.append((_both_cpu_s(pid) - c0) / n * 1000)
         shutil.rmtree(out, ignore_errors=True)
     med = statistics.median
     figure(
@@ -270,8 +297,8 @@ def throughput(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) 
         "shadow_proxy_cpu_ms_per_request",
         med(cpu_ms),
         "ms",
-        f"the proxy process's CPU (every thread) per request, --sample 1.0; the event loop's thread {med(loop_ms):.2f} ms, "
-        f"the writer's {med(cpu_ms) - med(loop_ms):.2f} ms",
+        f"the proxy's two processes' CPU (every thread) per request, --sample 1.0; the listening loop's thread {med(loop_ms):.2f} ms, "
+        f"the mirror process's {med(cpu_ms) - med(loop_ms):.2f} ms",
     )
     figure("shadow_proxy_cpu_ms_per_request_sample01", med(cpu_ms_01), "ms", f"the same at --sample 0.1; {_load()}")
     figure(
@@ -292,20 +319,68 @@ def memory(figure: Figure, tmp: Path, bench_server: Any, n: int, rotate: int, qu
             while done < n:
                 _load_run(purl, step)
                 done += step
-                samples.append((done, _rss_mb(pid)))
+                samples.append((done, _rss_mb(pid[0]) + _rss_mb(pid[1])))
                 for f in sorted(out.iterdir())[:-2]:  # closed folders are not the proxy's memory; keep the disk bounded
                     shutil.rmtree(f, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
     first, last = samples[0][1], samples[-1][1]
-    note = f"RSS after {samples[0][0]:,} requests {first:.0f} MB, after {samples[-1][0]:,}: {last:.0f} MB; --sample 1.0, --rotate-every {rotate}"
+    note = f"RSS of both processes after {samples[0][0]:,} requests {first:.0f} MB, after {samples[-1][0]:,}: {last:.0f} MB; --sample 1.0, --rotate-every {rotate}"
     if quick:
         note += "; quick mode: the 1,000,000-request figure needs the full run"
     figure(f"shadow_peak_rss_{n}_requests_mb", max(r for _, r in samples), "MB", note)
     figure("shadow_rss_growth_mb_per_100k_requests", (last - first) / max(1, samples[-1][0] - samples[0][0]) * 100_000, "MB", _load())
 
 
+def sink(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) -> None:
+    """The sink saturated by 64 callers that send as fast as it answers: its answer time, and the pairs per CPU second."""
+    answer_p50, answer_p99, rps, cpu_ms, loop_ms, drops = [], [], [], [], [], []
+    with bench_server(INSTANT) as url:
+        out = tmp / "shadow-sink"
+        with proxy(url, out, 1.0, "--sink", "--max-inflight", "4096") as (surl, pids):
+            _load_run(surl, 512, stream=False)
+            _settled(surl)
+            for _ in range(reps):
+                stored0 = _metric(surl, "qc_shadow_stored_total")
+                dropped0 = _metric(surl, "qc_shadow_dropped_total")
+                c0, l0 = _both_cpu_s(pids), _loop_cpu_s(pids[0])
+                r = _load_run(surl, n, stream=False)
+                _settled(surl)
+                stored = _metric(surl, "qc_shadow_stored_total") - stored0
+                answer_p50.append(_pct(r["e2e_ms"], 0.5))
+                answer_p99.append(_pct(r["e2e_ms"], 0.99))
+                rps.append(r["ok"] / r["wall_s"])
+                cpu_ms.append((_both_cpu_s(pids) - c0) / max(1.0, stored) * 1000)
+                loop_ms.append((_loop_cpu_s(pids[0]) - l0) / n * 1000)
+                drops.append(_metric(surl, "qc_shadow_dropped_total") - dropped0)
+        shutil.rmtree(out, ignore_errors=True)
+    med = statistics.median
+    figure(
+        "shadow_sink_answer_ms_p99_saturated",
+        med(answer_p99),
+        "ms",
+        f"what the gateway waits for the sink's empty answer, c=64 callers sending as fast as it answers, --sample 1.0, N={n}, "
+        f"median of {reps}; p50 {med(answer_p50):.2f} ms, {med(rps):.0f} answers/s; sampled requests dropped (hand-off full or "
+        f"max in flight) {med(drops):.0f} per run; {_load()} (goal: 1 ms)",
+    )
+    figure(
+        "shadow_sink_mirrored_per_core_s",
+        1000 / med(cpu_ms),
+        "req/s",
+        f"1000 / CPU ms per stored pair of the sink's two processes ({med(cpu_ms):.2f} ms: both targets asked, both answers "
+        f"parsed, the case redacted and stored); the listening loop's share {med(loop_ms):.3f} ms per request (goal: 1,000)",
+    )
+
+
+def _metric(url: str, name: str) -> float:
+    """The sum of a /qc/metrics family's samples (all labels)."""
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/qc/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name) and not line.startswith("#"))
+
+
 def run(figure: Figure, skipped: Figure, tmp: Path, bench_server: Any, quick: bool) -> None:
     added_latency(figure, tmp, bench_server, 2000 if quick else 5000, 3 if quick else 5)
     added_latency_llm(figure, tmp, bench_server, 640 if quick else 1280, 3 if quick else 5)
     throughput(figure, tmp, bench_server, 5000 if quick else 20000, 3 if quick else 5)
+    sink(figure, tmp, bench_server, 5000 if quick else 20000, 3 if quick else 5)
     memory(figure, tmp, bench_server, 100_000 if quick else 1_000_000, 20_000 if quick else 100_000, quick)

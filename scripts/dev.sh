@@ -2,7 +2,7 @@
 # One entry point for a fresh machine of this kind (see README):
 #   bash scripts/dev.sh demo [--out DIR]   the main job: the demo on local vLLM
 #   bash scripts/dev.sh test [pytest args] the test suite (unit, browser, e2e on real vLLM)
-#   bash scripts/dev.sh setup              only install (venv, vLLM CPU engine, model, browser)
+#   bash scripts/dev.sh setup              only install (venv, vLLM CPU engine, model, browser, nginx)
 # Everything is installed by this script into $QC_HOME (default ~/.cache/qualitycheck),
 # outside the checkout, and reused while pyproject.toml and this script are unchanged.
 set -euo pipefail
@@ -50,6 +50,14 @@ install_browser() {
   fi
 }
 
+install_nginx() {
+  if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+    log "installing Debian nginx for the gateway-mirroring tests (shadow --sink)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq nginx >/dev/null
+  fi
+}
+
 static_checks() {
   # lint, format, types and the layer contract (docs/ARCHITECTURE.md): each stops the test run on its own failure
   log "ruff, mypy, import-linter"
@@ -66,8 +74,8 @@ prepare_model() {
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
-  setup) install_venv; install_browser; prepare_model ;;
+  setup) install_venv; install_browser; install_nginx; prepare_model ;;
   demo)  install_venv; prepare_model; exec "$VENV/bin/qualitycheck" demo "$@" ;;
-  test)  install_venv; install_browser; prepare_model; cd "$ROOT"; static_checks; exec "$PY" -m pytest "$@" ;;
+  test)  install_venv; install_browser; install_nginx; prepare_model; cd "$ROOT"; static_checks; exec "$PY" -m pytest "$@" ;;
   *) echo "usage: bash scripts/dev.sh demo|test|setup [args]" >&2; exit 2 ;;
 esac

@@ -85,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_options(p.add_argument, REPLAY_OPTIONS)
 
-    p = sub.add_parser("shadow", help="a proxy: callers get the baseline's answers, a sample is mirrored to the candidate and recorded")
+    p = sub.add_parser(
+        "shadow",
+        help="a proxy: callers get the baseline's answers, a sample is mirrored to the candidate and recorded "
+        "(--sink: the target of a gateway's mirror instead)",
+    )
     add_options(p.add_argument, (*SHADOW_TARGET_OPTIONS, *SHADOW_OPTIONS))
 
     p = sub.add_parser("canary", help="watch a live candidate against the guardrails; trip and fall back automatically")

@@ -178,6 +178,14 @@ CANARY_OPTIONS = (
 
 SHADOW_OPTIONS = (
     Option("listen", "address the proxy listens on, e.g. 0.0.0.0:8080 (port 0: any free port)", metavar="HOST:PORT"),
+    Option(
+        "sink",
+        "be the target of a gateway's mirror (nginx mirror, Envoy, Istio) instead of a proxy: answer each request at once "
+        "with an empty success, then ask the baseline and the candidate and record the pair",
+        key="shadow.sink",
+        action="store_true",
+        value=True,
+    ),
     Option("out", "run folder (with --rotate-every: the folder that holds one run folder per period)", metavar="DIR"),
     Option(
         "sample",

@@ -191,6 +191,9 @@ class ShadowOptions(BaseModel):
     """Score a rotated folder and write its summary.json in a child process (at low priority)."""
     max_body_mb: float = Field(default=64.0, gt=0)
     """Largest request body accepted (the proxy reads a body whole to mirror it)."""
+    sink: bool = False
+    """Be the sink of a gateway's mirror (nginx `mirror`, Envoy, Istio) instead of a proxy in the callers' path:
+    answer every request at once, then ask the baseline and the candidate and record the pair."""
 
     @field_validator("rotate_every", mode="before")
     @classmethod

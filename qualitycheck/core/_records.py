@@ -33,6 +33,9 @@ __all__ = [
     "Score",
     "ScoreStatus",
     "SentCounts",
+    "ShadowDrain",
+    "ShadowPeriod",
+    "ShadowPeriods",
     "SpecCounters",
     "ToolCall",
     "Usage",
@@ -406,6 +409,80 @@ class GpuSamples(_Readings):
     ARTIFACT: ClassVar[str] = "gpu_samples"
     ITEMS: ClassVar[str] = "samples"
     samples: list[GpuSample] = Field(default_factory=list)
+
+
+class ShadowDrain(BaseModel):
+    """What a shadow process's stop did: how much was in flight, how much finished within the timeout."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    timeout_s: float
+    in_flight: int
+    """Pairs pending when the stop began."""
+    finished: int
+    """Of those, stored or accounted for before the timeout."""
+    cancelled: int
+    """Cancelled at the timeout (counted under dropped `stopped`)."""
+    seconds: float
+
+
+class ShadowPeriod(BaseModel):
+    """One run folder's stretch of shadowing: what the proxy or sink received, mirrored, dropped and stored in it.
+
+    Not frozen, unlike the other records: the serving loop counts into the
+    open period as requests arrive, and the writer stores a copy of it,
+    completed, when the folder closes.
+    """
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    format_version: int = 1
+    """Kept for periods stored before the record was typed (each carried its own)."""
+    mode: Literal["proxy", "sink"] = "proxy"
+    """`proxy`: callers' requests were forwarded to the baseline; `sink`: a gateway mirrored them and both targets were asked."""
+    replica: str
+    """A random id per process: case ids start with it, so folders of several replicas merge without clashes."""
+    listen: str
+    sample: float
+    max_inflight: int
+    started_at: float
+    """Epoch seconds when the folder was opened."""
+    closed_at: float | None = None
+    closed_because: Literal["rotation", "stopped"] | None = None
+    requests: int = 0
+    """Requests received (every path): forwarded to the baseline by a proxy, answered at once by a sink."""
+    mirrored: int = 0
+    """Requests sent to the candidate as well."""
+    dropped: dict[str, int] = Field(default_factory=dict)
+    """Sampled requests not stored as pairs, by reason (`shadow.DROP_REASONS`)."""
+    stored: int = 0
+    """Pairs stored in this folder (cases)."""
+    baseline_errors: dict[str, int] = Field(default_factory=dict)
+    """Stored baseline answers that are errors, by kind."""
+    candidate_errors: dict[str, int] = Field(default_factory=dict)
+    """Stored candidate answers that are errors, by kind."""
+    compared: int = 0
+    """Stored pairs where both sides answered."""
+    identical: int = 0
+    """Of those, pairs whose answers (text and tool calls) are the same."""
+    asked_again: int = 0
+    """Pairs whose baseline was asked again (the noise floor: the answers differed)."""
+    redactions: dict[str, int] = Field(default_factory=dict)
+    """Values replaced by kind (prompts and answers); empty with `keep_pii`."""
+    drain: ShadowDrain | None = None
+
+
+class ShadowPeriods(_Readings):
+    """A shadow folder's periods, in the order they closed (`qualitycheck shadow`, proxy or sink).
+
+    A folder a restarted process appended to holds one period per process
+    lifetime; merged folders keep every folder's periods, folder after
+    folder, so the merged run still says what each replica received,
+    mirrored and dropped. Folders written before the record was typed hold
+    the bare list of periods, which still reads.
+    """
+
+    ARTIFACT: ClassVar[str] = "shadow"
+    ITEMS: ClassVar[str] = "periods"
+    periods: list[ShadowPeriod] = Field(default_factory=list)
 
 
 def artifacts_json_schema() -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Shadow traffic: a proxy that answers from the baseline and records the candidate (`qualitycheck shadow`).
 
 Callers talk to the proxy as to the baseline and get exactly the baseline's
-answers; a sampled share of chat and completions requests is mirrored to the
+answers (or, with `--sink`, a gateway in front of production mirrors their
+requests here and the sink asks both targets itself); a sampled share of chat and completions requests is mirrored to the
 candidate at the same time, and each pair is stored as a case with both
 answers in a run folder that `score`, `report`, `gate` and `merge` read as
 any run. Cases come from replay's rules and request-derived checks
@@ -31,8 +32,11 @@ if TYPE_CHECKING:
     from qualitycheck.shadow._serve import (
         run_shadow as run_shadow,
     )
+    from qualitycheck.shadow._sink import (
+        ShadowSink as ShadowSink,
+    )
     from qualitycheck.shadow._tally import (
-        DrainRecord as DrainRecord,
+        ShadowDrain as ShadowDrain,
     )
     from qualitycheck.shadow._tally import (
         ShadowMetrics as ShadowMetrics,
@@ -46,7 +50,8 @@ _HOME = {
     "ShadowProxy": "_proxy",
     "Recorder": "_recorder",
     "run_shadow": "_serve",
-    "DrainRecord": "_tally",
+    "ShadowSink": "_sink",
+    "ShadowDrain": "_tally",
     "ShadowMetrics": "_tally",
     "ShadowPeriod": "_tally",
 }

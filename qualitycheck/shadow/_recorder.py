@@ -36,9 +36,9 @@ from pydantic import ValidationError
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
 from qualitycheck.core._config import Config
-from qualitycheck.core._records import ErrorInfo, MetricsWindow, MetricsWindows, NoiseFloorRecord, Response, ToolCall
+from qualitycheck.core._records import ErrorInfo, MetricsWindow, MetricsWindows, NoiseFloorRecord, Response, ShadowPeriods, ToolCall
 from qualitycheck.core._store import RunStore
-from qualitycheck.shadow._tally import PERIODS_ARTIFACT, DrainRecord, ShadowMetrics, ShadowPeriod
+from qualitycheck.shadow._tally import ShadowDrain, ShadowMetrics, ShadowPeriod
 from qualitycheck.traffic._redact import Conversation, Redactor
 from qualitycheck.traffic._rules import Rules, case_from_request
 
@@ -193,7 +193,7 @@ class Recorder:
         """Close the folder with the loop's tally of its period, and open the next (in the writer, after what is queued)."""
         self._queue.put(("rotate", period))
 
-    def close(self, period: ShadowPeriod, drain: DrainRecord | None) -> None:
+    def close(self, period: ShadowPeriod, drain: ShadowDrain | None) -> None:
         """Store what is queued, close the last folder and stop the thread (blocks: call it off the loop)."""
         self._queue.put(("close", period, drain))
         self._queue.put(self._STOP)
@@ -205,7 +205,14 @@ class Recorder:
 
     def new_period(self) -> ShadowPeriod:
         s = self.cfg.shadow
-        return ShadowPeriod(replica=self.replica, listen=self.listen, sample=s.sample, max_inflight=s.max_inflight, started_at=time.time())
+        return ShadowPeriod(
+            mode="sink" if s.sink else "proxy",
+            replica=self.replica,
+            listen=self.listen,
+            sample=s.sample,
+            max_inflight=s.max_inflight,
+            started_at=time.time(),
+        )
 
     # ------------------------------------------------------------ the writer thread
     def _run(self) -> None:
@@ -374,7 +381,7 @@ class Recorder:
             now = NoiseFloorRecord(cases=self._written.asked_again, requests=self._written.asked_again, of_cases=self._written.compared)
             store.put_record(NoiseFloorRecord.merged([self._floor_base, now]))
 
-    def _close_folder(self, loop_period: ShadowPeriod, because: str, drain: DrainRecord | None) -> None:
+    def _close_folder(self, loop_period: ShadowPeriod, because: str, drain: ShadowDrain | None) -> None:
         store, w = self._store, self._written
         assert store is not None
         self._checkpoint()
@@ -399,13 +406,14 @@ class Recorder:
                 "drain": drain,
             }
         )
-        periods = store.artifact(PERIODS_ARTIFACT, [])
-        periods.append(period.model_dump(mode="json"))
-        store.put_artifact(PERIODS_ARTIFACT, periods)
+        before = store.record(ShadowPeriods) or ShadowPeriods()
+        periods = ShadowPeriods(periods=[*before.periods, period])
+        store.put_record(periods)
         folder = store.folder
         store.close()
         self._store = None
-        (folder / SUMMARY_FILE).write_text(json.dumps(periods if len(periods) > 1 else periods[0], indent=2) + "\n", encoding="utf-8")
+        listed = [p.model_dump(mode="json") for p in periods.periods]
+        (folder / SUMMARY_FILE).write_text(json.dumps(listed if len(listed) > 1 else listed[0], indent=2) + "\n", encoding="utf-8")
         self.log(
             f"{folder}: closed ({because}): {w.stored} pairs stored, {w.identical}/{w.compared} identical, "
             f"candidate errors {sum(w.candidate_errors.values())}, dropped {sum(dropped.values())}"

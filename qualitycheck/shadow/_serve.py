@@ -1,8 +1,8 @@
 """`qualitycheck shadow`: serve until SIGTERM, drain, then write the last folder's summary.
 
 The order on a stop is what keeps acknowledged pairs: stop listening and let
-in-flight requests and mirrors finish (within `shadow.drain_timeout_s`),
-store every finished pair, record the last /metrics window, close the folder
+in-flight requests finish, then let the mirror process finish its pairs (both
+within `shadow.drain_timeout_s`), store every finished pair, record the last /metrics window, close the folder
 (`shadow.json`), and only then score and summarise it as `qualitycheck run`
 does (summary.json, report.html, signoff.md): the proxy serves nobody by
 then, so that work never touches a caller's latency.
@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from qualitycheck.core._config import Config
+from qualitycheck.core._records import ShadowDrain
 from qualitycheck.core._store import RunStore
+from qualitycheck.shadow._handoff import MirrorStartError, ProcessHandoff
 from qualitycheck.shadow._proxy import ShadowProxy
-from qualitycheck.shadow._recorder import Recorder
-from qualitycheck.shadow._tally import DrainRecord, ShadowMetrics
+from qualitycheck.shadow._sink import ShadowSink
 from qualitycheck.traffic._rules import Rules
 
 __all__ = ["GC_YOUNG", "log", "run_loop", "run_shadow", "tune_gc"]
@@ -31,7 +32,9 @@ __all__ = ["GC_YOUNG", "log", "run_loop", "run_shadow", "tune_gc"]
 T = TypeVar("T")
 
 SWITCH_INTERVAL_S = 0.0005
-"""How long the writer thread may hold the GIL while the event loop has bytes to forward."""
+"""How long another thread (the writer, in the mirror process) may hold the GIL while the event loop has bytes to move."""
+EXIT_INCOMPLETE = 3
+"""The mirror process was gone at the stop: its last folder was not closed, so no verdict is given."""
 GC_YOUNG = 50_000
 """Allocations between young-generation collections once serving (Python's default is 700): see `tune_gc`."""
 
@@ -76,36 +79,41 @@ def run_shadow(
     summarize: bool = True,
     on_listening: Callable[[str], None] | None = None,
 ) -> int:
-    """Serve the proxy until SIGTERM or SIGINT; returns the last folder's verdict exit code (0 when not summarised)."""
-    # The writer thread runs Python (redaction, validation) between its commits; a loop thread woken by
-    # the network waits for the GIL until the writer's switch interval runs out (5 ms by default), and
-    # that wait lands on a caller's chunk. A shorter interval bounds it.
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-    metrics = ShadowMetrics()
-    noise_floor = cfg.run.noise_floor != "none"
-    recorder = Recorder(
-        cfg, out, rules, replica=secrets.token_hex(4), listen=f"{host}:{port}", metrics=metrics, log=log, noise_floor=noise_floor
-    )
-    recorder.open()  # a folder holding another run is refused (exit 2) before anyone is served
+    """Serve until SIGTERM or SIGINT; returns the last folder's verdict exit code (0 when not summarised).
 
-    async def main() -> DrainRecord:
-        proxy = ShadowProxy(cfg, recorder, metrics, host=host, port=port, noise_floor=noise_floor, log=log)
+    The mirror side runs in a process of its own (`shadow._handoff`): it opens
+    the folder (a folder holding another run is refused, exit 2, before
+    anyone is served), and this process only forwards (or, as a sink,
+    answers) and hands sampled requests over.
+    """
+    # The loop thread shares the GIL with aiohttp's resolver and the to_thread calls; a shorter switch interval
+    # bounds how long a thread holds it while the loop has bytes to forward.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    noise_floor = cfg.run.noise_floor != "none"
+    replica = secrets.token_hex(4)
+    handoff = ProcessHandoff(cfg, out, rules.model_dump_json(), replica=replica, listen=f"{host}:{port}", noise_floor=noise_floor, log=log)
+
+    async def main() -> ShadowDrain | None:
+        kind = ShadowSink if cfg.shadow.sink else ShadowProxy
+        proxy = kind(cfg, handoff, host=host, port=port, replica=replica, log=log)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         try:
             url = await proxy.start()
+        except MirrorStartError:
+            raise
         except BaseException:
-            await asyncio.to_thread(recorder.close, proxy.period, None)
+            await handoff.drain(0.0)
             raise
         assert cfg.baseline is not None and cfg.candidate is not None
         s = cfg.shadow
         log(
-            f"listening on {url}: baseline {cfg.baseline.public_url}, candidate {cfg.candidate.public_url}, "
+            f"{'sink ' if s.sink else ''}listening on {url}: baseline {cfg.baseline.public_url}, candidate {cfg.candidate.public_url}, "
             f"sample {s.sample:g}, max in flight {s.max_inflight}"
             + (f", rotating every {s.rotate_every}" if s.rotate_every else "")
-            + f" → {recorder.folder}"
+            + f" → {handoff.folder} (mirror process {handoff.pid})"
         )
         tune_gc()
         if on_listening is not None:
@@ -113,14 +121,19 @@ def run_shadow(
         await stop.wait()
         log(f"stopping: draining for up to {s.drain_timeout_s:g}s")
         drain = await proxy.drain()
-        await asyncio.to_thread(recorder.close, proxy.period, drain)
-        log(f"drained in {drain.seconds:.1f}s: {drain.finished} of {drain.in_flight} pairs in flight finished, {drain.cancelled} cancelled")
+        if drain is None:
+            log("drained: the mirror process was gone; its folder is as a kill -9 leaves one (`qualitycheck score DIR` summarises it)")
+        else:
+            log(
+                f"drained in {drain.seconds:.1f}s: {drain.finished} of {drain.in_flight} pairs in flight finished, "
+                f"{drain.cancelled} cancelled"
+            )
         return drain
 
-    run_loop(main())
-    if not summarize:
-        return 0
+    drain = run_loop(main())
+    if not summarize or drain is None or handoff.folder is None:
+        return 0 if drain is not None else EXIT_INCOMPLETE
     from qualitycheck.pipeline._run import finish
 
-    with RunStore.open(recorder.folder) as store:
+    with RunStore.open(handoff.folder) as store:
         return finish(store, cfg)

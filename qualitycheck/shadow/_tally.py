@@ -3,10 +3,9 @@
 Two audiences, two lifetimes. `/qc/metrics` serves process-lifetime counters
 (what a dashboard scrapes: requests, mirrored, dropped, stored, errors, the
 live identical rate and acceptance); each run folder keeps a `ShadowPeriod`
-for the stretch of time it covers (artifact `shadow` and `shadow.json`), so a
-rotated folder says what happened while it was open, and `merge` of several
-folders lists every period (the artifact is a list, and merge concatenates
-lists).
+for the stretch of time it covers (the typed artifact `core.ShadowPeriods`,
+and `shadow.json` for people), so a rotated folder says what happened while it
+was open, and `merge` of several folders lists every period.
 
 Labels are closed sets (endpoints, drop reasons, error kinds), so the number of
 time series never grows with traffic.
@@ -14,26 +13,33 @@ time series never grows with traffic.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
+
+from qualitycheck.core._records import ShadowDrain, ShadowPeriod, ShadowPeriods
 
 __all__ = [
     "DROP_REASONS",
-    "PERIODS_ARTIFACT",
-    "DrainRecord",
+    "ShadowDrain",
     "ShadowMetrics",
     "ShadowPeriod",
+    "ShadowPeriods",
 ]
 
-PERIODS_ARTIFACT = "shadow"
-"""The store artifact holding the folder's `ShadowPeriod` records (a list: one per period, merged folders list all)."""
-
-DROP_REASONS = ("max_inflight", "not_json", "not_a_case", "client_disconnected", "stopped", "store_failed")
+DROP_REASONS = (
+    "max_inflight",
+    "handoff_full",
+    "mirror_down",
+    "not_json",
+    "not_a_case",
+    "client_disconnected",
+    "stopped",
+    "store_failed",
+)
 """Why a sampled request was not stored as a pair:
 
 - `max_inflight`: more mirrors were pending than allowed; the request was not mirrored;
+- `handoff_full`: the mirror process is not taking requests as fast as they come (stalled, or saturated);
+- `mirror_down`: the mirror process is gone (the callers are served as before);
 - `not_json`: the body is not a JSON object, so there is nothing to mirror;
 - `not_a_case`: mirrored, but the request cannot be a case (e.g. no messages);
 - `client_disconnected`: the caller left mid-answer, so the baseline's answer is incomplete;
@@ -42,59 +48,6 @@ DROP_REASONS = ("max_inflight", "not_json", "not_a_case", "client_disconnected",
 """
 ERROR_KINDS = ("http_status", "timeout", "connection", "stream_cut", "malformed", "bad_response")
 ENDPOINTS = ("chat", "completions", "other")
-
-
-class DrainRecord(BaseModel):
-    """What the stop did: how much was in flight, how much finished within the timeout."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    timeout_s: float
-    in_flight: int
-    """Pairs pending when the stop began."""
-    finished: int
-    """Of those, stored or accounted for before the timeout."""
-    cancelled: int
-    """Cancelled at the timeout (counted under dropped `stopped`)."""
-    seconds: float
-
-
-class ShadowPeriod(BaseModel):
-    """One run folder's stretch of shadowing: what the proxy received, mirrored, dropped and stored in it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    format_version: int = 1
-    replica: str
-    """A random id per proxy process: case ids start with it, so folders of several replicas merge without clashes."""
-    listen: str
-    sample: float
-    max_inflight: int
-    started_at: float
-    """Epoch seconds when the folder was opened."""
-    closed_at: float | None = None
-    closed_because: Literal["rotation", "stopped"] | None = None
-    requests: int = 0
-    """Client requests forwarded to the baseline (every path)."""
-    mirrored: int = 0
-    """Requests sent to the candidate as well."""
-    dropped: dict[str, int] = Field(default_factory=dict)
-    """Sampled requests not stored as pairs, by reason (`DROP_REASONS`)."""
-    stored: int = 0
-    """Pairs stored in this folder (cases)."""
-    baseline_errors: dict[str, int] = Field(default_factory=dict)
-    """Stored baseline answers that are errors, by kind."""
-    candidate_errors: dict[str, int] = Field(default_factory=dict)
-    """Stored candidate answers that are errors, by kind."""
-    compared: int = 0
-    """Stored pairs where both sides answered."""
-    identical: int = 0
-    """Of those, pairs whose answers (text and tool calls) are the same."""
-    asked_again: int = 0
-    """Pairs whose baseline was asked again (the noise floor: the answers differed)."""
-    redactions: dict[str, int] = Field(default_factory=dict)
-    """Values replaced by kind (prompts and answers); empty with `keep_pii`."""
-    drain: DrainRecord | None = None
 
 
 class ShadowMetrics:

@@ -19,6 +19,8 @@ from qualitycheck.core._records import (
     NoiseFloorRecord,
     PreflightCheckRecord,
     PreflightRecord,
+    ShadowPeriod,
+    ShadowPeriods,
 )
 from qualitycheck.core._store import STORE_NAME, RunStore
 from qualitycheck.testserver import TestServer
@@ -297,3 +299,28 @@ def test_a_resumed_run_refuses_a_damaged_list_record_before_it_sends_anything(
         assert len(b.requests("/chat/completions")) + len(c.requests("/chat/completions")) == sent
     err = capsys.readouterr().err
     assert f"artifact {name!r}" in err and "Traceback" not in err
+
+
+def _period(replica: str, **kw: object) -> ShadowPeriod:
+    return ShadowPeriod(replica=replica, listen="127.0.0.1:0", sample=1.0, max_inflight=8, started_at=1.5, **kw)  # type: ignore[arg-type]
+
+
+def test_a_shadow_folder_written_as_a_bare_list_of_periods_still_reads_and_merged_folders_keep_every_period(tmp_path: Path) -> None:
+    _empty(tmp_path).close()
+    old = _period("aa", stored=3, closed_because="stopped").model_dump(mode="json")
+    old.pop("mode")  # what a proxy stored before the record was typed
+    _set_artifact(tmp_path, "shadow", [old])
+    with RunStore.open(tmp_path) as store:
+        periods = store.record(ShadowPeriods)
+    assert periods == ShadowPeriods(periods=[_period("aa", stored=3, closed_because="stopped")])
+    merged = ShadowPeriods.merged([periods, ShadowPeriods(periods=[_period("bb", mode="sink"), _period("cc")])])
+    assert [(p.replica, p.mode) for p in merged.periods] == [("aa", "proxy"), ("bb", "sink"), ("cc", "proxy")]
+
+
+def test_a_damaged_shadow_period_is_a_store_error_naming_the_field(tmp_path: Path) -> None:
+    _empty(tmp_path).close()
+    bad = _period("aa").model_dump(mode="json") | {"stored": "7"}
+    _set_artifact(tmp_path, "shadow", {"periods": [bad]})
+    with RunStore.open(tmp_path) as store, pytest.raises(StoreError) as err:
+        store.record(ShadowPeriods)
+    assert "'shadow'" in str(err.value) and "stored" in str(err.value)

@@ -1,4 +1,4 @@
-"""An in-process shadow proxy in front of two scripted test servers, on a loop of its own."""
+"""An in-process shadow proxy (or sink) with two scripted test servers, on a loop of its own."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 
 from qualitycheck.core._config import Config, RunOptions, ShadowOptions, Target
+from qualitycheck.shadow._handoff import LocalHandoff
+from qualitycheck.shadow._mirror import MirrorSide
 from qualitycheck.shadow._proxy import ShadowProxy
 from qualitycheck.shadow._recorder import Recorder
-from qualitycheck.shadow._tally import DrainRecord, ShadowMetrics
+from qualitycheck.shadow._sink import ShadowSink
+from qualitycheck.shadow._tally import ShadowDrain, ShadowMetrics
 from qualitycheck.testserver import TestServer
 from qualitycheck.traffic._rules import Rules
 
@@ -53,6 +56,7 @@ class Proxy:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.proxy: ShadowProxy | None = None
+        self.side: MirrorSide | None = None
         self.url = ""
 
     def _call(self, coro: Any, timeout: float = 60) -> Any:
@@ -63,21 +67,26 @@ class Proxy:
         self.thread.start()
 
         async def go() -> str:
-            self.proxy = ShadowProxy(
-                self.cfg, self.recorder, self.metrics, host="127.0.0.1", port=0, noise_floor=self.noise_floor, log=self.logs.append
+            self.side = MirrorSide(
+                self.cfg, self.recorder, self.metrics, noise_floor=self.noise_floor, log=self.logs.append, ask_baseline=self.cfg.shadow.sink
+            )
+            kind = ShadowSink if self.cfg.shadow.sink else ShadowProxy
+            self.proxy = kind(
+                self.cfg, LocalHandoff(self.side), host="127.0.0.1", port=0, replica=self.recorder.replica, log=self.logs.append
             )
             return await self.proxy.start()
 
         self.url = self._call(go())
         return self.url
 
-    def stop(self) -> DrainRecord:
-        assert self.proxy is not None
-        proxy = self.proxy
+    def stop(self) -> ShadowDrain:
+        assert self.proxy is not None and self.side is not None
+        proxy, side = self.proxy, self.side
 
-        async def go() -> DrainRecord:
+        async def go() -> ShadowDrain:
             drain = await proxy.drain()
-            await asyncio.to_thread(self.recorder.close, proxy.period, drain)
+            assert drain is not None
+            await asyncio.to_thread(self.recorder.close, side.period, drain)
             return drain
 
         try:

@@ -11,7 +11,7 @@ import pytest
 
 from qualitycheck.core._config import parse_rotation
 from qualitycheck.core._errors import StoreError
-from qualitycheck.core._records import MetricsWindows, NoiseFloorRecord
+from qualitycheck.core._records import MetricsWindows, NoiseFloorRecord, ShadowPeriods
 from qualitycheck.core._store import RunStore
 from qualitycheck.pipeline._merge import merge_runs
 from qualitycheck.pipeline._run import redo
@@ -71,7 +71,8 @@ def test_rotation_by_pairs_closes_each_folder_and_merge_makes_one_verdict(server
     summary = json.loads((merged / "summary.json").read_text())
     assert summary["cases"] == 7 and summary["verdict"] == "pass"
     with RunStore.open(merged) as store:
-        assert len(store.artifact("shadow")) == 3  # every period, listed
+        periods = store.record(ShadowPeriods)
+    assert periods is not None and [x.closed_because for x in periods.periods] == ["rotation", "rotation", "stopped"]  # every period
 
 
 def test_rotation_by_duration_opens_the_next_folder_while_idle(servers: Any, proxy_for: Any, tmp_path: Path) -> None:
@@ -176,4 +177,4 @@ def test_a_restarted_proxy_appends_to_its_folder(servers: Any, proxy_for: Any, t
         p.settled()
         p.stop()
     with RunStore.open(out) as store:
-        assert store.case_count() == 2 and len(store.artifact("shadow")) == 2
+        assert store.case_count() == 2 and len((store.record(ShadowPeriods) or ShadowPeriods()).periods) == 2

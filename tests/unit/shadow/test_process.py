@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from qualitycheck.core._records import ShadowPeriods
 from qualitycheck.core._store import RunStore
 from qualitycheck.testserver import TestServer
 
@@ -25,6 +26,7 @@ from .test_forwarding import call, chat
 
 CALLER_KEY = "sk-callerkey0123456789abcdefXYZ"
 CANDIDATE_KEY = "sk-candidatekey9876543210zyxwvUT"
+BASELINE_KEY = "sk-baselinekey5555555555qqqqqPP"
 PII = {
     "email": "jane.doe.4711@example.org",
     "phone": "+44 20 7946 0958",
@@ -154,10 +156,13 @@ def test_kill_9_loses_at_most_the_pairs_in_flight(tmp_path: Path) -> None:
     assert json.loads((out / "summary.json").read_text())["cases"] == 4
 
 
-def test_no_key_and_no_planted_pii_in_any_file_of_the_run_folder_or_the_log(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["proxy", "sink"])
+def test_no_key_and_no_planted_pii_in_any_file_of_the_run_folder_or_the_log(tmp_path: Path, mode: str) -> None:
+    """The sink's caller is the gateway: the caller's key it relays is sent nowhere, each target gets its own."""
     answer = f"Sure, I will write to {PII['email']} and charge {PII['card']}."
     cfg = tmp_path / "qualitycheck.yaml"
     cfg.write_text(
+        "baseline:\n  api_key_env: QC_SHADOW_BASE_KEY\n"
         "candidate:\n  api_key_env: QC_SHADOW_TEST_KEY\n"
         "speculative_decoding_guardrails:\n  max_error_rate: '1%'\n  max_quality_regression_cases: 0\n",
         encoding="utf-8",
@@ -177,18 +182,22 @@ def test_no_key_and_no_planted_pii_in_any_file_of_the_run_folder_or_the_log(tmp_
             str(out),
             "--sample",
             "1",
+            *(["--sink"] if mode == "sink" else []),
         )
-        with shadow_process(tmp_path, *args, env={"QC_SHADOW_TEST_KEY": CANDIDATE_KEY}) as sp:
+        keys = {"QC_SHADOW_TEST_KEY": CANDIDATE_KEY, "QC_SHADOW_BASE_KEY": BASELINE_KEY}
+        with shadow_process(tmp_path, *args, env=keys) as sp:
             for kind, value in PII.items():
                 body = chat(f"My {kind} is {value}, please help.", temperature=0, stream=kind != "ip")
                 status, _, _ = call(
                     sp.url, "/v1/chat/completions", body, headers={"Authorization": f"Bearer {CALLER_KEY}", "X-Route": "support"}
                 )
-                assert status == 200
+                assert status == (204 if mode == "sink" else 200)
             sp.wait_metric("qc_shadow_stored_total", float(len(PII)))
             sp.proc.send_signal(signal.SIGTERM)
             assert sp.proc.wait(120) in (0, 1), sp.log.read_text()
-        assert {e["auth"] for e in base.requests("/chat/completions")} == {f"Bearer {CALLER_KEY}"}
+        # the proxy forwards the caller's key to the baseline (the callers' own request); the sink sends its configured one
+        base_key = CALLER_KEY if mode == "proxy" else BASELINE_KEY
+        assert {e["auth"] for e in base.requests("/chat/completions")} == {f"Bearer {base_key}"}
         assert {e["auth"] for e in cand.requests("/chat/completions")} == {f"Bearer {CANDIDATE_KEY}"}
     report = qc("report", str(out))
     assert report.returncode in (0, 1), report.stderr
@@ -198,15 +207,15 @@ def test_no_key_and_no_planted_pii_in_any_file_of_the_run_folder_or_the_log(tmp_
     haystacks["proxy log"] = sp.log.read_bytes()
     haystacks["report output"] = (report.stdout + report.stderr).encode()
     for where, data in haystacks.items():
-        for secret in (CALLER_KEY, CANDIDATE_KEY, *PII_FORMS):
+        for secret in (CALLER_KEY, CANDIDATE_KEY, BASELINE_KEY, *PII_FORMS):
             assert secret.encode() not in data, f"{secret!r} found in {where}"
     with RunStore.open(out) as store:
         cases = store.cases()
-        period = store.artifact("shadow")[0]
+        period = (store.record(ShadowPeriods) or ShadowPeriods()).periods[0]
         texts = [r.text for r in store.responses()]
     assert len(cases) == len(PII) and all(c.route == "support" for c in cases)
     assert "<EMAIL_1>" in texts[0] and "<CARD_1>" in texts[0]
-    assert set(period["redactions"]) == set(PII)
+    assert set(period.redactions) == set(PII) and period.mode == mode
 
 
 def test_keep_pii_stores_prompts_as_sent_but_never_a_key(tmp_path: Path) -> None:
@@ -280,3 +289,85 @@ def test_a_folder_holding_another_run_is_refused_before_listening(tmp_path: Path
         str(tmp_path / "taken"),
     )
     assert r.returncode == 2 and "holds a different run" in r.stderr and "listening" not in r.stderr
+
+
+def test_a_stalled_or_killed_mirror_process_never_touches_the_callers(tmp_path: Path) -> None:
+    """The mirror side stopped (SIGSTOP), then killed mid-run (SIGKILL): every caller gets the baseline's bytes throughout."""
+    with TestServer(default="a b c d", itl_s=0.0) as base, TestServer(default="a b c d") as cand:
+        out = tmp_path / "run"
+        with shadow_process(tmp_path, "--baseline", base.url, "--candidate", cand.url, "--out", str(out), "--sample", "1") as sp:
+            m = re.search(r"mirror process (\d+)", sp.log.read_text())
+            assert m, sp.log.read_text()
+            mirror = int(m.group(1))
+            body = chat("the same question", stream=True, temperature=0)
+            direct = call(base.url, "/v1/chat/completions", body)[::2]  # status and bytes (the Date header ticks)
+            for _ in range(3):
+                assert call(sp.url, "/v1/chat/completions", body)[::2] == direct
+            sp.wait_metric("qc_shadow_stored_total", 3.0)
+            os.kill(mirror, signal.SIGSTOP)  # stalled: the hand-off only fills a buffer
+            try:
+                for _ in range(5):
+                    assert call(sp.url, "/v1/chat/completions", body)[::2] == direct
+            finally:
+                os.kill(mirror, signal.SIGCONT)
+            sp.wait_metric("qc_shadow_stored_total", 8.0)  # it catches up: nothing handed over was lost
+            base.itl_s = 0.2
+            results: list[Any] = []
+            threads = [stream_in_thread(sp.url, chat(f"in flight {i}", stream=True, temperature=0), results) for i in range(2)]
+            deadline = time.monotonic() + 20
+            while len(base.requests("/chat/completions")) < 11 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(mirror, signal.SIGKILL)  # mid-run, with two answers streaming
+            for t in threads:
+                t.join(30)
+            base.itl_s = 0.0
+            for _ in range(3):
+                assert call(sp.url, "/v1/chat/completions", body)[::2] == direct
+            status, _, raw = call(sp.url, "/qc/health")
+            assert status == 503 and json.loads(raw)["status"] == "mirror_down"
+            assert sp.metric("qc_shadow_dropped_total", reason="mirror_down") == 3.0
+            sp.proc.send_signal(signal.SIGTERM)
+            code = sp.proc.wait(60)
+    assert [r[0] for r in results] == [200, 200] and all(b"[DONE]" in r[2] for r in results)
+    log = sp.log.read_text()
+    assert code == 3 and "the mirror process" in log and "is gone" in log, log
+    with RunStore.open(out) as store:
+        assert store.case_count() == 8
+
+
+def test_a_port_in_use_is_refused_with_exit_2_and_the_mirror_process_ends(tmp_path: Path) -> None:
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        args = ["--listen", f"127.0.0.1:{port}", "--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9"]
+        r = qc("shadow", *args, "--out", str(tmp_path / "o"))
+    finally:
+        taken.close()
+    assert r.returncode == 2 and f"--listen 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_stalled_mirror_process_fills_a_bounded_hand_off_and_the_rest_is_counted(tmp_path: Path) -> None:
+    """Requests of 512 KiB while the mirror process is stopped: past the hand-off's bound they are not mirrored, and counted."""
+    with TestServer(default="ok") as base, TestServer(default="ok") as cand:
+        out = tmp_path / "run"
+        with shadow_process(tmp_path, "--baseline", base.url, "--candidate", cand.url, "--out", str(out), "--sample", "1") as sp:
+            m = re.search(r"mirror process (\d+)", sp.log.read_text())
+            assert m, sp.log.read_text()
+            mirror = int(m.group(1))
+            big = "x" * 2**19
+            os.kill(mirror, signal.SIGSTOP)
+            try:
+                for i in range(60):  # 30 MiB: past the 16 MiB the hand-off holds, whatever the socket's own buffers take
+                    assert call(sp.url, "/v1/chat/completions", chat(f"{i} {big}"))[0] == 200
+            finally:
+                os.kill(mirror, signal.SIGCONT)
+            sp.wait_metric("qc_shadow_requests_total", 60.0, endpoint="chat")
+            dropped = sp.metric("qc_shadow_dropped_total", reason="handoff_full")
+            assert 0 < dropped < 60
+            sp.wait_metric("qc_shadow_stored_total", 60.0 - dropped)
+            sp.proc.send_signal(signal.SIGTERM)
+            assert sp.proc.wait(120) in (0, 1), sp.log.read_text()
