@@ -127,7 +127,7 @@ def llama_server_argv(
     ctx_size: int = 1024,
     parallel: int = 4,
     threads: int = 1,
-    seed: int = 0,
+    seed: int | None = None,
     binary: str | Path | None = None,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
@@ -136,7 +136,11 @@ def llama_server_argv(
     `ctx_size` is the whole KV cache, shared by the `parallel` slots.
     `--metrics` exposes the `llamacpp:spec_decode_*` counters acceptance is
     read from (`generation._metrics`); `--no-webui` because nobody browses
-    these loopback servers.
+    these loopback servers. No `--seed` by default: llama-server seeds every
+    request that brings no seed of its own with it, so with one set, every
+    sample of a case would be the same draw and a sampled comparison would
+    compare one answer with itself (measured: 0 of 60 repeats differed at
+    temperature 0.9).
     """
     argv = [
         str(binary or llama_server_binary()),
@@ -156,11 +160,11 @@ def llama_server_argv(
         str(threads),
         "--threads-batch",
         str(threads),
-        "--seed",
-        str(seed),
         "--metrics",
         "--no-webui",
     ]
+    if seed is not None:
+        argv += ["--seed", str(seed)]
     if draft is not None:
         # this llama.cpp names --draft-max/--draft-min --spec-draft-n-max/--spec-draft-n-min (the old names now exit with an error)
         argv += ["--spec-type", "draft-simple", "--model-draft", str(draft)]

@@ -82,7 +82,8 @@ def test_greedy_pair_on_llama_cpp_reads_and_gates_acceptance_and_preflight(llama
     assert acc["draft_tokens"] == after["draft_tokens"] - before["draft_tokens"] > 0, (acc, before, after)
     assert acc["accepted_tokens"] == after["accepted_tokens"] - before["accepted_tokens"], (acc, before, after)
     assert acc["drafts"] == after["drafts"] - before["drafts"], (acc, before, after)
-    assert acc["rate"] >= 0.5 and acc["mean_accepted_length"] > 2, acc
+    # greedy: the model drafting for itself proposes exactly what it then generates
+    assert acc["rate"] == 1.0 and acc["mean_accepted_length"] > 2, acc
     assert len(acc["by_position"]) == 3, acc
     rule = next(g for g in s["guardrails"] if g["name"] == "min_acceptance_rate")
     assert rule["passed"] is True and rule["observed"] == pytest.approx(acc["rate"]), rule
@@ -93,13 +94,6 @@ def test_greedy_pair_on_llama_cpp_reads_and_gates_acceptance_and_preflight(llama
     assert checks["server_props"]["passed"] is True and "chat_template" in checks["server_props"]["detail"], checks["server_props"]
     # what llama-server does not expose is "could not check", never a pass
     assert checks["tokenizer_and_stop_tokens"]["passed"] is None and checks["generation_defaults"]["passed"] is None
-
-    # the same run gated with a floor the engine cannot reach fails, naming the rule
-    strict = write_config(tmp_path / "strict.yaml", {**GATED, "min_acceptance_rate": 0.999})
-    regate = qc("gate", str(out), "-c", str(strict))
-    assert regate.returncode == 1, explain(regate)
-    rule = next(g for g in summary_of(out)["guardrails"] if g["name"] == "min_acceptance_rate")
-    assert rule["passed"] is False and rule["observed"] == pytest.approx(acc["rate"]), rule
 
 
 def test_sampled_pair_on_llama_cpp_stays_faithful_and_reads_acceptance(llama_servers: dict[str, Any], tmp_path: Path) -> None:
@@ -116,4 +110,14 @@ def test_sampled_pair_on_llama_cpp_stays_faithful_and_reads_acceptance(llama_ser
                 assert k["sampled"]["decision"] != "drop", (cat, name, k["sampled"])
     acc = s["acceptance"]
     assert acc["speculating"] is True and acc["draft_tokens"] > 0 and acc["rate"] is not None, acc
-    assert s["noise_floor"]["cases"] == 0, "sampled cases are compared as distributions, never re-asked as a greedy floor"
+    # sampling: the target draws each token itself and keeps a draft token only when it drew the same one
+    assert acc["rate"] < 0.99, acc
+    # independent samples: the launcher sets no server-wide seed, so the baseline's repeats differ
+    assert s["noise_floor"]["disagreement_rate"] > 0, s["noise_floor"]
+
+    # the same run gated with an acceptance floor the sampled candidate does not reach fails, naming the rule
+    strict = write_config(tmp_path / "strict.yaml", {**RELAXED_GUARDRAILS, "min_acceptance_rate": 0.99})
+    regate = qc("gate", str(out), "-c", str(strict))
+    assert regate.returncode == 1 and "min_acceptance_rate" in regate.stderr, explain(regate)
+    rule = next(g for g in summary_of(out)["guardrails"] if g["name"] == "min_acceptance_rate")
+    assert rule["passed"] is False and rule["observed"] == pytest.approx(acc["rate"]), rule
