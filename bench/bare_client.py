@@ -5,8 +5,11 @@ lines, parse each `data:` JSON, note when each content chunk arrived. No
 retries, no store, no records. `harness_overhead_ratio` divides
 qualitycheck's wall time by this one's.
 
-Run: `python bench/bare_client.py URL N CONCURRENCY [--out FILE]`; prints a
-JSON line {wall_s, cpu_s, ok, timings: {id: [ttft, t1, t2, ...]}}.
+Run: `python bench/bare_client.py URL N CONCURRENCY [--timings] [--model M]
+[--max-tokens T] [--temperature X]`; prints a JSON line {wall_s, cpu_s, ok,
+timings: {id: [ttft, t1, t2, ...]}}. The last three options are for real
+engines (bench/figures_engines.py): the served model, and greedy answers of a
+bounded length, so both clients ask for the same work.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import time
 import aiohttp
 
 
-async def run(url: str, n: int, concurrency: int, keep_timings: bool) -> dict:
+async def run(
+    url: str, n: int, concurrency: int, keep_timings: bool, model: str = "bench", max_tokens: int = 64, temperature: float | None = None
+) -> dict:
     conn = aiohttp.TCPConnector(limit=concurrency)
     timings: dict[str, list[float]] = {}
     ok = 0
@@ -33,11 +38,13 @@ async def run(url: str, n: int, concurrency: int, keep_timings: bool) -> dict:
             for i in queue:
                 rid = f"r{i}"
                 body = {
-                    "model": "bench",
+                    "model": model,
                     "messages": [{"role": "user", "content": f"Say something {rid}"}],
                     "stream": True,
-                    "max_tokens": 64,
+                    "max_tokens": max_tokens,
                 }
+                if temperature is not None:
+                    body["temperature"] = temperature
                 t0 = time.perf_counter()
                 times: list[float] = []
                 async with session.post(url + "/chat/completions", json=body) as resp:
@@ -68,8 +75,11 @@ def main() -> None:
     ap.add_argument("n", type=int)
     ap.add_argument("concurrency", type=int)
     ap.add_argument("--timings", action="store_true", help="include per-request chunk times")
+    ap.add_argument("--model", default="bench")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float)
     a = ap.parse_args()
-    out = asyncio.run(run(a.url, a.n, a.concurrency, a.timings))
+    out = asyncio.run(run(a.url, a.n, a.concurrency, a.timings, a.model, a.max_tokens, a.temperature))
     json.dump(out, sys.stdout)
     sys.stdout.write("\n")
 

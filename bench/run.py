@@ -380,7 +380,8 @@ def main() -> int:
     ap.add_argument(
         "--only",
         action="append",
-        help="run only these sections (overhead, cpu, error, rss, sandbox, judge, report, gate, replay, shadow, peers)",
+        help="run only these sections (overhead, cpu, error, rss, sandbox, judge, report, gate, replay, shadow, peers, "
+        "engines: the overhead on real vLLM and llama-server, only when named)",
     )
     a = ap.parse_args()
     from bench import figures_scoring
@@ -424,6 +425,12 @@ def main() -> int:
             from bench import figures_shadow
 
             figures_shadow.run(figure, skipped, tmp, bench_server, a.quick)
+        if "engines" in sections:
+            from bench import figures_engines
+
+            helpers = {"run_process": run_process, "qc_run_cmd": qc_run_cmd, "generation_span": _generation_span, "cli_env": _cli_env}
+            helpers |= {"bare_client": BENCH / "bare_client.py", "server_cpu": SERVER_CPU, "python": PY}
+            figures_engines.run(figure, skipped, tmp, helpers, a.quick)
         if "peers" in sections:
             from bench import peers
 

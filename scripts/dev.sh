@@ -2,7 +2,7 @@
 # One entry point for a fresh machine of this kind (see README):
 #   bash scripts/dev.sh demo [--out DIR]   the main job: the demo on local vLLM
 #   bash scripts/dev.sh test [pytest args] the test suite (unit, browser, e2e on real vLLM)
-#   bash scripts/dev.sh setup              only install (venv, vLLM CPU engine, model, browser, nginx)
+#   bash scripts/dev.sh setup              only install (venv, vLLM CPU engine, llama-server, model, browser, nginx)
 # Everything is installed by this script into $QC_HOME (default ~/.cache/qualitycheck),
 # outside the checkout, and reused while pyproject.toml and this script are unchanged.
 set -euo pipefail
@@ -67,6 +67,38 @@ static_checks() {
   "$VENV/bin/lint-imports" --no-cache
 }
 
+# llama.cpp's llama-server, the second engine (docs/ENGINE.md): built once from the pinned PyPI
+# sdist of llama-cpp-python (it vendors llama.cpp), portable (-DGGML_NATIVE=OFF), reused while
+# the stamp (source + flags) is unchanged. About 12 minutes on 2 cores the first time.
+LLAMA_SDIST="llama-cpp-python==0.3.36"
+LLAMA_FLAGS=(-DGGML_NATIVE=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+  -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release)
+install_llama_server() {
+  local dir="$QC_HOME/llama.cpp" want
+  want="$LLAMA_SDIST ${LLAMA_FLAGS[*]}"
+  if [ -x "$dir/bin/llama-server" ] && [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$want" ]; then
+    return
+  fi
+  command -v cmake >/dev/null 2>&1 && command -v g++ >/dev/null 2>&1 || {
+    log "installing cmake and g++ for llama-server"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq cmake g++ >/dev/null
+  }
+  log "building llama-server from $LLAMA_SDIST into $dir — about 12 minutes on 2 cores, once"
+  rm -rf "$dir" && mkdir -p "$dir/src" "$dir/bin"
+  "$PY" -m pip download "${pip_flags[@]}" --no-deps --no-binary :all: "$LLAMA_SDIST" -d "$dir/sdist"
+  tar xzf "$dir"/sdist/*.tar.gz -C "$dir/src" --strip-components=1
+  if ! { cmake -S "$dir/src/vendor/llama.cpp" -B "$dir/build" "${LLAMA_FLAGS[@]}" &&
+          cmake --build "$dir/build" --target llama-server -j "$(nproc)"; } >"$dir/build.log" 2>&1; then
+    tail -n 30 "$dir/build.log" >&2
+    log "building llama-server failed; the whole log is $dir/build.log"
+    return 1
+  fi
+  cp "$dir/build/bin/llama-server" "$dir/bin/llama-server"
+  rm -rf "$dir/build" "$dir/src" "$dir/sdist"
+  echo "$want" > "$dir/.stamp"
+}
+
 prepare_model() {
   "$PY" -m qualitycheck.engines prepare
 }
@@ -74,8 +106,9 @@ prepare_model() {
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
-  setup) install_venv; install_browser; install_nginx; prepare_model ;;
-  demo)  install_venv; prepare_model; exec "$VENV/bin/qualitycheck" demo "$@" ;;
-  test)  install_venv; install_browser; install_nginx; prepare_model; cd "$ROOT"; static_checks; exec "$PY" -m pytest "$@" ;;
+  setup) install_venv; install_browser; install_nginx; install_llama_server; prepare_model ;;
+  demo)  install_venv; case " $* " in *llama.cpp*) install_llama_server ;; esac
+         prepare_model; exec "$VENV/bin/qualitycheck" demo "$@" ;;
+  test)  install_venv; install_browser; install_nginx; install_llama_server; prepare_model; cd "$ROOT"; static_checks; exec "$PY" -m pytest "$@" ;;
   *) echo "usage: bash scripts/dev.sh demo|test|setup [args]" >&2; exit 2 ;;
 esac

@@ -81,7 +81,7 @@ def cmd_stage(a: argparse.Namespace) -> int:
 def cmd_demo(a: argparse.Namespace) -> int:
     from qualitycheck.pipeline._demo import run_demo
 
-    return run_demo(Path(a.out) if a.out else None)
+    return run_demo(Path(a.out) if a.out else None, engine=a.engine)
 
 
 def cmd_merge(a: argparse.Namespace) -> int:

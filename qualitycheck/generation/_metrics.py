@@ -1,6 +1,8 @@
 """Prometheus /metrics around generation: scrape every target, record windows in the store.
 
-vLLM's `vllm:spec_decode_*` counters are global to the server, so the run
+vLLM's `vllm:spec_decode_*` counters (llama-server's `llamacpp:spec_decode_*`
+with `--metrics`: the same names and meanings under its own prefix) are
+global to the server, so the run
 attributes them by deltas: a scrape of every target before and after
 generation (a "window"; one per category when acceptance is wanted per
 category), with what we sent in it (`SentTally`), so that counters moved by
@@ -39,15 +41,24 @@ __all__ = [
 _RUN_DEFAULTS = RunOptions()
 _SCRAPE_TIMEOUT_S = 10.0
 
+_ENGINES = ("vllm", "llamacpp")
+"""Prefixes of the engines whose spec-decode counters are read. llama-server (tools/server/server-task.cpp)
+counts verification steps as `spec_decode_num_drafts_total`, as vLLM counts drafts: one per step."""
 _SPEC = {
-    "vllm:spec_decode_num_drafts_total": "drafts",
-    "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens_total": "accepted_tokens",
+    f"{e}:{name}": key
+    for e in _ENGINES
+    for name, key in (
+        ("spec_decode_num_drafts_total", "drafts"),
+        ("spec_decode_num_draft_tokens_total", "draft_tokens"),
+        ("spec_decode_num_accepted_tokens_total", "accepted_tokens"),
+    )
 }
-_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+_PER_POS = {f"{e}:spec_decode_num_accepted_tokens_per_pos_total" for e in _ENGINES}
 _TRAFFIC = {
     "vllm:generation_tokens_total": "generation_tokens",
     "vllm:request_success_total": "requests_finished",
+    # llama-server adds each finished request's generated tokens; it counts no finished requests
+    "llamacpp:tokens_predicted_total": "generation_tokens",
 }
 _KV_USAGE = "vllm:kv_cache_usage_perc"
 """A gauge (0..1, per engine): its mean over engines is recorded as `kv_cache_usage`."""
@@ -68,7 +79,7 @@ def parse_metrics(text: str, model: str | None = None) -> dict[str, Any]:
     samples = []
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.name in _SPEC or s.name == _PER_POS or s.name in _TRAFFIC or s.name == _KV_USAGE:
+            if s.name in _SPEC or s.name in _PER_POS or s.name in _TRAFFIC or s.name == _KV_USAGE:
                 samples.append(s)
     if model and any(s.labels.get("model_name") == model for s in samples):
         samples = [s for s in samples if s.labels.get("model_name") in (model, None)]
@@ -83,7 +94,7 @@ def parse_metrics(text: str, model: str | None = None) -> dict[str, Any]:
             continue
         if s.name in _SPEC:
             spec[_SPEC[s.name]] = spec.get(_SPEC[s.name], 0.0) + s.value
-        elif s.name == _PER_POS:
+        elif s.name in _PER_POS:
             pos = s.labels.get("position", "0")
             per_pos[pos] = per_pos.get(pos, 0.0) + s.value
         else:

@@ -8,6 +8,14 @@ question and compares the answers; a check that a server cannot answer
 never as passed. `/tokenize` of every case's messages is the sharpest one:
 it applies the chat template server-side, so template or system-prompt drift
 shows up as different token ids.
+
+llama.cpp's llama-server answers other questions: `/props` (chat template,
+bos/eos tokens, model file and type, context size per slot, default
+sampling settings) instead of vLLM's `/tokenizer_info` and `/server_info`,
+and its `/tokenize` takes text, not messages, so a chat case is rendered by
+its `/apply-template` first (the template the server applies to a chat
+request) and that text tokenized with special tokens parsed. A server that
+answers `/props` with those fields is asked this way.
 """
 
 from __future__ import annotations
@@ -91,6 +99,8 @@ class _Server:
     def __init__(self, http: HttpClient):
         self.t = http.target
         self.http = http
+        self.llama_props: dict[str, Any] | None = None
+        """llama-server's /props answer, once `_props_check` found one: how this server is asked to tokenize."""
 
     async def get(self, path: str, root: bool = True) -> tuple[Any, str | None]:
         url = (self.t.server_url if root else self.t.base_url) + path
@@ -213,6 +223,70 @@ def _model_config(d: dict[str, Any]) -> dict[str, Any]:
     return {k: mc[k] for k in _MODEL_CONFIG_KEYS if isinstance(mc, dict) and k in mc}
 
 
+_LLAMA_PROPS = ("chat_template", "chat_template_tool_use", "bos_token", "eos_token", "model_path", "model_ftype")
+
+
+def _is_llama_props(d: Any) -> bool:
+    return isinstance(d, dict) and "default_generation_settings" in d and "chat_template" in d
+
+
+def _llama_props(d: dict[str, Any]) -> dict[str, Any]:
+    """What must match between two llama-servers: template, special tokens, model file, context per slot, sampling defaults.
+
+    The defaults drop the `speculative.*` settings: a candidate drafts by
+    design, and a draft's settings change speed, not what is sampled.
+    """
+    out = {k: d[k] for k in _LLAMA_PROPS if k in d}
+    gen = d.get("default_generation_settings")
+    if isinstance(gen, dict):
+        if "n_ctx" in gen:
+            out["n_ctx"] = gen["n_ctx"]
+        params = gen.get("params")
+        if isinstance(params, dict):
+            out["sampling_defaults"] = {k: v for k, v in sorted(params.items()) if not k.startswith("speculative")}
+    return out
+
+
+async def _props_check(b: _Server, c: _Server) -> Check | None:
+    """llama-server's /props compared; None when neither side is a llama-server (vLLM has no /props)."""
+    (db, eb), (dc, ec) = await asyncio.gather(b.get("/props"), c.get("/props"))
+    llama_b, llama_c = _is_llama_props(db), _is_llama_props(dc)
+    if llama_b:
+        b.llama_props = db
+    if llama_c:
+        c.llama_props = dc
+    if not llama_b and not llama_c:
+        return None
+    if not (llama_b and llama_c):
+        other = "candidate" if llama_b else "baseline"
+        return Check(
+            "server_props", None, f"only one side is a llama-server; the {other} has no llama.cpp /props ({eb or ec or 'other fields'})"
+        )
+    pb, pc = _llama_props(db), _llama_props(dc)
+    keys = sorted(set(pb) | set(pc))
+    diff = [k for k in keys if pb.get(k) != pc.get(k)]
+    if not diff:
+        return Check("server_props", True, f"identical: {', '.join(keys)}")
+    parts = [f"{k}: baseline {_short(pb.get(k))}, candidate {_short(pc.get(k))}" for k in diff]
+    return Check("server_props", False, "; ".join(parts), {k: pb.get(k) for k in diff}, {k: pc.get(k) for k in diff})
+
+
+async def _tokens(srv: _Server, case: Case) -> tuple[Any, str | None]:
+    """The server's token ids for a case's input (its /tokenize answer, or the error)."""
+    if srv.llama_props is None:
+        return await srv.post("/tokenize", _tokenize_body(case, srv.t))
+    if case.is_chat:
+        body = {k: v for k, v in _tokenize_body(case, srv.t).items() if k != "model"}
+        rendered, err = await srv.post("/apply-template", body)
+        if err:
+            return None, err
+        prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
+        if not isinstance(prompt, str):
+            return None, f"{srv.t.server_url}/apply-template answered no prompt text"
+        return await srv.post("/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
+    return await srv.post("/tokenize", {"content": case.prompt, "add_special": True, "parse_special": True})
+
+
 def _tokenize_body(case: Case, target: Target) -> dict[str, Any]:
     body: dict[str, Any] = {"model": target.model}
     if case.is_chat:
@@ -246,9 +320,7 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
         nonlocal first_error, n_errors
         try:
             try:
-                (rb, eb), (rc, ec) = await asyncio.gather(
-                    b.post("/tokenize", _tokenize_body(case, b.t)), c.post("/tokenize", _tokenize_body(case, c.t))
-                )
+                (rb, eb), (rc, ec) = await asyncio.gather(_tokens(b, case), _tokens(c, case))
             finally:
                 window.release()
             shaped = all(isinstance(r, dict) or r is None for r in (rb, rc))
@@ -259,7 +331,8 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
             tb = tc = None
             err = f"{type(exc).__name__}: {exc}"
         order, users = pending.pop(key)
-        if err or tb is None or tc is None:
+        if err or not tb or not tc:
+            # an empty list is no answer: llama-server's /tokenize returns [] for a body it does not read
             n_errors += 1
             if first_error is None or order < first_error[0]:
                 first_error = (order, f"{case.id}: {err or 'no tokens in answer'}")
@@ -336,6 +409,7 @@ async def preflight(
         b, c = (
             _Server(HttpClient(t, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, session=shared)) for t in (baseline, candidate)
         )
+        props = await _props_check(b, c)  # first: it decides how each server is asked to tokenize
         models, version, tok_info, server_info, tokenize = await asyncio.gather(
             _model_check(b, c),
             _version_check(b, c),
@@ -343,7 +417,7 @@ async def preflight(
             _dict_check(b, c, "generation_defaults", "/server_info?config_format=json", _model_config),
             _tokenize_check(b, c, cases, concurrency),
         )
-    result.checks = [*models, tokenize, tok_info, server_info, version]
+    result.checks = [*models, tokenize, *([props] if props else []), tok_info, server_info, version]
     return result
 
 

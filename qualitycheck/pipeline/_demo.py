@@ -13,6 +13,10 @@ answers sequential vs concurrent), so a second server would measure the same
 zero noise floor. The bf16 end-to-end test is where a real noise floor is
 measured.
 
+`--engine llama.cpp` runs the same job on llama.cpp's llama-server (built by
+scripts/dev.sh): the demo model's GGUF as the baseline, and the same GGUF
+drafting for itself (`--model-draft`, `--draft-max 3`) as the candidate.
+
 The exit code is 0 when the demo ran to the end and wrote its report,
 whatever the verdict: the verdict is the demo's output, not its failure
 (`qualitycheck run` is the command whose exit code gates).
@@ -30,10 +34,20 @@ from typing import Any
 from qualitycheck.core._cases import Case, load_suite
 from qualitycheck.core._config import Config, JudgeTarget, RunOptions, Target
 from qualitycheck.core._errors import Problem, QualitycheckError, SuiteError
-from qualitycheck.engines._launcher import LaunchError, launch, ngram_config, start_together
-from qualitycheck.engines._model import DEMO_MODEL_NAME, prepare
+from qualitycheck.engines._launcher import (
+    EngineServer,
+    LaunchError,
+    launch,
+    launch_llama,
+    llama_server_binary,
+    ngram_config,
+    start_together,
+)
+from qualitycheck.engines._model import DEMO_MODEL_NAME, demo_gguf, prepare
 
-__all__ = ["DEMO_GUARDRAILS", "default_suites", "demo_cases", "run_demo", "write_suite"]
+__all__ = ["DEMO_ENGINES", "DEMO_GUARDRAILS", "default_suites", "demo_cases", "run_demo", "write_suite"]
+
+DEMO_ENGINES = ("vllm", "llama.cpp")
 
 DEMO_SUITE_NAME = "demo-suite.jsonl"
 DEMO_MAX_TOKENS = 64
@@ -95,7 +109,10 @@ def default_suites() -> list[str]:
     )
 
 
-def _check_engine() -> None:
+def _check_engine(engine: str) -> None:
+    if engine == "llama.cpp":
+        llama_server_binary()  # raises with the command that builds it
+        return
     if importlib.util.find_spec("vllm") is None:
         raise LaunchError(
             "the vLLM CPU engine is not installed in this Python "
@@ -103,13 +120,42 @@ def _check_engine() -> None:
         )
 
 
+def _servers(engine: str, out: Path) -> tuple[EngineServer, EngineServer, dict[str, str]]:
+    """The baseline and candidate of `engine`, spawned (not yet ready), and the labels the run gives them."""
+    logs = out / "servers"
+    if engine == "llama.cpp":
+        gguf = demo_gguf()
+        _say(
+            f"step 2/4: starting llama-server baseline (Q4_1 GGUF) and its draft-model candidate (the same GGUF, draft-max 3); logs in {logs}"
+        )
+        baseline: EngineServer = launch_llama(gguf, served_name=DEMO_MODEL_NAME, name="baseline", core=0, wait=False, log_dir=logs)
+        candidate: EngineServer = launch_llama(
+            gguf, served_name=DEMO_MODEL_NAME, name="candidate-draft", core=1, wait=False, log_dir=logs, draft=gguf, draft_max=3
+        )
+        return baseline, candidate, {"baseline": "llama-server Q4_1", "candidate": "llama-server Q4_1 + draft model (itself) k=3"}
+    model_dir = prepare()
+    _say(f"step 2/4: starting vLLM baseline (fp32) and ngram candidate (fp32, k=3) — about a minute on 2 cores; logs in {logs}")
+    baseline = launch(model_dir, served_name=DEMO_MODEL_NAME, name="baseline", core=0, wait=False, log_dir=logs)
+    candidate = launch(
+        model_dir, served_name=DEMO_MODEL_NAME, name="candidate-ngram", core=1, wait=False, speculative_config=ngram_config(), log_dir=logs
+    )
+    return baseline, candidate, {"baseline": "vLLM fp32", "candidate": "vLLM fp32 + ngram k=3"}
+
+
 def run_demo(
-    out: Path | None = None, *, suites: list[str] | tuple[str, ...] | None = None, max_tokens: int = DEMO_MAX_TOKENS, concurrency: int = 4
+    out: Path | None = None,
+    *,
+    suites: list[str] | tuple[str, ...] | None = None,
+    max_tokens: int = DEMO_MAX_TOKENS,
+    concurrency: int = 4,
+    engine: str = "vllm",
 ) -> int:
-    """Run the demo into `out` (default reports/demo-<timestamp>); returns the CLI exit code."""
+    """Run the demo on `engine` ("vllm" or "llama.cpp") into `out` (default reports/demo-<timestamp>); returns the CLI exit code."""
     from qualitycheck.pipeline._run import run
 
     t0 = time.monotonic()
+    if engine not in DEMO_ENGINES:
+        raise SuiteError([Problem("command line", None, "--engine", f"expected one of {', '.join(DEMO_ENGINES)}, got {engine!r}")])
     out = out or Path("reports") / time.strftime("demo-%Y%m%d-%H%M%S")
     if out.exists() and any(out.iterdir()):
         raise QualitycheckError(
@@ -120,23 +166,12 @@ def run_demo(
     cases = demo_cases(suites, max_tokens)
     if not cases:
         raise SuiteError([Problem(",".join(map(str, suites)), None, "", "no cases to run")])
-    _check_engine()
+    _check_engine(engine)
     _say(f"step 1/4: demo model {DEMO_MODEL_NAME}")
-    model_dir = prepare()
     out.mkdir(parents=True, exist_ok=True)
     suite = write_suite(cases, out / DEMO_SUITE_NAME)
     cats = sorted({c.category for c in cases})
-    _say(f"step 2/4: starting vLLM baseline (fp32) and ngram candidate (fp32, k=3) — about a minute on 2 cores; logs in {out / 'servers'}")
-    baseline = launch(model_dir, served_name=DEMO_MODEL_NAME, name="baseline", core=0, wait=False, log_dir=out / "servers")
-    candidate = launch(
-        model_dir,
-        served_name=DEMO_MODEL_NAME,
-        name="candidate-ngram",
-        core=1,
-        wait=False,
-        speculative_config=ngram_config(),
-        log_dir=out / "servers",
-    )
+    baseline, candidate, labels = _servers(engine, out)
     try:
         start_together([baseline, candidate])
         _say(
@@ -144,8 +179,8 @@ def run_demo(
             f"baseline {baseline.url}, candidate {candidate.url}"
         )
         cfg = Config(
-            baseline=Target(url=baseline.url, model=DEMO_MODEL_NAME, label="vLLM fp32"),
-            candidate=Target(url=candidate.url, model=DEMO_MODEL_NAME, label="vLLM fp32 + ngram k=3"),
+            baseline=Target(url=baseline.url, model=DEMO_MODEL_NAME, label=labels["baseline"]),
+            candidate=Target(url=candidate.url, model=DEMO_MODEL_NAME, label=labels["candidate"]),
             control=Target(url=baseline.url, model=DEMO_MODEL_NAME, label="baseline server again (A/A)"),
             # The baseline judges the open-ended cases: only pairs that differ reach it.
             judge=JudgeTarget(url=baseline.url, model=DEMO_MODEL_NAME, label="baseline as judge"),

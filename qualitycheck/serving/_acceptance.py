@@ -155,7 +155,9 @@ def acceptance_from_windows(windows: Sequence[MetricsWindow], side: str = "candi
         if used and not unavailable:
             warnings.append(f"{side} exposes spec-decode counters but drafted nothing: speculation inactive")
         elif not unavailable and any(w.sent.get(side, SentCounts()).requests for w in windows):
-            warnings.append(f"{side} /metrics has no vllm:spec_decode_* counters: speculative decoding is not active there")
+            warnings.append(
+                f"{side} /metrics has no spec-decode counters (vllm:spec_decode_* or llamacpp:spec_decode_*): speculative decoding is not active there"
+            )
     if by_cat:
         out["by_category"] = {c: (_rates(s) if s["draft_tokens"] > 0 else _empty()) for c, s in sorted(by_cat.items())}
     if reference_speculating:

@@ -8,7 +8,10 @@ once (the bf16 test needs its own control). Test modules are ordered (test_1_...
 fp32 baseline survives from test to test.
 
 Outside CI, a machine without vLLM skips these tests and says why; in CI
-(env CI set) a missing engine is a failure, never a silent skip.
+(env CI set) a missing engine is a failure, never a silent skip. The same
+holds for the llama.cpp tests (marker `llama_cpp`) and the llama-server
+binary scripts/dev.sh builds: they start their own two servers
+(`llama_servers`), which take a second or two.
 """
 
 from __future__ import annotations
@@ -23,7 +26,17 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.engines._launcher import VllmServer, draft_model_config, launch, ngram_config
+from qualitycheck.engines._launcher import (
+    LaunchError,
+    LlamaServer,
+    VllmServer,
+    draft_model_config,
+    launch,
+    launch_llama,
+    llama_server_binary,
+    ngram_config,
+    start_together,
+)
 from tests.e2e.e2e_helpers import MODEL
 from tests.e2e.machine import MachineWatch, Span
 
@@ -35,15 +48,32 @@ def _engine_present() -> bool:
         return False
 
 
+def _llama_missing() -> str | None:
+    try:
+        llama_server_binary()
+    except LaunchError as exc:
+        return str(exc)
+    return None
+
+
 ENGINE_PRESENT = _engine_present()
+LLAMA_MISSING = _llama_missing()
 IN_CI = bool(os.environ.get("CI"))
 SKIP_REASON = f"vLLM engine not installed in {sys.executable} (install: bash scripts/dev.sh setup); set CI=1 to make this a failure"
+LLAMA_SKIP_REASON = f"{LLAMA_MISSING}; set CI=1 to make this a failure"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "llama_cpp: end-to-end test against real llama-server processes (built by scripts/dev.sh)")
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    if ENGINE_PRESENT:
-        return None
-    return f"e2e: {'FAILING (CI is set)' if IN_CI else 'skipped'} — {SKIP_REASON}"
+    lines = []
+    if not ENGINE_PRESENT:
+        lines.append(f"e2e: {'FAILING (CI is set)' if IN_CI else 'skipped'} — {SKIP_REASON}")
+    if LLAMA_MISSING:
+        lines.append(f"e2e llama.cpp: {'FAILING (CI is set)' if IN_CI else 'skipped'} — {LLAMA_SKIP_REASON}")
+    return "\n".join(lines) or None
 
 
 WATCH: MachineWatch | None = None
@@ -53,6 +83,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     """Say why the e2e tests did not run, even without -rs or in quiet mode; what the machine did while they ran."""
     if not ENGINE_PRESENT and not IN_CI and terminalreporter.stats.get("skipped"):
         terminalreporter.write_line(f"e2e tests skipped: {SKIP_REASON}")
+    if LLAMA_MISSING and not IN_CI and terminalreporter.stats.get("skipped"):
+        terminalreporter.write_line(f"e2e llama.cpp tests skipped: {LLAMA_SKIP_REASON}")
     if WATCH is not None:
         for line in WATCH.report():
             terminalreporter.write_line(line)
@@ -79,12 +111,14 @@ def machine(_machine_watch: MachineWatch, request: pytest.FixtureRequest) -> Ite
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if ENGINE_PRESENT or IN_CI:
+    if IN_CI:
         return
-    skip = pytest.mark.skip(reason=SKIP_REASON)
     for item in items:
-        if "e2e" in item.keywords:
-            item.add_marker(skip)
+        if "llama_cpp" in item.keywords:
+            if LLAMA_MISSING:
+                item.add_marker(pytest.mark.skip(reason=LLAMA_SKIP_REASON))
+        elif "e2e" in item.keywords and not ENGINE_PRESENT:
+            item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
 
 
 @pytest.fixture(scope="session")
@@ -171,3 +205,24 @@ def engines(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         pool.stop_all()
         if pool.start_times:
             print("\nvLLM server start-up times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in pool.start_times.items()))
+
+
+@pytest.fixture(scope="session")
+def llama_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LlamaServer]]:
+    """llama-server serving the demo model's GGUF: `baseline`, and `draft` with the same GGUF as its draft model (k=3)."""
+    if LLAMA_MISSING:
+        pytest.fail(f"CI is set but llama-server is missing: {LLAMA_MISSING}")
+    from qualitycheck.engines._model import demo_gguf
+
+    gguf = demo_gguf()
+    logs = tmp_path_factory.mktemp("llama") / "logs"
+    servers = {
+        "baseline": launch_llama(gguf, served_name=MODEL, name="baseline", core=0, wait=False, log_dir=logs),
+        "draft": launch_llama(gguf, served_name=MODEL, name="draft", core=1, wait=False, log_dir=logs, draft=gguf, draft_max=3),
+    }
+    start_together(servers.values())
+    try:
+        yield servers
+    finally:
+        for s in servers.values():
+            s.stop()

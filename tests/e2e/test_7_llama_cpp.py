@@ -1,0 +1,123 @@
+"""The paired run on llama.cpp's llama-server: baseline against the same GGUF drafting for itself.
+
+The second real engine: greedy and sampled cases through the real CLI,
+acceptance read from llama-server's own `llamacpp:spec_decode_*` counters
+(checked against deltas of its /metrics page taken around the run) and
+gated, preflight made of what llama-server exposes (`/props`,
+`/apply-template` + `/tokenize`), and the verdict the engine's measured
+behaviour calls for (docs/ENGINE.md).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qualitycheck.generation._metrics import parse_metrics
+from tests.e2e.e2e_helpers import MODEL, RELAXED_GUARDRAILS, SUITES, explain, qc, summary_of, write_config
+
+pytestmark = [pytest.mark.e2e, pytest.mark.llama_cpp]
+
+GATED = {**RELAXED_GUARDRAILS, "min_acceptance_rate": 0.5}
+"""A model drafting for itself must have most of its greedy drafts accepted; the rest stays as the other e2e tests gate."""
+
+
+def _spec(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        spec = parse_metrics(r.read().decode())["spec"] or {}
+    return {k: v for k, v in spec.items() if k != "per_position"}
+
+
+def _run(servers: dict[str, Any], suite: Path, tmp_path: Path, name: str, guardrails: dict[str, Any], **run: Any) -> tuple[Any, Path]:
+    out = tmp_path / name
+    proc = qc(
+        "run",
+        "-c",
+        str(write_config(tmp_path / f"{name}.yaml", guardrails, **run)),
+        "--baseline",
+        servers["baseline"].url,
+        "--candidate",
+        servers["draft"].url,
+        "--model",
+        MODEL,
+        "--suite",
+        str(suite),
+        "--out",
+        str(out),
+        "--concurrency",
+        "4",
+    )
+    return proc, out
+
+
+def _sampled_subset(folder: Path, per_category: int) -> Path:
+    """The first cases of each category of the sampled suite (temperature 0.9)."""
+    taken: dict[str, int] = {}
+    lines = []
+    for line in (SUITES / "sampled.jsonl").read_text(encoding="utf-8").splitlines():
+        case = json.loads(line)
+        if taken.get(case["category"], 0) < per_category:
+            taken[case["category"]] = taken.get(case["category"], 0) + 1
+            lines.append(line)
+    path = folder / "sampled-subset.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_greedy_pair_on_llama_cpp_reads_and_gates_acceptance_and_preflight(llama_servers: dict[str, Any], tmp_path: Path) -> None:
+    before = _spec(llama_servers["draft"].url)
+    proc, out = _run(llama_servers, SUITES / "fp32.jsonl", tmp_path, "greedy", GATED)
+    after = _spec(llama_servers["draft"].url)
+    s = summary_of(out)
+    assert proc.returncode == 0 and s["verdict"] == "pass", explain(proc)
+    # a Q4_1 model drafting for itself on one thread: every greedy answer is the baseline's
+    assert all(c["identical_rate"] == 1.0 for c in s["categories"].values()), {k: c["identical_rate"] for k, c in s["categories"].items()}
+
+    acc = s["acceptance"]
+    assert acc["speculating"] is True and acc["baseline_speculating"] is False, acc
+    assert acc["draft_tokens"] == after["draft_tokens"] - before["draft_tokens"] > 0, (acc, before, after)
+    assert acc["accepted_tokens"] == after["accepted_tokens"] - before["accepted_tokens"], (acc, before, after)
+    assert acc["drafts"] == after["drafts"] - before["drafts"], (acc, before, after)
+    # greedy: the model drafting for itself proposes exactly what it then generates
+    assert acc["rate"] == 1.0 and acc["mean_accepted_length"] > 2, acc
+    assert len(acc["by_position"]) == 3, acc
+    rule = next(g for g in s["guardrails"] if g["name"] == "min_acceptance_rate")
+    assert rule["passed"] is True and rule["observed"] == pytest.approx(acc["rate"]), rule
+
+    checks = {c["name"]: c for c in s["preflight"]["checks"]}
+    assert s["preflight"]["ok"] is True, checks
+    assert checks["tokenize"]["passed"] is True, checks["tokenize"]  # through /apply-template + /tokenize, never an empty list
+    assert checks["server_props"]["passed"] is True and "chat_template" in checks["server_props"]["detail"], checks["server_props"]
+    # what llama-server does not expose is "could not check", never a pass
+    assert checks["tokenizer_and_stop_tokens"]["passed"] is None and checks["generation_defaults"]["passed"] is None
+
+
+def test_sampled_pair_on_llama_cpp_stays_faithful_and_reads_acceptance(llama_servers: dict[str, Any], tmp_path: Path) -> None:
+    suite = _sampled_subset(tmp_path, per_category=4)
+    proc, out = _run(llama_servers, suite, tmp_path, "sampled", {**RELAXED_GUARDRAILS, "min_acceptance_rate": 0.05}, max_samples_per_case=6)
+    s = summary_of(out)
+    assert s["sampling"]["mode"] == "adaptive" and s["sampling"]["mean_samples_per_case"] > 1, s["sampling"]
+    quality = [g for g in s["guardrails"] if g["name"] == "max_quality_regression_cases"]
+    assert quality and not any(g["passed"] is False for g in quality), explain(proc)
+    for cat, c in s["categories"].items():
+        assert c["verdict"] != "fail", (cat, c["verdict_reason"])
+        for name, k in c["checks"].items():
+            if k.get("sampled"):
+                assert k["sampled"]["decision"] != "drop", (cat, name, k["sampled"])
+    acc = s["acceptance"]
+    assert acc["speculating"] is True and acc["draft_tokens"] > 0 and acc["rate"] is not None, acc
+    # sampling: the target draws each token itself and keeps a draft token only when it drew the same one
+    assert acc["rate"] < 0.99, acc
+    # independent samples: the launcher sets no server-wide seed, so the baseline's repeats differ
+    assert s["noise_floor"]["disagreement_rate"] > 0, s["noise_floor"]
+
+    # the same run gated with an acceptance floor the sampled candidate does not reach fails, naming the rule
+    strict = write_config(tmp_path / "strict.yaml", {**RELAXED_GUARDRAILS, "min_acceptance_rate": 0.99})
+    regate = qc("gate", str(out), "-c", str(strict))
+    assert regate.returncode == 1 and "min_acceptance_rate" in regate.stderr, explain(regate)
+    rule = next(g for g in summary_of(out)["guardrails"] if g["name"] == "min_acceptance_rate")
+    assert rule["passed"] is False and rule["observed"] == pytest.approx(acc["rate"]), rule
