@@ -365,7 +365,7 @@ class Recorder:
         if self.noise_floor:  # a restarted proxy appending to the folder counts on from what the one before it recorded
             self._floor_base = store.record(NoiseFloorRecord) or self._floor_base
         # the folder's windows are kept here, so that a week of scrapes is not read back and revalidated at each one
-        self._windows = list((store.record(MetricsWindows) or MetricsWindows()).windows)
+        self._windows = list(store.record_or_empty(MetricsWindows).windows)
         self._period = self.new_period()
         self._written = _Written()
         self.folders.append(folder)
@@ -406,7 +406,7 @@ class Recorder:
                 "drain": drain,
             }
         )
-        before = store.record(ShadowPeriods) or ShadowPeriods()
+        before = store.record_or_empty(ShadowPeriods)
         periods = ShadowPeriods(periods=[*before.periods, period])
         store.put_record(periods)
         folder = store.folder
