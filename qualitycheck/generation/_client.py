@@ -2,9 +2,10 @@
 
 The request goes out on the aiohttp session of the one HTTP layer
 (`core._http`: session, auth headers, redaction, retry decisions, status and
-transport errors) and the server-sent events are parsed here, with
-`json.loads` per chunk: a streaming reader of our own is the measured fast
-path (docs/PERFORMANCE.md). Client CPU spent per chunk delays the reads on a
+transport errors) and the server-sent events are parsed here, each decoded
+by msgspec into the fields an answer is made of (`json.loads` for anything
+else): a streaming reader of our own is the measured fast path
+(docs/PERFORMANCE.md). Client CPU spent per chunk delays the reads on a
 busy event loop and inflates the very TTFT/ITL being measured.
 
 A request that still fails after its retries becomes a `Response` with an

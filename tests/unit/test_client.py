@@ -139,13 +139,16 @@ def test_api_key_comes_from_the_named_env_var(monkeypatch: pytest.MonkeyPatch) -
         b'{"choices":[],"usage":"many"}',
         b"[1, 2]",
         b'{"choices":[{"index":0,"delta":{"content":"x"}}]',
+        b'{"choices":[{"index":0,"delta":{"content":"a\xff"}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":"\\ud800"}}]}',
+        b'\xef\xbb\xbf{"choices":[]}',
     ],
 )
 def test_an_event_adds_to_the_answer_as_json_loads_reads_it_whichever_parser_takes_it(event: bytes) -> None:
     """The msgspec path takes a well-formed answer's events; the rest fall through to `json.loads`: same answer, same error."""
     import json
 
-    from qualitycheck.core._http import HttpError
+    from qualitycheck.core._http import HttpError, malformed
     from qualitycheck.generation._client import _Accumulator, _feed_payload
 
     def outcome(feed: Any) -> tuple[Any, ...]:
@@ -160,11 +163,13 @@ def test_an_event_adds_to_the_answer_as_json_loads_reads_it_whichever_parser_tak
         try:
             data = json.loads(event.decode())
         except ValueError:
-            _feed_payload(event, 2.0, acc, True)  # the parser's own error for JSON it cannot read
-            return
+            raise malformed("json.loads refused it") from None
         if not isinstance(data, dict):
-            _feed_payload(event, 2.0, acc, True)
-            return
+            raise malformed("not an object")
         acc.feed(data, 2.0, True)
 
-    assert outcome(lambda acc: _feed_payload(event, 2.0, acc, True)) == outcome(by_json)
+    got, want = outcome(lambda acc: _feed_payload(event, 2.0, acc, True)), outcome(by_json)
+    if want[0] == "error" and want[1] == "malformed":  # the message names what json.loads said; the kind must match
+        assert got[:2] == want[:2], got
+    else:
+        assert got == want
