@@ -58,7 +58,7 @@ def test_rotation_by_pairs_closes_each_folder_and_merge_makes_one_verdict(server
         with RunStore.open(f) as store:
             counts.append(store.case_count())
             assert store.manifest["cases"] == counts[-1]
-            assert len((store.record(MetricsWindows) or MetricsWindows()).windows) >= 1  # each folder has its own acceptance window
+            assert len(store.record_or_empty(MetricsWindows).windows) >= 1  # each folder has its own acceptance window
         period = json.loads((f / "shadow.json").read_text())
         assert period["stored"] == counts[-1]
     assert counts == [3, 3, 1]
@@ -117,7 +117,7 @@ def test_acceptance_windows_from_the_candidates_metrics_reach_the_gauge_and_the_
         assert p.metrics.identical_rate._value.get() == 1.0
         p.stop()
     with RunStore.open(p.out) as store:
-        windows = (store.record(MetricsWindows) or MetricsWindows()).windows
+        windows = store.record_or_empty(MetricsWindows).windows
         assert sum(w.sent["candidate"].requests for w in windows) == 4
     assert redo(p.out, "gate", None) in (0, 1)
     summary = json.loads((p.out / "summary.json").read_text())
@@ -164,7 +164,7 @@ def test_a_restarted_proxy_counts_its_noise_floor_on_and_reads_the_record_only_w
         p.stop()
     with RunStore.open(out) as store:
         assert store.case_count() == 4
-        assert len((store.record(MetricsWindows) or MetricsWindows()).windows) >= 3  # each proxy's windows kept, not replaced
+        assert len(store.record_or_empty(MetricsWindows).windows) >= 3  # each proxy's windows kept, not replaced
 
 
 def test_a_restarted_proxy_appends_to_its_folder(servers: Any, proxy_for: Any, tmp_path: Path) -> None:
@@ -177,4 +177,4 @@ def test_a_restarted_proxy_appends_to_its_folder(servers: Any, proxy_for: Any, t
         p.settled()
         p.stop()
     with RunStore.open(out) as store:
-        assert store.case_count() == 2 and len((store.record(ShadowPeriods) or ShadowPeriods()).periods) == 2
+        assert store.case_count() == 2 and len(store.record_or_empty(ShadowPeriods).periods) == 2
