@@ -101,7 +101,7 @@ def test_greedy_pair_on_llama_cpp_reads_and_gates_acceptance_and_preflight(llama
 
 def test_sampled_pair_on_llama_cpp_stays_faithful_and_reads_acceptance(llama_servers: dict[str, Any], tmp_path: Path) -> None:
     suite = _sampled_subset(tmp_path, per_category=4)
-    proc, out = _run(llama_servers, suite, tmp_path, "sampled", {**UNTIMED, "min_acceptance_rate": 0.05}, max_samples_per_case=6)
+    proc, out = _run(llama_servers, suite, tmp_path, "sampled", {**UNTIMED, "min_acceptance_rate": 0.05}, max_samples_per_case=4)
     s = summary_of(out)
     assert s["sampling"]["mode"] == "adaptive" and s["sampling"]["mean_samples_per_case"] > 1, s["sampling"]
     quality = [g for g in s["guardrails"] if g["name"] == "max_quality_regression_cases"]
