@@ -7,9 +7,12 @@ qualitycheck's wall time by this one's.
 
 Run: `python bench/bare_client.py URL N CONCURRENCY [--timings] [--model M]
 [--max-tokens T] [--temperature X]`; prints a JSON line {wall_s, cpu_s, ok,
-timings: {id: [ttft, t1, t2, ...]}}. The last three options are for real
-engines (bench/figures_engines.py): the served model, and greedy answers of a
-bounded length, so both clients ask for the same work.
+timings: {id: [ttft, t1, t2, ...]}}. `--model`, `--max-tokens`,
+`--temperature` and `--close` are for real engines (bench/figures_engines.py):
+the served model, greedy answers of a bounded length so both clients ask for
+the same work, and a connection per request, because llama-server closes
+kept-alive connections that aiohttp then fails to write to (this client has
+no retries; qualitycheck's retry such a failure).
 """
 
 from __future__ import annotations
@@ -24,9 +27,16 @@ import aiohttp
 
 
 async def run(
-    url: str, n: int, concurrency: int, keep_timings: bool, model: str = "bench", max_tokens: int = 64, temperature: float | None = None
+    url: str,
+    n: int,
+    concurrency: int,
+    keep_timings: bool,
+    model: str = "bench",
+    max_tokens: int = 64,
+    temperature: float | None = None,
+    close: bool = False,
 ) -> dict:
-    conn = aiohttp.TCPConnector(limit=concurrency)
+    conn = aiohttp.TCPConnector(limit=concurrency, force_close=close)
     timings: dict[str, list[float]] = {}
     ok = 0
     queue = iter(range(n))
@@ -78,8 +88,9 @@ def main() -> None:
     ap.add_argument("--model", default="bench")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float)
+    ap.add_argument("--close", action="store_true", help="a new connection per request (llama-server drops kept-alive ones)")
     a = ap.parse_args()
-    out = asyncio.run(run(a.url, a.n, a.concurrency, a.timings, a.model, a.max_tokens, a.temperature))
+    out = asyncio.run(run(a.url, a.n, a.concurrency, a.timings, a.model, a.max_tokens, a.temperature, a.close))
     json.dump(out, sys.stdout)
     sys.stdout.write("\n")
 

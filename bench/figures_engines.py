@@ -6,7 +6,8 @@ eight in flight: once from the bare aiohttp loop (bench/bare_client.py), once
 from `qualitycheck run` (baseline and candidate both on that server, four in
 flight each, so the server sees the same load). The figure is qualitycheck's
 first request to last answer (from the run's own records) over the bare
-loop's wall time, the median of alternating repetitions, as
+loop's wall time (a new loopback connection per request, for both engines:
+llama-server drops kept-alive ones), the median of alternating repetitions, as
 `harness_overhead_ratio` is against the scripted server. On a real engine
 the server's own compute dominates both, so the ratio says how much of the
 engine's time the harness adds, not how fast the engine is.
@@ -96,7 +97,7 @@ def run(figure: Figure, skipped: Figure, tmp: Path, ctx: dict[str, Any], quick: 
         with serve(server_cpu) as root:
             url = root + "/v1"
             bare_cmd = [py, str(bare_client), url, str(N_REQUESTS), str(IN_FLIGHT), "--model", DEMO_MODEL_NAME]
-            bare_cmd += ["--max-tokens", str(MAX_TOKENS), "--temperature", "0"]
+            bare_cmd += ["--max-tokens", str(MAX_TOKENS), "--temperature", "0", "--close"]
             run_process(bare_cmd)  # warm-up: the engine's first requests are slower
             for r in range(reps):
                 out = tmp / f"engines-{name}-{r}"

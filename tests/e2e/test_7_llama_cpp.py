@@ -22,8 +22,11 @@ from tests.e2e.e2e_helpers import MODEL, RELAXED_GUARDRAILS, SUITES, explain, qc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llama_cpp]
 
-GATED = {**RELAXED_GUARDRAILS, "min_acceptance_rate": 0.5}
-"""A model drafting for itself must have most of its greedy drafts accepted; the rest stays as the other e2e tests gate."""
+UNTIMED = {k: v for k, v in RELAXED_GUARDRAILS.items() if k != "max_tpot_p95_regression"}
+"""Quality, errors and acceptance are gated; speed is not: a draft as large as the target makes the candidate 2-3x
+slower here by design, and a loaded machine stretches that much further (speeds are bench/ figures, not test outcomes)."""
+GATED = {**UNTIMED, "min_acceptance_rate": 0.5}
+"""A model drafting for itself must have most of its greedy drafts accepted."""
 
 
 def _spec(url: str) -> dict[str, float]:
@@ -98,7 +101,7 @@ def test_greedy_pair_on_llama_cpp_reads_and_gates_acceptance_and_preflight(llama
 
 def test_sampled_pair_on_llama_cpp_stays_faithful_and_reads_acceptance(llama_servers: dict[str, Any], tmp_path: Path) -> None:
     suite = _sampled_subset(tmp_path, per_category=4)
-    proc, out = _run(llama_servers, suite, tmp_path, "sampled", {**RELAXED_GUARDRAILS, "min_acceptance_rate": 0.05}, max_samples_per_case=6)
+    proc, out = _run(llama_servers, suite, tmp_path, "sampled", {**UNTIMED, "min_acceptance_rate": 0.05}, max_samples_per_case=4)
     s = summary_of(out)
     assert s["sampling"]["mode"] == "adaptive" and s["sampling"]["mean_samples_per_case"] > 1, s["sampling"]
     quality = [g for g in s["guardrails"] if g["name"] == "max_quality_regression_cases"]
@@ -116,8 +119,34 @@ def test_sampled_pair_on_llama_cpp_stays_faithful_and_reads_acceptance(llama_ser
     assert s["noise_floor"]["disagreement_rate"] > 0, s["noise_floor"]
 
     # the same run gated with an acceptance floor the sampled candidate does not reach fails, naming the rule
-    strict = write_config(tmp_path / "strict.yaml", {**RELAXED_GUARDRAILS, "min_acceptance_rate": 0.99})
+    strict = write_config(tmp_path / "strict.yaml", {**UNTIMED, "min_acceptance_rate": 0.99})
     regate = qc("gate", str(out), "-c", str(strict))
     assert regate.returncode == 1 and "min_acceptance_rate" in regate.stderr, explain(regate)
     rule = next(g for g in summary_of(out)["guardrails"] if g["name"] == "min_acceptance_rate")
     assert rule["passed"] is False and rule["observed"] == pytest.approx(acc["rate"]), rule
+
+
+def test_preflight_on_llama_cpp_names_a_drifted_chat_template(llama_servers: dict[str, Any], tmp_path: Path) -> None:
+    from qualitycheck.engines._launcher import launch_llama
+    from qualitycheck.engines._model import demo_gguf
+
+    with urllib.request.urlopen(llama_servers["baseline"].url + "/props", timeout=10) as r:
+        template = json.loads(r.read())["chat_template"]
+    original = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    assert original in template, "the demo model's chat template changed; update this test"
+    drifted = tmp_path / "drifted.jinja"
+    drifted.write_text(template.replace(original, "You are a terse assistant"), encoding="utf-8")
+    with launch_llama(demo_gguf(), served_name=MODEL, name="drifted", core=1, extra_args=("--chat-template-file", str(drifted))) as other:
+        proc = qc(
+            "preflight",
+            "--baseline",
+            llama_servers["baseline"].url,
+            "--candidate",
+            other.url,
+            "--model",
+            MODEL,
+            "--suite",
+            str(SUITES / "fp32.jsonl"),
+        )
+    assert proc.returncode == 1, explain(proc)
+    assert "FAIL tokenize" in proc.stdout and "FAIL server_props" in proc.stdout and "chat_template" in proc.stdout, proc.stdout

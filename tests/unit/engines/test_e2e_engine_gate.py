@@ -36,4 +36,6 @@ def test_without_engine_in_ci_the_e2e_tests_fail() -> None:
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "CI is set but vLLM cannot be imported" in proc.stdout
     assert "CI is set but llama-server is missing" in proc.stdout
-    assert "skipped" not in proc.stdout.splitlines()[-1]
+    # the one skip CI allows: suffix decoding, whose arctic-inference scripts/dev.sh does not install (docs/ENGINE.md)
+    skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert all("arctic-inference is not installed" in line for line in skips), skips

@@ -152,3 +152,32 @@ def test_template_server_starts_and_stops() -> None:
     with launch_template(f"python {FAKE} --port {{port}}", model="/m", wait=False) as s:
         assert s.healthy()
     assert not s.running
+
+
+def test_llama_argv_baseline_and_draft_candidate(tmp_path: Path) -> None:
+    from qualitycheck.engines._launcher import llama_server_argv
+
+    base = llama_server_argv("/m.gguf", port=9, served_name="smol", binary="/bin/llama-server")
+    assert base[:3] == ["/bin/llama-server", "--model", "/m.gguf"] and "--metrics" in base
+    assert "--model-draft" not in base and "--seed" not in base  # no server-wide seed: samples must be independent draws
+    cand = llama_server_argv("/m.gguf", port=9, served_name="smol", binary="/bin/llama-server", draft="/d.gguf", draft_max=5)
+    assert cand[cand.index("--model-draft") + 1] == "/d.gguf" and cand[cand.index("--spec-draft-n-max") + 1] == "5"
+    assert cand[cand.index("--spec-type") + 1] == "draft-simple" and "--draft-max" not in cand  # removed in this llama.cpp
+
+
+def test_llama_template_runs_the_built_binary_under_llama_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qualitycheck.engines._launcher import LlamaServer, _is_llama, llama_server_binary
+
+    binary = tmp_path / "llama-server"
+    binary.write_text(f"#!{sys.executable}\nimport runpy, sys\nrunpy.run_path({FAKE!r}, run_name='__main__')\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv("QC_LLAMA_SERVER", str(binary))
+    assert llama_server_binary() == binary
+    argv = _template_argv("llama-server -m {model} --port {port} --spec-draft-n-max 3", model="/m.gguf", port=9)
+    assert argv[0] == str(binary) and _is_llama(argv)
+    with launch_template("llama-server --port {port}", model="/m", core=0) as s:
+        assert isinstance(s, LlamaServer) and s.healthy() and s.log_path is not None and s.log_path.name == "llama-template.log"
+        assert os.sched_getaffinity(s.pid or 0) == {0}  # held to its core before exec
+    monkeypatch.setenv("QC_LLAMA_SERVER", str(tmp_path / "missing"))
+    with pytest.raises(LaunchError, match="llama-server not found"):
+        llama_server_binary()

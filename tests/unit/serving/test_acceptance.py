@@ -11,7 +11,7 @@ import pytest
 from qualitycheck.core._config import Target
 from qualitycheck.core._records import MetricsSnapshot, Response, SpecCounters, Usage
 from qualitycheck.generation import SentTally, parse_metrics, scrape, scrape_all, window
-from qualitycheck.serving import acceptance_from_windows
+from qualitycheck.serving import acceptance_from_windows, acceptance_rates
 from qualitycheck.testserver import TestServer
 
 VLLM_PAGE = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
@@ -136,3 +136,29 @@ def test_scrapes_of_test_servers_around_traffic():
 def test_scrape_of_a_dead_server_records_the_error():
     s = asyncio.run(scrape(Target(url="http://127.0.0.1:9", model="m"), timeout_s=1))
     assert s.ok is False and s.error is not None and "Connect" in s.error
+
+
+LLAMA_PAGE = """# HELP llamacpp:tokens_predicted_total Number of generation tokens processed
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 90
+# TYPE llamacpp:spec_decode_num_draft_tokens_total counter
+llamacpp:spec_decode_num_draft_tokens_total 15
+# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter
+llamacpp:spec_decode_num_accepted_tokens_total 12
+# TYPE llamacpp:spec_decode_num_drafts_total counter
+llamacpp:spec_decode_num_drafts_total 5
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 0
+# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 5
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 4
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 3
+"""
+"""llama-server's --metrics page as this llama.cpp writes it (tools/server/server-task.cpp)."""
+
+
+def test_llama_server_counters_read_as_vllms():
+    p = parse_metrics(LLAMA_PAGE, "smol")
+    assert p["spec"] == {"drafts": 5, "draft_tokens": 15, "accepted_tokens": 12, "per_position": {"0": 5, "1": 4, "2": 3}}
+    assert p["generation_tokens"] == 90 and "requests_finished" not in p
+    assert acceptance_rates(5, 15, 12, p["spec"]["per_position"])["by_position"] == [1.0, 0.8, 0.6]
