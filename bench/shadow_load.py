@@ -4,7 +4,7 @@ It measures what a caller sees: time to the first content chunk and to the
 end of the answer, per request, the same way whether it talks to the server
 directly or through the proxy, so the two runs can be set side by side.
 
-Run: `python bench/shadow_load.py URL N CONCURRENCY [--no-stream] [--stagger S]`;
+Run: `python bench/shadow_load.py URL N CONCURRENCY [--no-stream] [--stagger S] [--rate R]`;
 prints a JSON line {wall_s, cpu_s, ok, errors, ttft_ms: [...], e2e_ms: [...]}.
 
 `--stagger S` starts client i of c after i/c x S seconds: callers that do not
@@ -20,11 +20,12 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Iterator
 
 import aiohttp
 
 
-async def run(url: str, n: int, concurrency: int, stream: bool, stagger: float = 0.0) -> dict:
+async def run(url: str, n: int, concurrency: int, stream: bool, stagger: float = 0.0, rate: float = 0.0) -> dict:
     conn = aiohttp.TCPConnector(limit=concurrency)
     ttft: list[float] = []
     e2e: list[float] = []
@@ -34,10 +35,13 @@ async def run(url: str, n: int, concurrency: int, stream: bool, stagger: float =
     async with aiohttp.ClientSession(connector=conn) as session:
 
         async def worker(k: int) -> None:
-            nonlocal ok, errors
             if stagger:
                 await asyncio.sleep(stagger * k / concurrency)
-            for i in queue:
+            await send_from(queue)
+
+        async def send_from(indices: Iterator[int]) -> None:
+            nonlocal ok, errors
+            for i in indices:
                 body = {
                     "model": "bench",
                     "messages": [{"role": "user", "content": f"Say something r{i}"}],
@@ -71,7 +75,22 @@ async def run(url: str, n: int, concurrency: int, stream: bool, stagger: float =
                 e2e.append((end - t0) * 1000)
 
         t0, c0 = time.perf_counter(), time.process_time()
-        await asyncio.gather(*(worker(k) for k in range(concurrency)))
+        if rate:  # open loop: request i leaves at i / rate whatever the answers do, at most `concurrency` open at once
+            gate = asyncio.Semaphore(concurrency)
+
+            async def one(i: int) -> None:
+                async with gate:
+                    await send_from(iter([i]))
+
+            tasks = []
+            for i in range(n):
+                delay = t0 + i / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.ensure_future(one(i)))
+            await asyncio.gather(*tasks)
+        else:
+            await asyncio.gather(*(worker(k) for k in range(concurrency)))
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"wall_s": wall, "cpu_s": cpu, "ok": ok, "errors": errors, "ttft_ms": ttft, "e2e_ms": e2e}
 
@@ -83,6 +102,7 @@ def main() -> None:
     ap.add_argument("concurrency", type=int)
     ap.add_argument("--no-stream", action="store_true")
     ap.add_argument("--stagger", type=float, default=0.0, help="seconds over which the clients' first requests are spread")
+    ap.add_argument("--rate", type=float, default=0.0, help="open loop: requests per second, sent on time whatever the answers do")
     a = ap.parse_args()
     run_ = asyncio.run
     try:
@@ -91,7 +111,7 @@ def main() -> None:
         run_ = uvloop.run
     except ImportError:
         pass
-    out = run_(run(a.url, a.n, a.concurrency, not a.no_stream, a.stagger))
+    out = run_(run(a.url, a.n, a.concurrency, not a.no_stream, a.stagger, a.rate))
     json.dump(out, sys.stdout)
     sys.stdout.write("\n")
 
