@@ -223,7 +223,7 @@ def _model_config(d: dict[str, Any]) -> dict[str, Any]:
     return {k: mc[k] for k in _MODEL_CONFIG_KEYS if isinstance(mc, dict) and k in mc}
 
 
-_LLAMA_PROPS = ("chat_template", "chat_template_tool_use", "bos_token", "eos_token", "model_path", "model_ftype")
+_LLAMA_PROPS = ("chat_template", "chat_template_tool_use", "bos_token", "eos_token", "model_ftype")
 
 
 def _is_llama_props(d: Any) -> bool:
@@ -237,6 +237,8 @@ def _llama_props(d: dict[str, Any]) -> dict[str, Any]:
     design, and a draft's settings change speed, not what is sampled.
     """
     out = {k: d[k] for k in _LLAMA_PROPS if k in d}
+    if isinstance(d.get("model_path"), str):  # the file, not where each host mounts it
+        out["model_file"] = d["model_path"].replace("\\", "/").rsplit("/", 1)[-1]
     gen = d.get("default_generation_settings")
     if isinstance(gen, dict):
         if "n_ctx" in gen:

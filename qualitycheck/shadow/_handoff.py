@@ -294,13 +294,14 @@ class ProcessHandoff:
             return None
         self._flush_counts()
         self._token += 1
+        token = self._token  # questions overlap (probes, scrapes): each one forgets only its own on timeout
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._answers[self._token] = fut
-        self._send(("q", self._token, what))
+        self._answers[token] = fut
+        self._send(("q", token, what))
         try:
             return await asyncio.wait_for(fut, 10)
         except TimeoutError:
-            self._answers.pop(self._token, None)
+            self._answers.pop(token, None)
             return None
 
     async def health(self, draining: bool) -> tuple[int, dict[str, Any]]:
