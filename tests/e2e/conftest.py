@@ -158,6 +158,7 @@ class EnginePool:
         self.specs: dict[str, dict[str, Any]] = {
             "fp32": {"dtype": "float32", "extra_args": TOOL_ARGS},
             "fp32-ngram": {"dtype": "float32", "speculative_config": ngram_config(), "extra_args": TOOL_ARGS},
+            "fp32-replica": {"dtype": "float32", "extra_args": TOOL_ARGS},
             "fp32-draft": {"dtype": "float32", "speculative_config": draft_model_config(model_dir)},
             "fp32-template": {"dtype": "float32", "chat_template": template},
             "bf16": {"dtype": "bfloat16"},
