@@ -180,6 +180,10 @@ class ShadowProxy:
         body = await request.read()
         self.handoff.count(kind or "other")
         handed = self._admit(kind, body, request.headers) if kind is not None else None
+        return await self._respond(request, body, handed)
+
+    async def _respond(self, request: web.BaseRequest, body: bytes, handed: _Handed | None) -> web.StreamResponse:
+        """The caller's answer, once its request was read and (when sampled) handed over: the baseline's, forwarded."""
         return await self._forward(request, body, handed)
 
     async def _own(self, path: str) -> web.Response:

@@ -26,10 +26,11 @@ authority; the sink does not route on the host, so any host is accepted.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
-from qualitycheck.shadow._mirror import MIRRORED
-from qualitycheck.shadow._proxy import ShadowProxy, _answer_expect
+from qualitycheck.shadow._proxy import ShadowProxy
 
 __all__ = ["ShadowSink"]
 
@@ -37,15 +38,6 @@ __all__ = ["ShadowSink"]
 class ShadowSink(ShadowProxy):
     """A listening sink: answers at once; its mirror side (`MirrorSide(ask_baseline=True)`) asks both targets and records the pair."""
 
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        path = request.path
-        if path.startswith("/qc/"):
-            return await self._own(path)
-        if "Expect" in request.headers and (refused := await _answer_expect(request)) is not None:
-            return refused
-        kind = MIRRORED.get(path) if request.method == "POST" else None
-        body = await request.read()
-        self.handoff.count(kind or "other")
-        if kind is not None:
-            self._admit(kind, body, request.headers)  # handed over: the work starts once this answer is written
-        return web.Response(status=204)  # the gateway discards the answer: an empty success says all it needs
+    async def _respond(self, request: web.BaseRequest, body: bytes, handed: Any) -> web.StreamResponse:
+        """An empty success at once: the gateway discards it; the handed-over request's work starts after it is written."""
+        return web.Response(status=204)
