@@ -26,6 +26,7 @@ import pytest
 
 from qualitycheck.core._store import RunStore
 from tests.e2e.e2e_helpers import MODEL, SUITES, explain, qc, summary_of, write_config
+from tests.e2e.gateway import get
 
 pytestmark = pytest.mark.e2e
 
@@ -98,7 +99,7 @@ def shadowed(engines: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str
             proxied = list(pool.map(lambda r: _post(url, r["body"], {"X-Route": r["route"]}), requests))
         deadline = time.monotonic() + 300
         while True:  # every mirror answered and stored before the stop
-            text = _get(url + "/qc/metrics")
+            text = get(url + "/qc/metrics")
             stored = re.search(r"^qc_shadow_stored_total (\S+)", text, re.M)
             if stored and float(stored.group(1)) >= len(requests):
                 break
@@ -110,16 +111,6 @@ def shadowed(engines: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str
         if proc.poll() is None:
             proc.kill()
     return {"requests": requests, "direct": direct, "proxied": proxied, "out": out, "code": code, "log": log.read_text(errors="replace")}
-
-
-def _get(url: str) -> str:
-    u = urlsplit(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
-    try:
-        conn.request("GET", u.path)
-        return conn.getresponse().read().decode()
-    finally:
-        conn.close()
 
 
 def test_every_caller_gets_the_baselines_content(shadowed: dict[str, Any]) -> None:
