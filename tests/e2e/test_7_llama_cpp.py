@@ -36,7 +36,9 @@ def _spec(url: str) -> dict[str, float]:
     return {k: v for k, v in spec.items() if k != "per_position"}
 
 
-def _run(servers: dict[str, Any], suite: Path, tmp_path: Path, name: str, guardrails: dict[str, Any], **run: Any) -> tuple[Any, Path]:
+def _run(
+    servers: dict[str, Any], suite: Path, tmp_path: Path, name: str, guardrails: dict[str, Any], concurrency: int = 4, **run: Any
+) -> tuple[Any, Path]:
     out = tmp_path / name
     proc = qc(
         "run",
@@ -53,7 +55,7 @@ def _run(servers: dict[str, Any], suite: Path, tmp_path: Path, name: str, guardr
         "--out",
         str(out),
         "--concurrency",
-        "4",
+        str(concurrency),
     )
     return proc, out
 
@@ -74,11 +76,13 @@ def _sampled_subset(folder: Path, per_category: int) -> Path:
 
 def test_greedy_pair_on_llama_cpp_reads_and_gates_acceptance_and_preflight(llama_servers: dict[str, Any], tmp_path: Path) -> None:
     before = _spec(llama_servers["draft"].url)
-    proc, out = _run(llama_servers, SUITES / "fp32.jsonl", tmp_path, "greedy", GATED)
+    # one request at a time: with several in flight this engine's greedy answers are not batch-invariant, on the
+    # baseline as much as on the candidate (docs/ENGINE.md), and identity below would be a draw, not a property
+    proc, out = _run(llama_servers, SUITES / "fp32.jsonl", tmp_path, "greedy", GATED, concurrency=1)
     after = _spec(llama_servers["draft"].url)
     s = summary_of(out)
     assert proc.returncode == 0 and s["verdict"] == "pass", explain(proc)
-    # a Q4_1 model drafting for itself on one thread: every greedy answer is the baseline's
+    # a Q4_1 model drafting for itself, one request at a time: every greedy answer is the baseline's
     assert all(c["identical_rate"] == 1.0 for c in s["categories"].values()), {k: c["identical_rate"] for k, c in s["categories"].items()}
 
     acc = s["acceptance"]
