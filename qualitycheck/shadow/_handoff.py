@@ -45,7 +45,10 @@ HANDOFF_MAX_BYTES = 16 * 2**20
 """Bytes at most waiting in the forwarding process for the mirror process; beyond, sampled requests are dropped and counted."""
 COUNTS_EVERY_S = 0.25
 """How often request counts go to the mirror process when no frame carried them."""
+START_TIMEOUT_S = 60.0
+"""How long the mirror process may take to open its folder and say so; past it, the proxy is refused rather than left hanging."""
 _LEN = struct.Struct("!I")
+_CHILD = "from qualitycheck.shadow._handoff import child_main; child_main()"
 
 
 class MirrorStartError(QualitycheckError):
@@ -151,6 +154,8 @@ class ProcessHandoff:
         self._writer: asyncio.StreamWriter | None = None
         self._reader: asyncio.StreamReader | None = None
         self._up = False
+        self._stopping = False
+        """Told to stop: its end is the one asked for, not news for the log."""
         self._requests: dict[str, int] = {}
         self._drops: dict[str, int] = {}
         self._answers: dict[int, asyncio.Future[Any]] = {}
@@ -179,7 +184,7 @@ class ProcessHandoff:
             "noise_floor": self.noise_floor,
         }
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", "from qualitycheck.shadow._handoff import child_main; child_main()", str(theirs.fileno())],
+            [sys.executable, "-c", _CHILD, str(theirs.fileno())],
             stdin=subprocess.PIPE,
             pass_fds=[theirs.fileno()],
         )
@@ -189,9 +194,18 @@ class ProcessHandoff:
         self._proc.stdin.close()
         self.pid = self._proc.pid
         self._reader, self._writer = await asyncio.open_unix_connection(sock=ours)
-        first = await _read(self._reader)
+        try:
+            first = await asyncio.wait_for(_read(self._reader), START_TIMEOUT_S)
+        except TimeoutError:
+            self._proc.kill()
+            await asyncio.to_thread(self._proc.wait)
+            raise MirrorStartError(f"the mirror process did not open its folder within {START_TIMEOUT_S:g}s and was stopped") from None
         if first is None or first[0] != "ready":
-            await asyncio.to_thread(self._proc.wait, 30)
+            try:
+                await asyncio.to_thread(self._proc.wait, 30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                await asyncio.to_thread(self._proc.wait)
             message = first[1] if first is not None else f"the mirror process ended at start (exit {self._proc.returncode})"
             raise MirrorStartError(message)
         self.folder = Path(first[1])
@@ -211,7 +225,7 @@ class ProcessHandoff:
                 self.folder = Path(msg[1])
                 if self._closed is not None and not self._closed.done():
                     self._closed.set_result(msg[2])
-        if self._up:
+        if self._up and not self._stopping:
             self.log(f"the mirror process ({self.pid}) is gone: callers are served as before, sampled requests are counted as dropped")
         self._up = False
         for fut in self._answers.values():
@@ -246,6 +260,7 @@ class ProcessHandoff:
         """Tell the mirror process to drain and close its folder; its drain record, or None when it is gone."""
         t0 = time.monotonic()
         self._flush_counts()
+        self._stopping = True
         self._send(("stop", timeout))
         record = None
         if self._closed is not None:

@@ -98,7 +98,7 @@ class _Handed:
 
 
 class ShadowProxy:
-    """One listening proxy: forwarding, the hand-off of sampled requests, /qc/health, /qc/metrics, drain."""
+    """One listening proxy: forwarding, the hand-off of sampled requests, /qc/ready, /qc/health, /qc/metrics, drain."""
 
     def __init__(self, cfg: Config, handoff: Handoff, *, host: str, port: int, replica: str, log: Callable[[str], None]):
         assert cfg.baseline is not None and cfg.candidate is not None
@@ -193,6 +193,10 @@ class ShadowProxy:
         if path == "/qc/health":
             status, health = await self.handoff.health(self._draining)
             return web.json_response(health, status=status)
+        if path == "/qc/ready":
+            # what a gateway's or orchestrator's probe should read: callers need the forwarding only, so a mirror side
+            # that is down or stalled (503 on /qc/health) must not take a working proxy out of their path
+            return web.json_response({"status": "draining" if self._draining else "ready"}, status=503 if self._draining else 200)
         return web.json_response({"error": {"message": f"no such path {path}", "code": 404}}, status=404)
 
     def _admit(self, kind: str, raw: bytes, headers: Mapping[str, str]) -> _Handed | None:

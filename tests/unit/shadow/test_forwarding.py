@@ -207,6 +207,8 @@ def test_health_and_prometheus_metrics_are_served_by_the_proxy_itself(servers: A
     status, _, raw = call(p.url, "/qc/health")
     health = json.loads(raw)
     assert status == 200 and health["status"] == "ok" and health["folder"] == str(p.out) and health["inflight"] == 0
+    status, _, raw = call(p.url, "/qc/ready")
+    assert status == 200 and json.loads(raw) == {"status": "ready"}
     status, headers, raw = call(p.url, "/qc/metrics")
     text = raw.decode()
     assert status == 200 and headers["content-type"].startswith("text/plain")

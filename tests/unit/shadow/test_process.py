@@ -22,6 +22,7 @@ from qualitycheck.core._records import ShadowPeriods
 from qualitycheck.core._store import RunStore
 from qualitycheck.testserver import TestServer
 
+from .conftest import shadow_config
 from .test_forwarding import call, chat
 
 CALLER_KEY = "sk-callerkey0123456789abcdefXYZ"
@@ -308,6 +309,8 @@ def test_a_stalled_or_killed_mirror_process_never_touches_the_callers(tmp_path: 
             try:
                 for _ in range(5):
                     assert call(sp.url, "/v1/chat/completions", body)[::2] == direct
+                status, _, raw = call(sp.url, "/qc/ready")  # answered by the listening process alone, at once
+                assert status == 200 and json.loads(raw)["status"] == "ready"
             finally:
                 os.kill(mirror, signal.SIGCONT)
             sp.wait_metric("qc_shadow_stored_total", 8.0)  # it catches up: nothing handed over was lost
@@ -325,6 +328,9 @@ def test_a_stalled_or_killed_mirror_process_never_touches_the_callers(tmp_path: 
                 assert call(sp.url, "/v1/chat/completions", body)[::2] == direct
             status, _, raw = call(sp.url, "/qc/health")
             assert status == 503 and json.loads(raw)["status"] == "mirror_down"
+            # the recording is down, the proxy is not: a probe on /qc/ready keeps it in the callers' path
+            status, _, raw = call(sp.url, "/qc/ready")
+            assert status == 200 and json.loads(raw)["status"] == "ready"
             assert sp.metric("qc_shadow_dropped_total", reason="mirror_down") == 3.0
             sp.proc.send_signal(signal.SIGTERM)
             code = sp.proc.wait(60)
@@ -348,6 +354,30 @@ def test_a_port_in_use_is_refused_with_exit_2_and_the_mirror_process_ends(tmp_pa
     finally:
         taken.close()
     assert r.returncode == 2 and f"--listen 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # the mirror process was told to stop and closed its folder (not left to die with its parent), and its end is not
+    # reported as a crash
+    assert "closed (stopped)" in r.stderr and "is gone" not in r.stderr, r.stderr
+
+
+def test_a_mirror_process_that_never_opens_its_folder_is_stopped_and_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from qualitycheck.shadow import _handoff
+
+    monkeypatch.setattr(_handoff, "_CHILD", "import time; time.sleep(600)")
+    monkeypatch.setattr(_handoff, "START_TIMEOUT_S", 1.0)
+    handoff = _handoff.ProcessHandoff(
+        shadow_config("http://127.0.0.1:9", "http://127.0.0.1:9"),
+        tmp_path / "o",
+        "{}",
+        replica="r",
+        listen="127.0.0.1:0",
+        noise_floor=False,
+        log=lambda _: None,
+    )
+    with pytest.raises(_handoff.MirrorStartError, match="did not open its folder within 1s"):
+        asyncio.run(handoff.start())
+    assert handoff._proc is not None and handoff._proc.poll() is not None  # stopped, not left sleeping
 
 
 def test_a_stalled_mirror_process_fills_a_bounded_hand_off_and_the_rest_is_counted(tmp_path: Path) -> None:
