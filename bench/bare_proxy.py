@@ -6,7 +6,11 @@ What it adds over a direct request is what one more process hop costs on
 this machine, whoever writes the proxy; the shadow proxy's figures are read
 against it.
 
-Run: `python bench/bare_proxy.py UPSTREAM_ROOT`; prints `PORT <n>` once it listens.
+With `-` for the upstream it is the sink's reference instead: every request
+is read and answered at once with an empty 204, which is all a gateway's
+mirror waits for; the shadow sink's answer figures are read against it.
+
+Run: `python bench/bare_proxy.py UPSTREAM_ROOT|-`; prints `PORT <n>` once it listens.
 """
 
 from __future__ import annotations
@@ -32,8 +36,12 @@ async def main(upstream: str) -> None:
             await resp.write_eof()
             return resp
 
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        return web.Response(status=204)
+
     app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
+    app.router.add_route("*", "/{tail:.*}", answer if upstream == "-" else handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0, backlog=4096).start()

@@ -30,8 +30,9 @@ percentile of the neighbouring run.
   it goes (flat means nothing grows with the number of requests);
 - the sink (`--sink`, behind a gateway's mirror): its answer to the gateway
   while its mirror process is saturated (requests sent on time at a rate it
-  does not keep up with), and the pairs it mirrors per second of its CPU, at
-  `--sample 1.0`.
+  does not keep up with), beside an aiohttp server that only answers 204
+  (bench/bare_proxy.py with `-`) under the same load on the same core, and
+  the pairs it mirrors per second of its CPU, at `--sample 1.0`.
 
 The proxy and the sink are two processes each (the listening one and its
 mirror process); both are pinned to the same core, so "per core" figures
@@ -142,7 +143,8 @@ def proxy(
 @contextmanager
 def reference(script: str, baseline: str) -> Iterator[str]:
     """A reference hop (bench/bare_proxy.py, bench/tcp_relay.py) pinned where the shadow proxy runs; yields its /v1 URL."""
-    proc = _procs.popen([*_pin(PROXY_CPU), PY, str(BENCH / script), baseline.removesuffix("/v1")], stdout=subprocess.PIPE, text=True)
+    upstream = baseline if baseline == "-" else baseline.removesuffix("/v1")
+    proc = _procs.popen([*_pin(PROXY_CPU), PY, str(BENCH / script), upstream], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         if not line.startswith("PORT "):
@@ -340,13 +342,16 @@ def sink(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int, rate: 
     a closed loop of callers would measure its own queue instead (64 callers
     waiting on each other's answers wait 64 / throughput, whatever the sink).
     """
-    answer_p50, answer_p99, cpu_ms, loop_ms, drops, stored_share = [], [], [], [], [], []
+    answer_p50, answer_p99, bare_p99, vs_bare, cpu_ms, loop_ms, drops, stored_share = [], [], [], [], [], [], [], []
     with bench_server(INSTANT) as url:
         out = tmp / "shadow-sink"
-        with proxy(url, out, 1.0, "--sink", "--max-inflight", "4096") as (surl, pids):
+        with proxy(url, out, 1.0, "--sink", "--max-inflight", "4096") as (surl, pids), reference("bare_proxy.py", "-") as burl:
             _load_run(surl, 512, stream=False)
+            _load_run(burl, 512, stream=False)
             _settled(surl)
             for _ in range(reps):
+                b = _load_run(burl, n, 256, stream=False, rate=rate)  # the same load on an aiohttp server that only answers
+                bare_p99.append(_pct(b["e2e_ms"], 0.99))
                 stored0 = _metric(surl, "qc_shadow_stored_total")
                 dropped0 = _metric(surl, "qc_shadow_dropped_total")
                 c0, l0 = _both_cpu_s(pids), _loop_cpu_s(pids[0])
@@ -357,6 +362,7 @@ def sink(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int, rate: 
                     raise RuntimeError(f"the sink failed {r['errors']} answers")
                 answer_p50.append(_pct(r["e2e_ms"], 0.5))
                 answer_p99.append(_pct(r["e2e_ms"], 0.99))
+                vs_bare.append(answer_p99[-1] - bare_p99[-1])
                 cpu_ms.append((_both_cpu_s(pids) - c0) / max(1.0, stored) * 1000)
                 loop_ms.append((_loop_cpu_s(pids[0]) - l0) / n * 1000)
                 drops.append(_metric(surl, "qc_shadow_dropped_total") - dropped0)
@@ -371,6 +377,14 @@ def sink(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int, rate: 
         f"--sample 1.0, both sink processes on one core, N={n}, median of {reps}; p50 {med(answer_p50):.2f} ms; "
         f"{med(stored_share):.0%} of them stored, {med(drops):.0f} dropped per run (hand-off full or max in flight); {_load()} "
         f"(goal: 1 ms)",
+    )
+    figure(
+        "shadow_sink_answer_vs_bare_ms_p99",
+        med(vs_bare),
+        "ms",
+        f"the sink's p99 answer minus a bare aiohttp server's that only answers 204 (bench/bare_proxy.py -), the same load on "
+        f"the same core, run by run; spread {min(vs_bare):.2f} to {max(vs_bare):.2f} ms; the bare server's own p99 "
+        f"{med(bare_p99):.2f} ms",
     )
     figure(
         "shadow_sink_mirrored_per_core_s",
