@@ -26,8 +26,9 @@ percentile of the neighbouring run.
 - throughput: the instant server, `--sample 1.0` (every request mirrored and
   stored); requests/s is what the load generator saw, and the proxy's own CPU
   time per request says what one core sustains when it is the bottleneck;
-- memory: the proxy's RSS over a long run with `--rotate-every`, sampled as
-  it goes (flat means nothing grows with the number of requests);
+- memory: the RSS of the proxy's two processes over a long run with
+  `--rotate-every`, sampled as it goes, and its slope over the second half
+  (flat means nothing grows with the number of requests);
 - the sink (`--sink`, behind a gateway's mirror): its answer to the gateway
   while its mirror process is saturated (requests sent on time at a rate it
   does not keep up with), beside an aiohttp server that only answers 204
@@ -313,25 +314,49 @@ def throughput(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) 
 
 
 def memory(figure: Figure, tmp: Path, bench_server: Any, n: int, rotate: int, quick: bool) -> None:
-    samples: list[tuple[int, float]] = []
+    """RSS of each of the proxy's two processes at 20 points, sampled once the mirror side has stored what it was handed.
+
+    Settled first, so a sample never counts a backlog that happened to be in
+    flight at that moment (its size depends on what else ran on the machine).
+    The growth is the slope over the second half of the run: the first half
+    holds the warm-up (connection pools filling, caches and the allocator
+    reaching their working size), which is not growth with the number of
+    requests.
+    """
+    samples: list[tuple[int, float, float]] = []
     with bench_server(INSTANT) as url:
         out = tmp / "shadow-memory"
         with proxy(url, out, 1.0, "--max-inflight", "4096", "--rotate-every", str(rotate)) as (purl, pid):
-            step = max(1, n // 10)
+            step = max(1, n // 20)
             done = 0
             while done < n:
                 _load_run(purl, step)
                 done += step
-                samples.append((done, _rss_mb(pid[0]) + _rss_mb(pid[1])))
+                _settled(purl)
+                samples.append((done, _rss_mb(pid[0]), _rss_mb(pid[1])))
                 for f in sorted(out.iterdir())[:-2]:  # closed folders are not the proxy's memory; keep the disk bounded
                     shutil.rmtree(f, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
-    first, last = samples[0][1], samples[-1][1]
-    note = f"RSS of both processes after {samples[0][0]:,} requests {first:.0f} MB, after {samples[-1][0]:,}: {last:.0f} MB; --sample 1.0, --rotate-every {rotate}"
+    half = samples[len(samples) // 2 - 1 :]
+
+    def slope(col: int) -> float:
+        return statistics.linear_regression([s[0] for s in half], [s[col] for s in half]).slope * 100_000
+
+    (n0, l0, m0), (n1, l1, m1) = samples[0], samples[-1]
+    note = (
+        f"RSS of both processes after {n0:,} requests {l0 + m0:.0f} MB (listening {l0:.0f}, mirror {m0:.0f}), "
+        f"after {n1:,}: {l1 + m1:.0f} MB (listening {l1:.0f}, mirror {m1:.0f}); --sample 1.0, --rotate-every {rotate}"
+    )
     if quick:
         note += "; quick mode: the 1,000,000-request figure needs the full run"
-    figure(f"shadow_peak_rss_{n}_requests_mb", max(r for _, r in samples), "MB", note)
-    figure("shadow_rss_growth_mb_per_100k_requests", (last - first) / max(1, samples[-1][0] - samples[0][0]) * 100_000, "MB", _load())
+    figure(f"shadow_peak_rss_{n}_requests_mb", max(s[1] + s[2] for s in samples), "MB", note)
+    figure(
+        "shadow_rss_growth_mb_per_100k_requests",
+        slope(1) + slope(2),
+        "MB",
+        f"least-squares slope of both processes' RSS from {half[0][0]:,} to {n1:,} requests (listening {slope(1):.2f}, "
+        f"mirror {slope(2):.2f}); {_load()}",
+    )
 
 
 def sink(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int, rate: float = 1500.0) -> None:
