@@ -19,6 +19,7 @@ the same interpreter from the same installation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pickle
@@ -45,6 +46,8 @@ HANDOFF_MAX_BYTES = 16 * 2**20
 """Bytes at most waiting in the forwarding process for the mirror process; beyond, sampled requests are dropped and counted."""
 COUNTS_EVERY_S = 0.25
 """How often request counts go to the mirror process when no frame carried them."""
+SINK_MIRROR_NICENESS = 10
+"""Added to a sink's mirror process's niceness: where it shares a core with the listening process, the gateway's answer runs first."""
 START_TIMEOUT_S = 60.0
 """How long the mirror process may take to open its folder and say so; past it, the proxy is refused rather than left hanging."""
 _LEN = struct.Struct("!I")
@@ -350,6 +353,13 @@ def child_main() -> None:
     args = json.loads(sys.stdin.read())
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     cfg = Config.model_validate_json(args["cfg"])
+    if cfg.shadow.sink:
+        with contextlib.suppress(OSError):
+            # a sink's mirror process times both targets itself, so yielding the CPU to the listening process (whose
+            # one job is answering the gateway at once) delays both sides alike; the inline proxy's mirror process
+            # keeps its priority: it times the candidate while the listening process times the baseline, and a
+            # lower priority there would read as a slower candidate on a busy host
+            os.nice(SINK_MIRROR_NICENESS)
     rules = Rules.model_validate_json(args["rules"])
     metrics = ShadowMetrics()
     recorder = Recorder(

@@ -305,6 +305,9 @@ def test_a_stalled_or_killed_mirror_process_never_touches_the_callers(tmp_path: 
             for _ in range(3):
                 assert call(sp.url, "/v1/chat/completions", body)[::2] == direct
             sp.wait_metric("qc_shadow_stored_total", 3.0)
+            # the inline proxy's mirror process times the candidate while the listening one times the baseline: the
+            # same priority, or a busy host would read as a slower candidate
+            assert os.getpriority(os.PRIO_PROCESS, mirror) == os.getpriority(os.PRIO_PROCESS, sp.proc.pid)
             os.kill(mirror, signal.SIGSTOP)  # stalled: the hand-off only fills a buffer
             try:
                 for _ in range(5):
@@ -339,6 +342,19 @@ def test_a_stalled_or_killed_mirror_process_never_touches_the_callers(tmp_path: 
     assert code == 3 and "the mirror process" in log and "is gone" in log, log
     with RunStore.open(out) as store:
         assert store.case_count() == 8
+
+
+def test_a_sinks_mirror_process_yields_the_cpu_to_the_answers(tmp_path: Path) -> None:
+    """A sink's mirror process times both targets itself, so it can run behind the listening process that answers the gateway."""
+    with TestServer(default="ok") as base, TestServer(default="ok") as cand:
+        args = ("--sink", "--sample", "1", "--baseline", base.url, "--candidate", cand.url, "--out", str(tmp_path / "run"))
+        with shadow_process(tmp_path, *args) as sp:
+            m = re.search(r"mirror process (\d+)", sp.log.read_text())
+            assert m, sp.log.read_text()
+            listening = os.getpriority(os.PRIO_PROCESS, sp.proc.pid)
+            assert os.getpriority(os.PRIO_PROCESS, int(m.group(1))) == min(19, listening + 10)
+            assert call(sp.url, "/v1/chat/completions", chat("mirrored", temperature=0))[0] == 204
+            sp.wait_metric("qc_shadow_stored_total", 1.0)
 
 
 def test_a_port_in_use_is_refused_with_exit_2_and_the_mirror_process_ends(tmp_path: Path) -> None:
