@@ -47,11 +47,21 @@ HANDOFF_MAX_BYTES = 16 * 2**20
 COUNTS_EVERY_S = 0.25
 """How often request counts go to the mirror process when no frame carried them."""
 SINK_MIRROR_NICENESS = 10
-"""Added to a sink's mirror process's niceness: where it shares a core with the listening process, the gateway's answer runs first."""
+"""Added to a sink's mirror process's niceness, so the listening process, whose one job is answering the gateway, runs first.
+
+A sink's mirror process times both targets itself, so a lower priority
+delays both sides alike and the pair stays comparable. It yields to every
+process of the host, not only to its sibling: on a busy host it falls
+behind and drops more (`handoff_full`, `max_inflight`), and both sides'
+timings read longer. The inline proxy's mirror process keeps its priority:
+it times the candidate while the listening process times the baseline, so
+a lower priority there reads as a slower candidate (docs/stages/shadow.md).
+"""
 START_TIMEOUT_S = 60.0
-"""How long the mirror process may take to open its folder and say so; past it, the proxy is refused rather than left hanging."""
+"""How long the mirror process may take to open its folder and scrape both targets' /metrics; past it, the start is refused (exit 2)."""
 _LEN = struct.Struct("!I")
 _CHILD = "from qualitycheck.shadow._handoff import child_main; child_main()"
+"""The mirror process's entry point, as `python -c` runs it (a constant so that tests can give it one that never answers)."""
 
 
 class MirrorStartError(QualitycheckError):
@@ -157,8 +167,6 @@ class ProcessHandoff:
         self._writer: asyncio.StreamWriter | None = None
         self._reader: asyncio.StreamReader | None = None
         self._up = False
-        self._stopping = False
-        """Told to stop: its end is the one asked for, not news for the log."""
         self._requests: dict[str, int] = {}
         self._drops: dict[str, int] = {}
         self._answers: dict[int, asyncio.Future[Any]] = {}
@@ -192,24 +200,33 @@ class ProcessHandoff:
             pass_fds=[theirs.fileno()],
         )
         theirs.close()
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(json.dumps(args).encode())
-        self._proc.stdin.close()
-        self.pid = self._proc.pid
+        proc = self._proc
+        self.pid = proc.pid
+
+        def send_args() -> None:  # a pipe's buffer may be smaller than the rules: off the loop, inside the bound below
+            assert proc.stdin is not None
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.write(json.dumps(args).encode())
+                proc.stdin.close()
+
         self._reader, self._writer = await asyncio.open_unix_connection(sock=ours)
         try:
-            first = await asyncio.wait_for(_read(self._reader), START_TIMEOUT_S)
+            _, first = await asyncio.wait_for(asyncio.gather(asyncio.to_thread(send_args), _read(self._reader)), START_TIMEOUT_S)
         except TimeoutError:
-            self._proc.kill()
-            await asyncio.to_thread(self._proc.wait)
-            raise MirrorStartError(f"the mirror process did not open its folder within {START_TIMEOUT_S:g}s and was stopped") from None
+            proc.kill()
+            await asyncio.to_thread(proc.wait)
+            self._writer.close()
+            raise MirrorStartError(
+                f"the mirror process did not open its folder and scrape both targets' /metrics within {START_TIMEOUT_S:g}s, and was stopped"
+            ) from None
         if first is None or first[0] != "ready":
             try:
-                await asyncio.to_thread(self._proc.wait, 30)
+                await asyncio.to_thread(proc.wait, 30)
             except subprocess.TimeoutExpired:
-                self._proc.kill()
-                await asyncio.to_thread(self._proc.wait)
-            message = first[1] if first is not None else f"the mirror process ended at start (exit {self._proc.returncode})"
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
+            self._writer.close()
+            message = first[1] if first is not None else f"the mirror process ended at start (exit {proc.returncode})"
             raise MirrorStartError(message)
         self.folder = Path(first[1])
         self._up = True
@@ -228,7 +245,7 @@ class ProcessHandoff:
                 self.folder = Path(msg[1])
                 if self._closed is not None and not self._closed.done():
                     self._closed.set_result(msg[2])
-        if self._up and not self._stopping:
+        if self._up and not (self._closed is not None and self._closed.done()):  # after "closed" its end is the one asked for
             self.log(f"the mirror process ({self.pid}) is gone: callers are served as before, sampled requests are counted as dropped")
         self._up = False
         for fut in self._answers.values():
@@ -263,7 +280,6 @@ class ProcessHandoff:
         """Tell the mirror process to drain and close its folder; its drain record, or None when it is gone."""
         t0 = time.monotonic()
         self._flush_counts()
-        self._stopping = True
         self._send(("stop", timeout))
         record = None
         if self._closed is not None:
@@ -355,11 +371,7 @@ def child_main() -> None:
     cfg = Config.model_validate_json(args["cfg"])
     if cfg.shadow.sink:
         with contextlib.suppress(OSError):
-            # a sink's mirror process times both targets itself, so yielding the CPU to the listening process (whose
-            # one job is answering the gateway at once) delays both sides alike; the inline proxy's mirror process
-            # keeps its priority: it times the candidate while the listening process times the baseline, and a
-            # lower priority there would read as a slower candidate on a busy host
-            os.nice(SINK_MIRROR_NICENESS)
+            os.nice(SINK_MIRROR_NICENESS)  # why the sink's only: its docstring
     rules = Rules.model_validate_json(args["rules"])
     metrics = ShadowMetrics()
     recorder = Recorder(

@@ -19,8 +19,8 @@ For each sampled chat or completions request the mirror side
 the baseline (a second replica of production, or the same one) and the
 candidate at the same moment, each with its own configured key; the caller's `Authorization` is
 never sent anywhere nor stored. From there the pair is the proxy's: the same
-noise-floor re-ask, cases, redaction, folders, rotation, `/qc/health` and
-`/qc/metrics`. Envoy and Istio add `-shadow` to the mirrored request's
+noise-floor re-ask, cases, redaction, folders, rotation, `/qc/ready`,
+`/qc/health` and `/qc/metrics`. Envoy and Istio add `-shadow` to the mirrored request's
 authority; the sink does not route on the host, so any host is accepted.
 """
 

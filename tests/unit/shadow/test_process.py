@@ -305,8 +305,7 @@ def test_a_stalled_or_killed_mirror_process_never_touches_the_callers(tmp_path: 
             for _ in range(3):
                 assert call(sp.url, "/v1/chat/completions", body)[::2] == direct
             sp.wait_metric("qc_shadow_stored_total", 3.0)
-            # the inline proxy's mirror process times the candidate while the listening one times the baseline: the
-            # same priority, or a busy host would read as a slower candidate
+            # the same priority (SINK_MIRROR_NICENESS says why only the sink's is lowered)
             assert os.getpriority(os.PRIO_PROCESS, mirror) == os.getpriority(os.PRIO_PROCESS, sp.proc.pid)
             os.kill(mirror, signal.SIGSTOP)  # stalled: the hand-off only fills a buffer
             try:
@@ -345,7 +344,9 @@ def test_a_stalled_or_killed_mirror_process_never_touches_the_callers(tmp_path: 
 
 
 def test_a_sinks_mirror_process_yields_the_cpu_to_the_answers(tmp_path: Path) -> None:
-    """A sink's mirror process times both targets itself, so it can run behind the listening process that answers the gateway."""
+    """SINK_MIRROR_NICENESS: the gateway's answers run first."""
+    if os.getpriority(os.PRIO_PROCESS, 0) >= 19:
+        pytest.skip("run at niceness 19: a mirror process cannot be lowered further, so the check could not fail")
     with TestServer(default="ok") as base, TestServer(default="ok") as cand:
         args = ("--sink", "--sample", "1", "--baseline", base.url, "--candidate", cand.url, "--out", str(tmp_path / "run"))
         with shadow_process(tmp_path, *args) as sp:
@@ -391,7 +392,7 @@ def test_a_mirror_process_that_never_opens_its_folder_is_stopped_and_refused(tmp
         noise_floor=False,
         log=lambda _: None,
     )
-    with pytest.raises(_handoff.MirrorStartError, match="did not open its folder within 1s"):
+    with pytest.raises(_handoff.MirrorStartError, match=r"did not open its folder and scrape both targets' /metrics within 1s"):
         asyncio.run(handoff.start())
     assert handoff._proc is not None and handoff._proc.poll() is not None  # stopped, not left sleeping
 
