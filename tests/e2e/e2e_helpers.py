@@ -53,3 +53,26 @@ def summary_of(out: Path) -> dict[str, Any]:
 def explain(proc: subprocess.CompletedProcess[str]) -> str:
     """What a failed assertion shows: the CLI's own output, tail first."""
     return f"exit {proc.returncode}\n--- stderr (tail) ---\n{proc.stderr[-6000:]}\n--- stdout (tail) ---\n{proc.stdout[-2000:]}"
+
+
+def answer_of(raw: bytes, stream: bool) -> dict[str, Any]:
+    """What a client assembles from one chat answer: its text, finish reason and usage.
+
+    Streams are compared by this, not by their bytes: when vLLM's API server
+    falls behind its engine it merges the tokens waiting for a request into
+    one event, so where the events break depends on the machine's load, not
+    on the answer (the ids and timestamps differ per request anyway).
+    """
+    if not stream:
+        choice = json.loads(raw)["choices"][0]
+        return {"content": choice["message"]["content"], "finish_reason": choice["finish_reason"], "usage": json.loads(raw).get("usage")}
+    events = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
+    assert events and events[-1] == "[DONE]", "the stream did not end with [DONE]"
+    content, finish, usage = "", None, None
+    for e in events[:-1]:
+        event = json.loads(e)
+        usage = event.get("usage") or usage
+        for choice in event.get("choices") or []:
+            content += (choice.get("delta") or {}).get("content") or ""
+            finish = choice.get("finish_reason") or finish
+    return {"content": content, "finish_reason": finish, "usage": usage}

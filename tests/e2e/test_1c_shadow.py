@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from qualitycheck.core._store import RunStore
-from tests.e2e.e2e_helpers import MODEL, SUITES, explain, qc, summary_of, write_config
+from tests.e2e.e2e_helpers import MODEL, SUITES, answer_of, explain, qc, summary_of, write_config
 from tests.e2e.gateway import get
 
 pytestmark = pytest.mark.e2e
@@ -57,19 +57,6 @@ def _post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None)
         return resp.status, resp.read()
     finally:
         conn.close()
-
-
-def _content(raw: bytes, stream: bool) -> str:
-    """The answer's text as a client assembles it (vLLM's ids and timestamps differ per request; the content must not)."""
-    if not stream:
-        return str(json.loads(raw)["choices"][0]["message"]["content"])
-    events = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
-    assert events and events[-1] == "[DONE]", "the stream did not end with [DONE]"
-    text = ""
-    for e in events[:-1]:
-        for choice in json.loads(e).get("choices") or []:
-            text += (choice.get("delta") or {}).get("content") or ""
-    return text
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +105,7 @@ def test_every_caller_gets_the_baselines_content(shadowed: dict[str, Any]) -> No
     for r, (d_status, d_raw), (p_status, p_raw) in zip(shadowed["requests"], shadowed["direct"], shadowed["proxied"], strict=True):
         stream = r["body"]["stream"]
         assert p_status == d_status == 200
-        assert _content(p_raw, stream) == _content(d_raw, stream), r["body"]["messages"][-1]["content"]
+        assert answer_of(p_raw, stream)["content"] == answer_of(d_raw, stream)["content"], r["body"]["messages"][-1]["content"]
 
 
 def test_the_run_folder_holds_every_pair_with_both_answers(shadowed: dict[str, Any]) -> None:
