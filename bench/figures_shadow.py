@@ -29,6 +29,9 @@ percentile of the neighbouring run.
 - memory: the RSS of the proxy's two processes over a long run with
   `--rotate-every`, sampled as it goes, and its slope over the second half
   (flat means nothing grows with the number of requests);
+- timing skew: one server as both baseline and candidate, the stored
+  sides' TPOT and TTFT p95 compared (the listening process times one, the
+  mirror process the other);
 - the sink (`--sink`, behind a gateway's mirror): its answer to the gateway
   while its mirror process is saturated (requests sent on time at a rate it
   does not keep up with), beside an aiohttp server that only answers 204
@@ -252,7 +255,7 @@ def _added_latency(
 
 
 def _settled(purl: str) -> None:
-    """Wait until every mirrored pair is stored: the writer's work for a run is counted in that run."""
+    """Wait until every mirrored pair is stored: the writer's work for a run is counted in that run (a figure past it is wrong)."""
     root = purl.removesuffix("/v1")
     for _ in range(1200):
         with urllib.request.urlopen(root + "/qc/health", timeout=10) as r:
@@ -260,6 +263,7 @@ def _settled(purl: str) -> None:
         if health["inflight"] == 0 and health["writer_backlog"] == 0:
             return
         time.sleep(0.05)
+    raise RuntimeError(f"the shadow proxy did not settle within 60 s: {health}")
 
 
 def throughput(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int) -> None:
@@ -420,6 +424,41 @@ def sink(figure: Figure, tmp: Path, bench_server: Any, n: int, reps: int, rate: 
     )
 
 
+def timing_skew(figure: Figure, tmp: Path, bench_server: Any, n: int) -> None:
+    """The same server as baseline and candidate: the stored sides' TPOT and TTFT p95 should agree, whatever the load.
+
+    The listening process times the baseline as it forwards, the mirror
+    process the candidate; a ratio away from 1 is what the proxy's own load
+    does to the latency guardrails (`max_tpot_p95_regression` fails at 1.10).
+    """
+    from qualitycheck.core._store import RunStore
+
+    for sample, c, name in ((0.1, 64, "c64_sample01"), (1.0, 64, "c64_sample1"), (1.0, 8, "c8_sample1")):
+        times: dict[str, dict[str, list[float]]] = {}
+        with bench_server(REAL) as url:
+            out = tmp / f"shadow-skew-{name}"
+            with proxy(url, out, sample) as (purl, _):
+                _load_run(purl, int(n / sample) if sample < 1 else n, c, 0.088)
+                _settled(purl)
+            with RunStore.open(out) as store:
+                for r in store.responses():
+                    if r.ok and r.ttft_s is not None and len(r.chunk_times) > 2:
+                        side = times.setdefault(r.target, {"tpot": [], "ttft": []})
+                        side["tpot"].append((r.chunk_times[-1] - r.chunk_times[0]) / (len(r.chunk_times) - 1))
+                        side["ttft"].append(r.ttft_s)
+            shutil.rmtree(out, ignore_errors=True)
+        base, cand = times["baseline"], times["candidate"]
+        tpot = _pct(cand["tpot"], 0.95) / _pct(base["tpot"], 0.95)
+        ttft = _pct(cand["ttft"], 0.95) / _pct(base["ttft"], 0.95)
+        figure(
+            f"shadow_same_server_tpot_p95_ratio_{name}",
+            tpot,
+            "x",
+            f"candidate / baseline TPOT p95 of {len(base['tpot'])} stored pairs, one server as both, --sample {sample:g}, c={c}, "
+            f"real-server pacing; TTFT p95 {ttft:.3f}x; {_load()} (1.00 is right; 1.10 fails max_tpot_p95_regression)",
+        )
+
+
 def _metric(url: str, name: str) -> float:
     """The sum of a /qc/metrics family's samples (all labels)."""
     with urllib.request.urlopen(url.removesuffix("/v1") + "/qc/metrics", timeout=10) as r:
@@ -432,4 +471,5 @@ def run(figure: Figure, skipped: Figure, tmp: Path, bench_server: Any, quick: bo
     added_latency_llm(figure, tmp, bench_server, 640 if quick else 1280, 3 if quick else 5)
     throughput(figure, tmp, bench_server, 5000 if quick else 20000, 3 if quick else 5)
     sink(figure, tmp, bench_server, 5000 if quick else 20000, 3 if quick else 5)
+    timing_skew(figure, tmp, bench_server, 2000 if quick else 5000)
     memory(figure, tmp, bench_server, 100_000 if quick else 1_000_000, 20_000 if quick else 100_000, quick)
