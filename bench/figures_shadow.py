@@ -159,9 +159,11 @@ def reference(script: str, baseline: str) -> Iterator[str]:
         proc.wait(10)
 
 
-def _load_run(url: str, n: int, c: int = 64, stagger: float = 0.0, *, stream: bool = True, rate: float = 0.0) -> dict[str, Any]:
+def _load_run(
+    url: str, n: int, c: int = 64, stagger: float = 0.0, *, stream: bool = True, rate: float = 0.0, usage: bool = False
+) -> dict[str, Any]:
     cmd = [*_pin(SERVER_CPU), PY, str(BENCH / "shadow_load.py"), url, str(n), str(c)] + (["--stagger", str(stagger)] if stagger else [])
-    cmd += ([] if stream else ["--no-stream"]) + (["--rate", str(rate)] if rate else [])
+    cmd += ([] if stream else ["--no-stream"]) + (["--rate", str(rate)] if rate else []) + (["--usage"] if usage else [])
     out = _procs.run(cmd, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(f"load generator failed: {out.stderr[-2000:]}")
@@ -430,31 +432,29 @@ def timing_skew(figure: Figure, tmp: Path, bench_server: Any, n: int) -> None:
     The listening process times the baseline as it forwards, the mirror
     process the candidate; a ratio away from 1 is what the proxy's own load
     does to the latency guardrails (`max_tpot_p95_regression` fails at 1.10).
+    The callers ask for usage in their streams, so TPOT is defined, and the
+    sides are summarised by `serving.side_latency`, as the gate reads them.
     """
     from qualitycheck.core._store import RunStore
+    from qualitycheck.serving._latency import side_latency
 
     for sample, c, name in ((0.1, 64, "c64_sample01"), (1.0, 64, "c64_sample1"), (1.0, 8, "c8_sample1")):
-        times: dict[str, dict[str, list[float]]] = {}
         with bench_server(REAL) as url:
             out = tmp / f"shadow-skew-{name}"
             with proxy(url, out, sample) as (purl, _):
-                _load_run(purl, int(n / sample) if sample < 1 else n, c, 0.088)
+                _load_run(purl, int(n / sample) if sample < 1 else n, c, 0.088, usage=True)
                 _settled(purl)
             with RunStore.open(out) as store:
-                for r in store.responses():
-                    if r.ok and r.ttft_s is not None and len(r.chunk_times) > 2:
-                        side = times.setdefault(r.target, {"tpot": [], "ttft": []})
-                        side["tpot"].append((r.chunk_times[-1] - r.chunk_times[0]) / (len(r.chunk_times) - 1))
-                        side["ttft"].append(r.ttft_s)
+                sides = side_latency(store.responses())
             shutil.rmtree(out, ignore_errors=True)
-        base, cand = times["baseline"], times["candidate"]
-        tpot = _pct(cand["tpot"], 0.95) / _pct(base["tpot"], 0.95)
-        ttft = _pct(cand["ttft"], 0.95) / _pct(base["ttft"], 0.95)
+        base, cand = sides["baseline"], sides["candidate"]
+        tpot = cand["tpot_ms"]["p95"] / base["tpot_ms"]["p95"]
+        ttft = cand["ttft_ms"]["p95"] / base["ttft_ms"]["p95"]
         figure(
             f"shadow_same_server_tpot_p95_ratio_{name}",
             tpot,
             "x",
-            f"candidate / baseline TPOT p95 of {len(base['tpot'])} stored pairs, one server as both, --sample {sample:g}, c={c}, "
+            f"candidate / baseline TPOT p95 of {base['requests']} stored pairs, one server as both, --sample {sample:g}, c={c}, "
             f"real-server pacing; TTFT p95 {ttft:.3f}x; {_load()} (1.00 is right; 1.10 fails max_tpot_p95_regression)",
         )
 

@@ -4,7 +4,7 @@ It measures what a caller sees: time to the first content chunk and to the
 end of the answer, per request, the same way whether it talks to the server
 directly or through the proxy, so the two runs can be set side by side.
 
-Run: `python bench/shadow_load.py URL N CONCURRENCY [--no-stream] [--stagger S] [--rate R]`;
+Run: `python bench/shadow_load.py URL N CONCURRENCY [--no-stream] [--usage] [--stagger S] [--rate R]`;
 prints a JSON line {wall_s, cpu_s, ok, errors, ttft_ms: [...], e2e_ms: [...]}.
 
 `--stagger S` starts client i of c after i/c x S seconds: callers that do not
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import aiohttp
 
 
-async def run(url: str, n: int, concurrency: int, stream: bool, stagger: float = 0.0, rate: float = 0.0) -> dict:
+async def run(url: str, n: int, concurrency: int, stream: bool, stagger: float = 0.0, rate: float = 0.0, usage: bool = False) -> dict:
     conn = aiohttp.TCPConnector(limit=concurrency)
     ttft: list[float] = []
     e2e: list[float] = []
@@ -49,6 +49,8 @@ async def run(url: str, n: int, concurrency: int, stream: bool, stagger: float =
                     "temperature": 0,
                     "max_tokens": 64,
                 }
+                if usage and stream:  # token counts in the stream: what TPOT needs
+                    body["stream_options"] = {"include_usage": True}
                 t0 = time.perf_counter()
                 first = None
                 try:
@@ -101,6 +103,7 @@ def main() -> None:
     ap.add_argument("n", type=int)
     ap.add_argument("concurrency", type=int)
     ap.add_argument("--no-stream", action="store_true")
+    ap.add_argument("--usage", action="store_true", help="ask for usage in the stream (stream_options.include_usage)")
     ap.add_argument("--stagger", type=float, default=0.0, help="seconds over which the clients' first requests are spread")
     ap.add_argument("--rate", type=float, default=0.0, help="open loop: requests per second, sent on time whatever the answers do")
     a = ap.parse_args()
@@ -111,7 +114,7 @@ def main() -> None:
         run_ = uvloop.run
     except ImportError:
         pass
-    out = run_(run(a.url, a.n, a.concurrency, not a.no_stream, a.stagger, a.rate))
+    out = run_(run(a.url, a.n, a.concurrency, not a.no_stream, a.stagger, a.rate, a.usage))
     json.dump(out, sys.stdout)
     sys.stdout.write("\n")
 
