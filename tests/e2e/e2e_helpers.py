@@ -64,8 +64,9 @@ def answer_of(raw: bytes, stream: bool) -> dict[str, Any]:
     on the answer (the ids and timestamps differ per request anyway).
     """
     if not stream:
-        choice = json.loads(raw)["choices"][0]
-        return {"content": choice["message"]["content"], "finish_reason": choice["finish_reason"], "usage": json.loads(raw).get("usage")}
+        body = json.loads(raw)
+        choice = body["choices"][0]
+        return {"content": choice["message"]["content"], "finish_reason": choice["finish_reason"], "usage": body.get("usage")}
     events = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
     assert events and events[-1] == "[DONE]", "the stream did not end with [DONE]"
     content, finish, usage = "", None, None

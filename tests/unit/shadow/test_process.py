@@ -43,6 +43,13 @@ class ShadowProcess:
     def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path):
         self.proc, self.url, self.log = proc, url, log
 
+    @property
+    def mirror_pid(self) -> int:
+        """The mirror process's pid, as the listening line of the log names it."""
+        m = re.search(r"mirror process (\d+)", self.log.read_text())
+        assert m, self.log.read_text()
+        return int(m.group(1))
+
     def metric(self, name: str, **labels: str) -> float:
         text = call(self.url, "/qc/metrics")[2].decode()
         want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
@@ -297,9 +304,7 @@ def test_a_stalled_or_killed_mirror_process_never_touches_the_callers(tmp_path: 
     with TestServer(default="a b c d", itl_s=0.0) as base, TestServer(default="a b c d") as cand:
         out = tmp_path / "run"
         with shadow_process(tmp_path, "--baseline", base.url, "--candidate", cand.url, "--out", str(out), "--sample", "1") as sp:
-            m = re.search(r"mirror process (\d+)", sp.log.read_text())
-            assert m, sp.log.read_text()
-            mirror = int(m.group(1))
+            mirror = sp.mirror_pid
             body = chat("the same question", stream=True, temperature=0)
             direct = call(base.url, "/v1/chat/completions", body)[::2]  # status and bytes (the Date header ticks)
             for _ in range(3):
@@ -350,10 +355,8 @@ def test_a_sinks_mirror_process_yields_the_cpu_to_the_answers(tmp_path: Path) ->
     with TestServer(default="ok") as base, TestServer(default="ok") as cand:
         args = ("--sink", "--sample", "1", "--baseline", base.url, "--candidate", cand.url, "--out", str(tmp_path / "run"))
         with shadow_process(tmp_path, *args) as sp:
-            m = re.search(r"mirror process (\d+)", sp.log.read_text())
-            assert m, sp.log.read_text()
             listening = os.getpriority(os.PRIO_PROCESS, sp.proc.pid)
-            assert os.getpriority(os.PRIO_PROCESS, int(m.group(1))) == min(19, listening + 10)
+            assert os.getpriority(os.PRIO_PROCESS, sp.mirror_pid) == min(19, listening + 10)
             assert call(sp.url, "/v1/chat/completions", chat("mirrored", temperature=0))[0] == 204
             sp.wait_metric("qc_shadow_stored_total", 1.0)
 
@@ -402,9 +405,7 @@ def test_a_stalled_mirror_process_fills_a_bounded_hand_off_and_the_rest_is_count
     with TestServer(default="ok") as base, TestServer(default="ok") as cand:
         out = tmp_path / "run"
         with shadow_process(tmp_path, "--baseline", base.url, "--candidate", cand.url, "--out", str(out), "--sample", "1") as sp:
-            m = re.search(r"mirror process (\d+)", sp.log.read_text())
-            assert m, sp.log.read_text()
-            mirror = int(m.group(1))
+            mirror = sp.mirror_pid
             big = "x" * 2**19
             os.kill(mirror, signal.SIGSTOP)
             try:
