@@ -55,6 +55,7 @@ __all__ = [
     "malformed",
     "new_session",
     "parse_retry_after",
+    "pooled_connector",
     "redact",
     "retry_delay",
     "shared_session",
@@ -70,6 +71,17 @@ MAX_DELAY_S = 60.0
 """The longest wait between two tries, whatever Retry-After asks."""
 _MAX_ERROR_BODY = 64 * 1024
 _MIN_SESSION_CONNECTIONS = 16
+IDLE_REUSE_S = 4.0
+"""How long an idle keep-alive connection may wait in the pool and still carry a request.
+
+vLLM, SGLang (both through uvicorn) and llama-server close a connection
+idle for 5 s. A client that reuses one as the server closes it writes its
+request into a closing socket and gets a reset without an answer; for a
+POST nothing may ask again (RFC 9112 §9.3.1), so a case would be lost and
+a shadow proxy's caller answered 502. aiohttp keeps idle connections for
+15 s; reusing them only below the servers' bound opens a new connection
+instead.
+"""
 
 TRANSPORT_ERRORS = (aiohttp.ClientError, ConnectionError, OSError)
 """What a request can raise between sending and the last byte; `transport_error` maps them."""
@@ -225,11 +237,20 @@ def env_proxy(url: str) -> str | None:
     return proxy
 
 
+def pooled_connector(limit: int) -> aiohttp.TCPConnector:
+    """The connection pool of every session that talks to a target: `limit` connections (0: no limit), per host too.
+
+    Idle connections are reused only within `IDLE_REUSE_S`, below the
+    servers' own idle close, so no request is written into a connection
+    the server is closing.
+    """
+    return aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=IDLE_REUSE_S)
+
+
 def new_session(limit: int, timeout_s: float) -> aiohttp.ClientSession:
     """A session with `limit` connections (per host too); call it inside the event loop that uses it."""
-    limit = max(limit, _MIN_SESSION_CONNECTIONS)
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit),
+        connector=pooled_connector(max(limit, _MIN_SESSION_CONNECTIONS)),
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s),
         auto_decompress=True,
         # trust_env would look up proxies and .netrc in a thread on every request (a third

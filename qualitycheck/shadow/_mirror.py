@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 
 from qualitycheck.core._config import Config, RunOptions
+from qualitycheck.core._http import pooled_connector
 from qualitycheck.core._records import ErrorInfo, MetricsSnapshot, Response, ShadowDrain, SpecCounters
 from qualitycheck.generation._client import AnswerReader, Endpoint, RequestPlan
 from qualitycheck.generation._metrics import SentTally, scrape_all, window
@@ -169,7 +170,7 @@ class MirrorSide:
         assert cfg.baseline is not None and cfg.candidate is not None
         limit = self.slots.size * (2 if self.ask_baseline else 1)
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit),
+            connector=pooled_connector(limit),
             # no idle timeout per read: each try is bounded as a whole by the same `timeout_s` (`HttpClient.retrying`),
             # which always runs out first, and re-arming a read timer on every arriving packet costs the loop
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=cfg.run.timeout_s, sock_read=None),

@@ -36,7 +36,7 @@ from yarl import URL
 
 from qualitycheck.core._config import Config
 from qualitycheck.core._errors import QualitycheckError
-from qualitycheck.core._http import TRANSPORT_ERRORS, transport_error
+from qualitycheck.core._http import TRANSPORT_ERRORS, pooled_connector, transport_error
 from qualitycheck.core._records import ErrorInfo, ShadowDrain
 from qualitycheck.shadow._mirror import AS_REQUESTED, MIRRORED, BaselineAnswer
 
@@ -123,7 +123,7 @@ class ShadowProxy:
         cfg = self.cfg
         await self.handoff.start()
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
+            connector=pooled_connector(0),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=cfg.run.timeout_s, sock_read=None),
             auto_decompress=False,  # the caller gets the bytes the baseline sent, compressed or not
             cookie_jar=aiohttp.DummyCookieJar(),  # one caller's cookies must never ride along with another's request

@@ -5,12 +5,14 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
+from qualitycheck.core import _http
 from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation._client import AnswerReader, Endpoint, RequestPlan
@@ -257,3 +259,20 @@ def test_expect_100_continue_is_answered_before_the_body_is_sent(servers: Any, p
     assert [r["body"]["messages"] for r in base.requests("/chat/completions")] == [chat("hello")["messages"]]
     status, _, _ = call(p.url, "/v1/chat/completions", chat("x"), headers={"Expect": "something-else"})
     assert status == 417 and len(base.requests("/chat/completions")) == 1
+
+
+def test_connections_to_both_targets_idle_past_the_reuse_bound_are_replaced(
+    monkeypatch: pytest.MonkeyPatch, servers: Any, proxy_for: Any
+) -> None:
+    """A caller's request written into a connection the baseline is closing would be answered 502: neither side reuses one that old."""
+    monkeypatch.setattr(_http, "IDLE_REUSE_S", 1.0)
+    base, cand = servers
+    p = proxy_for(shadow_config(base.url, cand.url), noise_floor=False)
+    body = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}
+    for pause in (0.0, 0.0, 1.5):
+        time.sleep(pause)
+        assert call(p.url, "/v1/chat/completions", body)[0] == 200
+        p.settled()  # the candidate's answer has ended: its connection is back in the pool
+    for srv in (base, cand):
+        peers = [e["peer"] for e in srv.log]
+        assert peers[0] == peers[1] != peers[2], peers
