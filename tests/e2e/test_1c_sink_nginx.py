@@ -133,7 +133,10 @@ def test_the_sinks_folder_holds_every_pair_and_gate_gives_a_verdict(mirrored: di
     n = len(mirrored["requests"])
     assert len(cases) == n and {c.route for c in cases} == {r["route"] for r in mirrored["requests"]}
     assert sorted(r.target for r in responses if r.target != "control") == ["baseline"] * n + ["candidate"] * n
-    assert all(r.ok and r.text and r.e2e_s for r in responses)
+    incomplete = [
+        (r.case_id, r.target, r.error, len(r.text), r.e2e_s, r.finish_reason) for r in responses if not (r.ok and r.text and r.e2e_s)
+    ]
+    assert not incomplete, f"{incomplete}\n{mirrored['log'][-4000:]}"
     assert any(len(r.chunk_times) > 1 for r in responses if r.target == "baseline")
     assert periods is not None and periods.periods[-1].mode == "sink" and periods.periods[-1].stored == n
     proc = qc("gate", str(out))
