@@ -2,7 +2,7 @@
 # One entry point for a fresh machine of this kind (see README):
 #   bash scripts/dev.sh demo [--out DIR]   the main job: the demo on local vLLM
 #   bash scripts/dev.sh test [pytest args] the test suite (unit, browser, e2e on real vLLM)
-#   bash scripts/dev.sh setup              only install (venv, vLLM CPU engine, llama-server, model, browser, nginx)
+#   bash scripts/dev.sh setup              only install (venv, vLLM CPU engine, Arctic Inference, llama-server, model, browser, nginx)
 # Everything is installed by this script into $QC_HOME (default ~/.cache/qualitycheck),
 # outside the checkout, and reused while pyproject.toml and this script are unchanged.
 set -euo pipefail
@@ -101,6 +101,37 @@ install_llama_server() {
   echo "$want" > "$dir/.stamp"
 }
 
+# Arctic Inference, which vLLM's suffix decoding imports (docs/ENGINE.md): PyPI has only its sdist, whose
+# pinned build requirements would pull a CUDA torch, so a throwaway build venv that sees the main venv's
+# CPU torch builds the wheel once into $QC_HOME/arctic; the venv gets the wheel, never the build tools.
+ARCTIC_SDIST="arctic-inference==0.3.0"
+ARCTIC_BUILD=("nanobind==2.9.2" "ninja" "cmake" "setuptools" "wheel" "grpcio-tools")
+install_arctic() {
+  local dir="$QC_HOME/arctic" want site
+  "$PY" -c "import arctic_inference.suffix_decoding" >/dev/null 2>&1 && return
+  want="$ARCTIC_SDIST ${ARCTIC_BUILD[*]} $("$PY" -c 'import torch; print(torch.__version__)')"
+  if ! ls "$dir"/wheel/arctic_inference-*.whl >/dev/null 2>&1 || [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$want" ]; then
+    log "building $ARCTIC_SDIST (suffix decoding) into $dir — about a minute, once"
+    rm -rf "$dir" && mkdir -p "$dir/src"
+    python3 -m venv "$dir/build-venv"
+    site="$("$dir/build-venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    "$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/qc-venv.pth"  # torch for the build
+    "$dir/build-venv/bin/python" -m pip install "${pip_flags[@]}" "${ARCTIC_BUILD[@]}"
+    "$dir/build-venv/bin/python" -m pip download "${pip_flags[@]}" --no-deps --no-binary :all: --no-build-isolation "$ARCTIC_SDIST" -d "$dir/sdist"
+    tar xzf "$dir"/sdist/*.tar.gz -C "$dir/src" --strip-components=1
+    # PATH first: the build's CMake must find the build venv's Python (it has nanobind), not the system's
+    if ! (cd "$dir/src" && PATH="$dir/build-venv/bin:$PATH" "$dir/build-venv/bin/python" -m pip wheel "${pip_flags[@]}" \
+            --no-build-isolation --no-deps . -w "$dir/wheel") >"$dir/build.log" 2>&1; then
+      tail -n 30 "$dir/build.log" >&2
+      log "building $ARCTIC_SDIST failed; the whole log is $dir/build.log"
+      return 1
+    fi
+    rm -rf "$dir/build-venv" "$dir/src" "$dir/sdist"
+    echo "$want" > "$dir/.stamp"
+  fi
+  "$PY" -m pip install "${pip_flags[@]}" --no-deps --no-warn-conflicts "$dir"/wheel/arctic_inference-*.whl
+}
+
 prepare_model() {
   "$PY" -m qualitycheck.engines prepare
 }
@@ -108,9 +139,9 @@ prepare_model() {
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
-  setup) install_venv; install_browser; install_nginx; install_llama_server; prepare_model ;;
+  setup) install_venv; install_arctic; install_browser; install_nginx; install_llama_server; prepare_model ;;
   demo)  install_venv; case " $* " in *llama.cpp*) install_llama_server ;; esac
          prepare_model; exec "$VENV/bin/qualitycheck" demo "$@" ;;
-  test)  install_venv; install_browser; install_nginx; install_llama_server; prepare_model; cd "$ROOT"; static_checks; exec "$PY" -m pytest "$@" ;;
+  test)  install_venv; install_arctic; install_browser; install_nginx; install_llama_server; prepare_model; cd "$ROOT"; static_checks; exec "$PY" -m pytest "$@" ;;
   *) echo "usage: bash scripts/dev.sh demo|test|setup [args]" >&2; exit 2 ;;
 esac
