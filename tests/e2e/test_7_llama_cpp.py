@@ -4,8 +4,8 @@ The second real engine: greedy and sampled cases through the real CLI,
 acceptance read from llama-server's own `llamacpp:spec_decode_*` counters
 (checked against deltas of its /metrics page taken around the run) and
 gated, preflight made of what llama-server exposes (`/props`,
-`/apply-template` + `/tokenize`), and the verdict the engine's measured
-behaviour calls for (docs/ENGINE.md).
+`/apply-template` + `/tokenize`), the verdict the engine's measured
+behaviour calls for (docs/ENGINE.md), and `demo --engine llama.cpp` whole.
 """
 
 from __future__ import annotations
@@ -161,3 +161,30 @@ def test_preflight_on_llama_cpp_names_a_drifted_chat_template(llama_servers: dic
         )
     assert proc.returncode == 1, explain(proc)
     assert "FAIL tokenize" in proc.stdout and "FAIL server_props" in proc.stdout and "chat_template" in proc.stdout, proc.stdout
+
+
+def test_demo_on_llama_cpp_runs_the_whole_job_and_cleans_up(tmp_path: Path) -> None:
+    """`qualitycheck demo --engine llama.cpp` from an unrelated folder: its own two servers, the whole run folder, acceptance
+    read from llama-server, judged checks left undecided (it runs without a judge), and both servers gone afterwards."""
+    out = tmp_path / "demo"
+    proc = qc("demo", "--engine", "llama.cpp", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    assert f"report: {out / 'report.html'}" in proc.stderr and "no judge on llama.cpp" in proc.stderr, proc.stderr[-3000:]
+    for name in ("summary.json", "report.html", "signoff.md", "run.sqlite", "demo-suite.jsonl"):
+        assert (out / name).is_file(), name
+    s = summary_of(out)
+    assert s["verdict"] in ("pass", "fail", "inconclusive") and s["cases"] >= 10
+    assert s["preflight"]["ok"] is True
+    assert s["acceptance"]["draft_tokens"] and s["acceptance"]["rate"] is not None, s["acceptance"]
+    rule = next(g for g in s["guardrails"] if g["name"] == "min_acceptance_rate")
+    assert rule["observed"] == pytest.approx(s["acceptance"]["rate"]), rule
+    judged = {cat: c["checks"]["judge"] for cat, c in s["categories"].items() if "judge" in c["checks"]}
+    assert judged, "the demo suite has judge checks"
+    for cat, j in judged.items():  # no judge: nothing decided, so nothing counted as a pass
+        assert j["n"] == 0 and j["baseline_pass_rate"] is None and j["candidate_pass_rate"] is None, (cat, j)
+    logs = sorted((out / "servers").glob("llama-*.log"))
+    assert len(logs) == 2
+    for log in logs:
+        port = log.read_text(errors="replace").splitlines()[0].split("--port ")[1].split()[0]
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)

@@ -6,6 +6,7 @@ without it skips this test and says why; in CI (env CI set) that is a
 failure, as a missing engine is. Verified like ngram: greedy answers
 identical, acceptance read from the real counters and gated.
 """
+
 from __future__ import annotations
 
 import importlib.util
