@@ -6,8 +6,11 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 SUITES = Path(__file__).with_name("suites")
 MODEL = "smollm2-135m-instruct"
@@ -77,3 +80,13 @@ def answer_of(raw: bytes, stream: bool) -> dict[str, Any]:
             content += (choice.get("delta") or {}).get("content") or ""
             finish = choice.get("finish_reason") or finish
     return {"content": content, "finish_reason": finish, "usage": usage}
+
+
+def assert_demo_servers_gone(out: Path, log_prefix: str) -> None:
+    """A demo's two servers answer no more: each log's first line is its command line, which names its port."""
+    logs = sorted((out / "servers").glob(f"{log_prefix}-*.log"))
+    assert len(logs) == 2, logs
+    for log in logs:
+        port = log.read_text(errors="replace").splitlines()[0].split("--port ")[1].split()[0]
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)

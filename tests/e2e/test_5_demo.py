@@ -8,13 +8,12 @@ other test suites on this machine).
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.e2e_helpers import explain, qc, summary_of
+from tests.e2e.e2e_helpers import assert_demo_servers_gone, explain, qc, summary_of
 
 pytestmark = pytest.mark.e2e
 
@@ -52,10 +51,4 @@ def test_demo_runs_the_whole_job_and_cleans_up(engines: Any, tmp_path: Path) -> 
     # the sampled JSON cases: ngram at temperature 0.9 loses valid JSON on this engine, found in the default rounds
     sampled = s["categories"]["json_sampled"]
     assert sampled["verdict"] == "fail" and s["sampling"]["mode"] == "adaptive", sampled["verdict_reason"]
-    # the servers are gone: each log's first line is its command line; nothing answers on its port any more
-    logs = list((out / "servers").glob("vllm-*.log"))
-    assert len(logs) == 2
-    for log in logs:
-        port = log.read_text(errors="replace").splitlines()[0].split("--port ")[1].split()[0]
-        with pytest.raises(OSError):
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+    assert_demo_servers_gone(out, "vllm")

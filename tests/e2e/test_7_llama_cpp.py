@@ -19,7 +19,7 @@ import pytest
 
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation._metrics import parse_metrics
-from tests.e2e.e2e_helpers import MODEL, RELAXED_GUARDRAILS, SUITES, explain, qc, summary_of, write_config
+from tests.e2e.e2e_helpers import MODEL, RELAXED_GUARDRAILS, SUITES, assert_demo_servers_gone, explain, qc, summary_of, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llama_cpp]
 
@@ -182,9 +182,4 @@ def test_demo_on_llama_cpp_runs_the_whole_job_and_cleans_up(tmp_path: Path) -> N
     assert judged, "the demo suite has judge checks"
     for cat, j in judged.items():  # no judge: nothing decided, so nothing counted as a pass
         assert j["n"] == 0 and j["baseline_pass_rate"] is None and j["candidate_pass_rate"] is None, (cat, j)
-    logs = sorted((out / "servers").glob("llama-*.log"))
-    assert len(logs) == 2
-    for log in logs:
-        port = log.read_text(errors="replace").splitlines()[0].split("--port ")[1].split()[0]
-        with pytest.raises(OSError):
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+    assert_demo_servers_gone(out, "llama")
