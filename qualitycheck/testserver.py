@@ -106,8 +106,6 @@ class TestServer:
     recorded: dict[str, bytes] = field(default_factory=dict)
     """Prompt substring → a recorded response body (an SSE stream, or JSON), sent byte for byte."""
     log: list[dict[str, Any]] = field(default_factory=list)
-    keepalive_s: float = 75.0
-    """An idle keep-alive connection is closed after this long (aiohttp's default; vLLM and llama-server close after 5 s)."""
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -152,7 +150,7 @@ class TestServer:
             app.router.add_get("/metrics", self._metrics)
             app.router.add_get("/health", self._health)
             app.router.add_get("/version", self._version)
-            self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, keepalive_timeout=self.keepalive_s)
+            self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
             loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=1024)
             loop.run_until_complete(site.start())

@@ -69,6 +69,15 @@ static_checks() {
   "$VENV/bin/lint-imports" --no-cache
 }
 
+need_build_tools() {
+  # the two source builds below compile C++ (the Python headers come with the interpreter)
+  command -v cmake >/dev/null 2>&1 && command -v g++ >/dev/null 2>&1 && command -v make >/dev/null 2>&1 || {
+    log "installing cmake, g++ and make for $1"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq cmake g++ make >/dev/null
+  }
+}
+
 # llama.cpp's llama-server, the second engine (docs/ENGINE.md): built once from the pinned PyPI
 # sdist of llama-cpp-python (it vendors llama.cpp), portable (-DGGML_NATIVE=OFF), reused while
 # the stamp (source + flags) is unchanged. About 12 minutes on 2 cores the first time.
@@ -81,11 +90,7 @@ install_llama_server() {
   if [ -x "$dir/bin/llama-server" ] && [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$want" ]; then
     return
   fi
-  command -v cmake >/dev/null 2>&1 && command -v g++ >/dev/null 2>&1 && command -v make >/dev/null 2>&1 || {
-    log "installing cmake, g++ and make for llama-server"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null && apt-get install -y -qq cmake g++ make >/dev/null
-  }
+  need_build_tools llama-server
   log "building llama-server from $LLAMA_SDIST into $dir — about 9 minutes on 2 cores, once"
   rm -rf "$dir" && mkdir -p "$dir/src" "$dir/bin"
   "$PY" -m pip download "${pip_flags[@]}" --no-deps --no-binary :all: "$LLAMA_SDIST" -d "$dir/sdist"
@@ -109,9 +114,10 @@ ARCTIC_BUILD=("nanobind==2.9.2" "ninja" "cmake" "setuptools" "wheel" "grpcio-too
 install_arctic() {
   local dir="$QC_HOME/arctic" want site
   "$PY" -c "import arctic_inference.suffix_decoding" >/dev/null 2>&1 && return
-  want="$ARCTIC_SDIST ${ARCTIC_BUILD[*]} $("$PY" -c 'import torch; print(torch.__version__)')"
+  want="$ARCTIC_SDIST ${ARCTIC_BUILD[*]} $("$PY" -c 'import sys, torch; print(sys.implementation.cache_tag, torch.__version__)')"
   if ! ls "$dir"/wheel/arctic_inference-*.whl >/dev/null 2>&1 || [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$want" ]; then
-    log "building $ARCTIC_SDIST (suffix decoding) into $dir — about a minute, once"
+    need_build_tools "$ARCTIC_SDIST"
+    log "building $ARCTIC_SDIST (suffix decoding) into $dir — about 30 seconds, once"
     rm -rf "$dir" && mkdir -p "$dir/src"
     python3 -m venv "$dir/build-venv"
     site="$("$dir/build-venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -130,6 +136,7 @@ install_arctic() {
     echo "$want" > "$dir/.stamp"
   fi
   "$PY" -m pip install "${pip_flags[@]}" --no-deps --no-warn-conflicts "$dir"/wheel/arctic_inference-*.whl
+  "$PY" -c "import arctic_inference.suffix_decoding" || { log "arctic-inference does not import from $VENV"; return 1; }
 }
 
 prepare_model() {

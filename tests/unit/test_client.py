@@ -178,7 +178,7 @@ def test_an_event_adds_to_the_answer_as_json_loads_reads_it_whichever_parser_tak
 
 def test_a_connection_idle_past_the_reuse_bound_is_replaced_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Servers close idle connections (vLLM after 5 s); a POST written into one they are closing is lost, so the pool stops reusing them first."""
-    monkeypatch.setattr(_http, "IDLE_REUSE_S", 1.0)
+    monkeypatch.setattr(_http, "IDLE_REUSE_S", 3.0)
     with TestServer() as srv:
         ep = Endpoint("candidate", Target(url=srv.url, model="m"), RunOptions(retries=0))
 
@@ -186,7 +186,7 @@ def test_a_connection_idle_past_the_reuse_bound_is_replaced_not_reused(monkeypat
             try:
                 got = [await ep.send(case())]
                 got.append(await ep.send(case()))  # at once: the same connection
-                await asyncio.sleep(1.5)
+                await asyncio.sleep(3.5)
                 got.append(await ep.send(case()))  # idle past the bound: a new one
                 return got
             finally:

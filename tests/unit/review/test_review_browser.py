@@ -61,21 +61,21 @@ def _progress(pg: Any) -> str:
     return str(pg.locator("#progress").text_content())
 
 
-def _reload_until(pg: Any, progress: str, tries: int = 5) -> None:
-    """Reload until the page reads back what it stored, at most `tries` times.
+def _reload_until(pg: Any, progress: str, position: str, tries: int = 5) -> None:
+    """Reload until the page reads back the last state it stored, at most `tries` times.
 
-    The page writes localStorage as each label is made, but Chromium hands
-    the write to its storage service asynchronously, and a reload the test
-    asks for at once can read the store before the write has reached it.
-    The page never writes on load, so an early reload loses nothing and a
-    later one sees the labels; one that never does is a page that lost them.
+    The page writes localStorage on every label and move, but Chromium hands
+    each write to its storage service asynchronously, and a reload the test
+    asks for at once can read the store before the last write has reached
+    it. The page never writes on load, so an early reload loses nothing and
+    a later one sees the last state; one that never does is a page that lost it.
     """
     for _ in range(tries):
         pg.reload()
-        if _progress(pg) == progress:
+        if (_progress(pg), pg.locator("#position").text_content()) == (progress, position):
             return
         pg.wait_for_timeout(200)
-    assert _progress(pg) == progress
+    assert (_progress(pg), pg.locator("#position").text_content()) == (progress, position)
 
 
 def test_label_with_the_keyboard_reload_export_and_import(browser: Any, review_run: Path, tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ def test_label_with_the_keyboard_reload_export_and_import(browser: Any, review_r
     pg.keyboard.press("ArrowRight")
     assert pg.locator("#position").text_content() == f"pair 4 of {total}"
 
-    _reload_until(pg, f"3 of {total} labelled")
+    _reload_until(pg, f"3 of {total} labelled", f"pair 4 of {total}")
     assert pg.locator("#reviewer").input_value() == "ann"
     assert pg.locator("#position").text_content() == f"pair 4 of {total}"
     pg.keyboard.press("ArrowLeft")
