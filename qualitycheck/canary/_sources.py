@@ -17,6 +17,12 @@ each key comes from (docs/stages/canary.md has the table):
   draft counters), `sglang:num_requests_total`,
   `sglang:num_aborted_requests_total`, `sglang:generation_tokens_total`,
   `sglang:token_usage` and the histogram `sglang:inter_token_latency_seconds`;
+- llama-server (`--metrics`, `tools/server/server-task.cpp`): its
+  `llamacpp:spec_decode_*` counters, vLLM's names under its own prefix,
+  through the same reader, and `llamacpp:tokens_predicted_total`; it counts
+  no finished or failed requests and keeps no latency histogram, so error
+  rate and TPOT are not evaluated from its page (the shadow proxy's
+  counters give the error rate);
 - the shadow proxy: the two counters named in `canary.shadow_names`;
 - DCGM exporter: `DCGM_FI_DEV_GPU_UTIL` (%), `DCGM_FI_DEV_FB_USED` and
   `DCGM_FI_DEV_FB_FREE` (MiB), summed or averaged over the GPUs.
@@ -55,6 +61,8 @@ _SCRAPE_TIMEOUT_S = 10.0
 _RETRIES = 2
 _BACKOFF_S = 0.2
 
+_ENGINES = ("vllm", "sglang", "llamacpp")
+"""The engines whose names `auto` recognises, by their metric prefix (`vllm:`, ...)."""
 VLLM_TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:inter_token_latency_seconds")
 """The per-request TPOT histogram first; the per-token ITL histogram when a server lacks it."""
 SGLANG_TPOT = ("sglang:inter_token_latency_seconds",)
@@ -108,7 +116,7 @@ class Snapshot:
 
     scrape: MetricsSnapshot
     engine: str | None = None
-    """`vllm`, `sglang`, or None (a shadow proxy or DCGM page, or no engine names found)."""
+    """`vllm`, `sglang`, `llamacpp`, or None (a shadow proxy or DCGM page, or no engine names found)."""
     other_counters: dict[str, float] = field(default_factory=dict)
     """Counters the scrape record does not hold: vLLM's failed requests, SGLang's and the shadow proxy's names."""
     other_gauges: dict[str, float] = field(default_factory=dict)
@@ -179,7 +187,7 @@ def parse_page(
 ) -> Snapshot:
     """A Prometheus text page → a `Snapshot`; `ValueError` when it is not Prometheus text.
 
-    `engine` forces the names read (`vllm`, `sglang`); `auto` takes whichever
+    `engine` forces the names read (`vllm`, `sglang`, `llamacpp`); `auto` takes whichever
     the page carries. `shadow_names` (requests, errors) reads a shadow proxy's
     counters instead.
     """
@@ -195,9 +203,10 @@ def parse_page(
                 counters[key] = sum(s.value for s in samples if s.name == name)
         return Snapshot(scrape, other_counters=counters)
     if engine == "auto":
-        engine = "vllm" if any(n.startswith("vllm:") for n in names) else "sglang" if any(n.startswith("sglang:") for n in names) else ""
-    if engine == "vllm":
+        engine = next((e for e in _ENGINES if any(n.startswith(e + ":") for n in names)), "")
+    if engine in ("vllm", "llamacpp"):
         scrape = MetricsSnapshot(url=url, t=t, ok=True, **parse_metrics(text, model))  # as the run records a scrape
+    if engine == "vllm":
         if model and any(s.labels.get("model_name") == model for s in samples):
             samples = [s for s in samples if s.labels.get("model_name") in (model, None)]
         success = [s for s in samples if s.name == "vllm:request_success_total"]

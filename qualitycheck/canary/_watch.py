@@ -265,7 +265,8 @@ class Watcher:
                 return _Reading(counts=counts, missing=f"{requests:g} requests in the window (minimum {ev.min_requests})", source=src)
             return _Reading(Evidence(acceptance={"rate": rate}), counts, source=src)
         return _Reading(
-            missing="the candidate exposes no speculative-decoding metrics (vllm:spec_decode_* or sglang:spec_accept_*)", source=src
+            missing="the candidate exposes no speculative-decoding metrics (vllm:spec_decode_*, llamacpp:spec_decode_* or sglang:spec_accept_*)",
+            source=src,
         )
 
     def _tpot(self, deltas: dict[str, WindowDelta]) -> _Reading | None:

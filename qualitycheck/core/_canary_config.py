@@ -87,7 +87,7 @@ class CanaryConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    engine: Literal["auto", "vllm", "sglang"] = "auto"
+    engine: Literal["auto", "vllm", "sglang", "llamacpp"] = "auto"
     """Which metric names the scraped endpoints use; `auto` recognises them on each page."""
     candidate_metrics: str | None = None
     """The candidate's Prometheus text endpoint (e.g. http://host:8000/metrics)."""

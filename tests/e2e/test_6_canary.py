@@ -268,3 +268,25 @@ def test_the_same_candidate_with_a_minimum_below_its_acceptance_does_not_trip(en
     assert all(r["guardrails"][0]["result"]["passed"] is True for r in evaluated), seen
     assert not any(r["tripped_now"] for r in recs) and ran == []
     assert code == 0, err[-3000:] + "\n" + machine.describe()
+
+
+@pytest.mark.llama_cpp
+def test_a_llama_server_candidate_is_watched_from_its_own_counters(llama_servers: dict[str, Any], tmp_path: Path, machine: Span) -> None:
+    """llama-server's draft-model candidate (the demo GGUF drafting for itself): acceptance read from its
+    `llamacpp:spec_decode_*` counters window by window, above the minimum, so nothing trips."""
+    cand = llama_servers["draft"]
+
+    def three_evaluated(recs: list[dict[str, Any]]) -> bool:
+        return sum(1 for r in recs if r["guardrails"] and r["guardrails"][0]["result"]["passed"] is not None) >= 3
+
+    with open_ended_load(cand.url) as sent:
+        code, recs, ran, err = _watch(tmp_path, machine, cand.url + "/metrics", 0.55, three_evaluated, min_drafts=20, window="10s")
+    seen = [(g["result"]["observed"], g["evidence"]) for r in recs for g in r["guardrails"]]
+    evaluated = [r for r in recs if r["guardrails"][0]["result"]["passed"] is not None]
+    assert len(evaluated) >= 3, f"windows (acceptance, evidence): {seen}; sent {sent}\n{err[-3000:]}\n{machine.describe()}"
+    assert all(r["sources"][0]["engine"] == "llamacpp" for r in recs), [r["sources"] for r in recs]
+    for r in evaluated:
+        g = r["guardrails"][0]
+        assert g["result"]["passed"] is True and g["evidence"]["drafts"] >= 20 and 0.55 <= g["result"]["observed"] <= 1.0, seen
+    assert not any(r["tripped_now"] for r in recs) and ran == []
+    assert code == 0, err[-3000:] + "\n" + machine.describe()

@@ -1,4 +1,4 @@
-"""Metric sources: SGLang's page, a Prometheus server's HTTP API, histogram quantiles, /qc/metrics."""
+"""Metric sources: SGLang's and llama-server's pages, a Prometheus server's HTTP API, histogram quantiles, /qc/metrics."""
 
 from __future__ import annotations
 
@@ -61,6 +61,31 @@ def test_sglang_acceptance_from_its_gauges_while_tokens_are_generated(tmp_path: 
     assert rec.acceptance == {"rate": 0.3, "mean_accepted_length": 1.6}
     assert rec.sources[0].engine == "sglang"
     assert rec.tripped_now == ["default"]
+
+
+def test_llama_server_page_reads_its_spec_decode_counters_and_nothing_it_lacks() -> None:
+    snap = parse_page((FIXTURES / "llama_server_metrics_after.txt").read_text(), 0.0)
+    assert snap.engine == "llamacpp"
+    assert snap.counters == {"drafts": 24.0, "draft_tokens": 70.0, "accepted_tokens": 70.0, "generation_tokens": 96.0}
+    assert snap.per_position == {"0": 24.0, "1": 24.0, "2": 22.0}
+    assert snap.histograms == {}  # it keeps no latency histogram, and counts no finished or failed requests
+
+
+def test_llama_server_acceptance_is_gated_and_what_it_cannot_give_is_not_evaluated(tmp_path: Path) -> None:
+    clock = Clock()
+    page = Page((FIXTURES / "llama_server_metrics_start.txt").read_text())
+    guardrails = {"min_acceptance_rate": 0.55, "max_error_rate": "1%", "fallback_action": "disable_speculative_decoding_for_route"}
+    with scripted_page(page) as url:
+        cfg = config(candidate_metrics=url + "/metrics", window=f"{STEP}s", trip_after=1, guardrails=guardrails)
+        w = watcher(cfg, tmp_path / "out", clock)
+        asyncio.run(w.scrape())
+        page.text = (FIXTURES / "llama_server_metrics_after.txt").read_text()
+        rec = asyncio.run(_step(w, clock))
+    got = {g.result.name: g for g in rec.guardrails}
+    acc = got["min_acceptance_rate"]
+    assert acc.result.passed is True and acc.result.observed == 1.0 and acc.evidence == {"drafts": 24.0, "draft_tokens": 70.0}
+    assert got["max_error_rate"].result.passed is None  # not evaluated, never a pass
+    assert rec.sources[0].engine == "llamacpp" and not rec.tripped_now
 
 
 async def _step(w: object, clock: Clock) -> object:
