@@ -328,6 +328,8 @@ class Watcher:
             if not d.ok:
                 return _Reading(missing=f"{name} {d.error}", source=self.pages[name])
             if "requests" in d.counters:
+                if name == "candidate" and "errors" not in d.counters:  # the shadow proxy's error counters exist from its start
+                    return _Reading(missing="the candidate's page counts requests but no failed ones", source=self.pages[name])
                 return self._error_reading(d.counters.get("errors", 0.0), d.counters["requests"], self.pages[name])
             if name == "shadow":
                 return _Reading(missing=f"shadow proxy exposes no {self.c.shadow_names.requests}", source=self.pages[name])

@@ -276,17 +276,20 @@ def test_a_llama_server_candidate_is_watched_from_its_own_counters(llama_servers
     `llamacpp:spec_decode_*` counters window by window, above the minimum, so nothing trips."""
     cand = llama_servers["draft"]
 
-    def three_evaluated(recs: list[dict[str, Any]]) -> bool:
-        return sum(1 for r in recs if r["guardrails"] and r["guardrails"][0]["result"]["passed"] is not None) >= 3
+    def three_evaluated_or_unread(recs: list[dict[str, Any]]) -> bool:
+        unread = any("exposes no speculative-decoding metrics" in (g["result"]["message"] or "") for r in recs for g in r["guardrails"])
+        return unread or sum(1 for r in recs if r["guardrails"] and r["guardrails"][0]["result"]["passed"] is not None) >= 3
 
     with open_ended_load(cand.url) as sent:
-        code, recs, ran, err = _watch(tmp_path, machine, cand.url + "/metrics", 0.55, three_evaluated, min_drafts=20, window="10s")
-    seen = [(g["result"]["observed"], g["evidence"]) for r in recs for g in r["guardrails"]]
+        code, recs, ran, err = _watch(
+            tmp_path, machine, cand.url + "/metrics", 0.55, three_evaluated_or_unread, limit_s=180, min_drafts=20, window="10s"
+        )
+    seen = [(g["result"]["observed"], g["result"]["message"], g["evidence"]) for r in recs for g in r["guardrails"]]
     evaluated = [r for r in recs if r["guardrails"][0]["result"]["passed"] is not None]
-    assert len(evaluated) >= 3, f"windows (acceptance, evidence): {seen}; sent {sent}\n{err[-3000:]}\n{machine.describe()}"
-    assert all(r["sources"][0]["engine"] == "llamacpp" for r in recs), [r["sources"] for r in recs]
+    assert len(evaluated) >= 3, f"windows (acceptance, message, evidence): {seen}; sent {sent}\n{err[-3000:]}\n{machine.describe()}"
     for r in evaluated:
         g = r["guardrails"][0]
-        assert g["result"]["passed"] is True and g["evidence"]["drafts"] >= 20 and 0.55 <= g["result"]["observed"] <= 1.0, seen
+        assert r["sources"][0]["engine"] == "llamacpp", r["sources"]
+        assert g["result"]["passed"] is True and 0.55 <= g["result"]["observed"] <= 1.0, seen
     assert not any(r["tripped_now"] for r in recs) and ran == []
     assert code == 0, err[-3000:] + "\n" + machine.describe()

@@ -14,7 +14,7 @@ from qualitycheck.canary._serve import CanaryMetrics, serve_metrics
 from qualitycheck.canary._sources import Histogram, parse_page
 from qualitycheck.canary._window import History, histogram_quantile, window_delta
 from tests.helpers import raw_server
-from tests.unit.canary.canary_helpers import FIXTURES, Clock, Page, config, records, scripted_page, sglang_page, watcher
+from tests.unit.canary.canary_helpers import FIXTURES, Clock, Page, config, records, scripted_page, sglang_page, vllm_page, watcher
 
 STEP = 10.0
 
@@ -86,6 +86,21 @@ def test_llama_server_acceptance_is_gated_and_what_it_cannot_give_is_not_evaluat
     assert acc.result.passed is True and acc.result.observed == 1.0 and acc.evidence == {"drafts": 24.0, "draft_tokens": 70.0}
     assert got["max_error_rate"].result.passed is None  # not evaluated, never a pass
     assert rec.sources[0].engine == "llamacpp" and not rec.tripped_now
+
+
+def test_a_page_counting_requests_but_no_failed_ones_leaves_the_error_rate_not_evaluated(tmp_path: Path) -> None:
+    """A vLLM page read with `engine: llamacpp` forced: the run's reader finds vLLM's finished requests, but nothing
+    counts failures under llama-server's names, and an error rate of 0 from no data would be a pass without evidence."""
+    clock = Clock()
+    page = Page(vllm_page())
+    with scripted_page(page) as url:
+        cfg = config(candidate_metrics=url + "/metrics", window=f"{STEP}s", engine="llamacpp", guardrails={"max_error_rate": "5%"})
+        w = watcher(cfg, tmp_path / "out", clock)
+        asyncio.run(w.scrape())
+        page.text = vllm_page(requests=100, errors=2)
+        rec = asyncio.run(_step(w, clock))
+    g = next(g for g in rec.guardrails if g.result.name == "max_error_rate")
+    assert g.result.passed is None and "no failed ones" in (g.result.message or ""), g
 
 
 async def _step(w: object, clock: Clock) -> object:
