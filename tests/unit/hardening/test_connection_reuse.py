@@ -1,4 +1,4 @@
-"""Keep-alive: a finished stream hands its connection back, so the next TTFT holds no handshake.
+"""Keep-alive: a finished stream hands its connection back, so the next TTFT holds no handshake; an old idle one is not reused.
 
 Servers such as vLLM write `data: [DONE]` and the end of the chunked body
 separately. A client that stops reading at [DONE] closes the connection,
@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from aiohttp import web
 
+from qualitycheck.core import _http
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import RunOptions, Target
+from qualitycheck.core._records import Response
 from qualitycheck.generation._client import Endpoint
+from qualitycheck.testserver import TestServer
 
 
 def test_sequential_streams_share_one_connection_when_the_end_follows_done() -> None:
@@ -54,3 +58,28 @@ def test_sequential_streams_share_one_connection_when_the_end_follows_done() -> 
     e2e = asyncio.run(go())
     assert len(peers) == 6 and len(set(peers)) == 1, f"{len(set(peers))} connections for 6 requests"
     assert all(t < 0.1 for t in e2e), e2e  # the answer ends at [DONE], not when the body's end arrives
+
+
+def _case() -> Case:
+    return Case(id="c1", category="qa", messages=[{"role": "user", "content": "hello there"}])
+
+
+def test_a_connection_idle_past_the_reuse_bound_is_replaced_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Servers close idle connections (vLLM after 5 s); a POST written into one they are closing is lost, so the pool stops reusing them first."""
+    monkeypatch.setattr(_http, "IDLE_REUSE_S", 3.0)
+    with TestServer() as srv:
+        ep = Endpoint("candidate", Target(url=srv.url, model="m"), RunOptions(retries=0))
+
+        async def go() -> list[Response]:
+            try:
+                got = [await ep.send(_case())]
+                got.append(await ep.send(_case()))  # at once: the same connection
+                await asyncio.sleep(3.5)
+                got.append(await ep.send(_case()))  # idle past the bound: a new one
+                return got
+            finally:
+                await ep.aclose()
+
+        assert all(r.ok for r in asyncio.run(go()))
+        peers = [e["peer"] for e in srv.log]
+    assert peers[0] == peers[1] != peers[2]
