@@ -52,6 +52,15 @@ def _normalised(raw: bytes) -> bytes:
     return _PER_REQUEST.sub(b"", raw)
 
 
+def _same_answer(got: bytes, want: bytes, stream: bool, what: str) -> None:
+    """Unstreamed: the same bytes but for the per-request fields. Streamed: the same answer, however vLLM broke it into
+    events (`answer_of` says why the breaks are its timing)."""
+    if stream:
+        assert answer_of(got, True) == answer_of(want, True), what
+    else:
+        assert _normalised(got) == _normalised(want), what
+
+
 class Caller:
     """One client on one keep-alive connection, as an SDK's connection pool holds it."""
 
@@ -118,10 +127,7 @@ def test_callers_through_nginx_get_the_bytes_a_direct_request_gets(mirrored: dic
     assert mirrored["code"] in (0, 1), mirrored["log"][-4000:]
     for r, (d_status, d_raw), (n_status, n_raw) in zip(mirrored["requests"], mirrored["direct"], mirrored["through"], strict=True):
         assert n_status == d_status == 200
-        if r["body"]["stream"]:  # the events' breaks are vLLM's timing (answer_of says why); what they carry must not differ
-            assert answer_of(n_raw, True) == answer_of(d_raw, True), r["body"]["messages"][-1]["content"]
-        else:
-            assert _normalised(n_raw) == _normalised(d_raw), r["body"]["messages"][-1]["content"]
+        _same_answer(n_raw, d_raw, r["body"]["stream"], r["body"]["messages"][-1]["content"])
 
 
 def test_the_sinks_folder_holds_every_pair_and_gate_gives_a_verdict(mirrored: dict[str, Any]) -> None:
@@ -165,10 +171,7 @@ def _callers_get_what_direct_gets(gateway: str, base: str, prompts: list[str]) -
                 got = caller.post(_chat(p, stream))
                 want = _post(base, _chat(p, stream))
                 assert got[0] == want[0], p
-                if stream:
-                    assert answer_of(got[1], True) == answer_of(want[1], True), p
-                else:
-                    assert _normalised(got[1]) == _normalised(want[1]), p
+                _same_answer(got[1], want[1], stream, p)
     finally:
         caller.close()
 

@@ -268,10 +268,9 @@ def test_connections_to_both_targets_idle_past_the_reuse_bound_are_replaced(
     monkeypatch.setattr(_http, "IDLE_REUSE_S", 3.0)
     base, cand = servers
     p = proxy_for(shadow_config(base.url, cand.url), noise_floor=False)
-    body = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}
     for pause in (0.0, 0.0, 3.5):
         time.sleep(pause)
-        assert call(p.url, "/v1/chat/completions", body)[0] == 200
+        assert call(p.url, "/v1/chat/completions", chat("hi"))[0] == 200
         p.settled()  # the candidate's answer has ended: its connection is back in the pool
     for srv in (base, cand):
         peers = [e["peer"] for e in srv.log]
