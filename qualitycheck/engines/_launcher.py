@@ -1,7 +1,10 @@
 """Start and stop local engine servers (vLLM, llama.cpp's llama-server) that always go away again.
 
 `EngineServer` owns the process: each server runs in its own process group
-on a free loopback port, pinned to one core, with every cache and temporary
+(in the launcher's session: with the kernel's autogroup scheduling a new
+session is a CPU group of its own, and busy servers in their own sessions
+would outrank a launcher whose session runs at a lower priority, starving
+the client that times them) on a free loopback port, pinned to one core, with every cache and temporary
 file (vLLM's compile cache, torch-inductor, the `vllm_dist_*` rendezvous
 files) under its own temporary folder, and its output captured in a log
 file. `VllmServer` and `LlamaServer` add only what their engine needs: its
@@ -358,7 +361,7 @@ class EngineServer:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env=self.environment(),
-            start_new_session=True,
+            process_group=0,
             preexec_fn=self._before_exec,
         )
         with _LIVE_LOCK:

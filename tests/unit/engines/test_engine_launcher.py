@@ -60,6 +60,16 @@ def test_ready_server_gets_own_core_and_temp_dir_and_everything_is_removed(tmp_p
     assert not Path(tmp).exists()
 
 
+def test_a_server_has_its_own_process_group_in_the_launchers_session() -> None:
+    """Its own group, so a stop reaches the engine-core child and a terminal's Ctrl-C does not; the launcher's
+    session, because with the kernel's autogroup scheduling a new session is a new CPU group: servers in
+    sessions of their own would outrank a launcher whose session runs at a lower priority, and starve it."""
+    with _fake(core=0) as s:
+        assert s.pid is not None
+        assert os.getpgid(s.pid) == s.pid != os.getpgid(0)
+        assert os.getsid(s.pid) == os.getsid(0)
+
+
 def test_server_that_dies_raises_with_its_log_tail() -> None:
     s = _fake("--die", "ValueError: head size 16 is not supported")
     with pytest.raises(LaunchError) as err:
