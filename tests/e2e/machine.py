@@ -203,4 +203,43 @@ class MachineWatch:
             total.memory_full_s += s.memory_full_s
             total.cpu_some_s += s.cpu_some_s
             total.least_available_mb = min(total.least_available_mb, s.least_available_mb)
-        return [total.describe()] + ["  " + s.describe() for s in spans if s.notable()]
+        return [total.describe(), "  " + cpu_standing(), "  " + cpu_model()] + ["  " + s.describe() for s in spans if s.notable()]
+
+
+def cpu_standing(pid: int = 0) -> str:
+    """What decides the CPU share of `pid` (0: pytest) against other processes: its niceness, the kernel's
+    autogroup (one per session, with a niceness of its own), the cores it may run on, its cgroup's weight and quota.
+
+    A session whose autogroup runs at a lower priority than busy servers in other sessions gets almost no CPU,
+    whatever each process's niceness says; this line shows when that is the case."""
+    proc = Path(f"/proc/{pid or 'self'}")
+
+    def read(path: Path) -> str:
+        try:
+            return path.read_text().strip()
+        except OSError:
+            return "not read"
+
+    cgroup = read(proc / "cgroup").split("::")[-1]
+    cg = Path("/sys/fs/cgroup") / cgroup.lstrip("/")
+    try:
+        nice, cores = str(os.getpriority(os.PRIO_PROCESS, pid)), ",".join(map(str, sorted(os.sched_getaffinity(pid))))
+    except OSError:
+        nice = cores = "not read"
+    return (
+        f"CPU standing of {pid or 'pytest'}: nice {nice}, {read(proc / 'autogroup')}, cores {cores}, "
+        f"cgroup {cgroup} (cpu.weight {read(cg / 'cpu.weight')}, cpu.max {read(cg / 'cpu.max')})"
+    )
+
+
+def cpu_model() -> str:
+    """The processor and the vector extensions vLLM's CPU kernels choose between: an engine's numerics, and so
+    the size of a defect it shows, can differ between machines that differ here."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "CPU: not read"
+    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in info.splitlines() if ":" in line)}
+    flags = set(fields.get("flags", "").split())
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16") if f in flags]
+    return f"CPU: {fields.get('model name', 'not named')}, {' '.join(isa) or 'no avx2'}"
