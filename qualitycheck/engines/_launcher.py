@@ -1,16 +1,18 @@
 """Start and stop local engine servers (vLLM, llama.cpp's llama-server) that always go away again.
 
 `EngineServer` owns the process: each server runs in its own process group
-(in the launcher's session: with the kernel's autogroup scheduling a new
-session is a CPU group of its own, and busy servers in their own sessions
-would outrank a launcher whose session runs at a lower priority, starving
-the client that times them) on a free loopback port, pinned to one core, with every cache and temporary
+on a free loopback port, pinned to one core, with every cache and temporary
 file (vLLM's compile cache, torch-inductor, the `vllm_dist_*` rendezvous
 files) under its own temporary folder, and its output captured in a log
 file. `VllmServer` and `LlamaServer` add only what their engine needs: its
 environment and how a process is held to one core. Readiness is `/health`
 answering; when the server dies or never answers, the error quotes the end of
 its log, because that is where the reason is.
+
+The group stays in the launcher's session. Under the kernel's autogroup
+scheduling a session is a CPU group of its own: busy servers in sessions of
+their own would outrank a launcher whose session runs at a lower priority,
+and starve the client that sends and times their requests.
 
 Servers are stopped by the context manager, by `stop()`, at interpreter exit
 (atexit), on SIGTERM, and — if the parent is killed outright — by the kernel

@@ -7,7 +7,8 @@ process at once (the guest's clocks jump on resume), and a machine short of
 memory or disk bandwidth stalls fresh processes on page faults. A thread samples
 the kernel once a second and charges what it sees to the test running at the
 time; the session's summary names the tests during which the machine stalled,
-so a CI failure carries the evidence either way.
+so a CI failure carries the evidence either way. It also names what sets
+pytest's share of the CPU (niceness, autogroup, cgroup) and the processor.
 """
 
 from __future__ import annotations
@@ -218,18 +219,19 @@ def cpu_standing(pid: int = 0) -> str:
         try:
             return path.read_text().strip()
         except OSError:
-            return "not read"
+            return "none"
 
-    cgroup = read(proc / "cgroup").split("::")[-1]
-    cg = Path("/sys/fs/cgroup") / cgroup.lstrip("/")
+    v2 = [line[3:] for line in read(proc / "cgroup").splitlines() if line.startswith("0::")]
+    if v2:
+        cg = Path("/sys/fs/cgroup") / v2[0].lstrip("/")
+        cgroup = f"cgroup {v2[0]} (cpu.weight {read(cg / 'cpu.weight')}, cpu.max {read(cg / 'cpu.max')})"
+    else:
+        cgroup = "no cgroup v2"
     try:
         nice, cores = str(os.getpriority(os.PRIO_PROCESS, pid)), ",".join(map(str, sorted(os.sched_getaffinity(pid))))
-    except OSError:
+    except (OSError, AttributeError):
         nice = cores = "not read"
-    return (
-        f"CPU standing of {pid or 'pytest'}: nice {nice}, {read(proc / 'autogroup')}, cores {cores}, "
-        f"cgroup {cgroup} (cpu.weight {read(cg / 'cpu.weight')}, cpu.max {read(cg / 'cpu.max')})"
-    )
+    return f"CPU standing of {pid or 'pytest'}: nice {nice}, {read(proc / 'autogroup')}, cores {cores}, {cgroup}"
 
 
 def cpu_model() -> str:

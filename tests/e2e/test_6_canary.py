@@ -202,7 +202,7 @@ def _wait(proc: subprocess.Popen[bytes], limit_s: float) -> bool:
 
 
 def _stuck(pid: int) -> str:
-    """Each thread of `pid` and of its child processes as `/proc` shows it: state, kernel wait channel, CPU ticks."""
+    """Each thread of `pid` and of its child processes as `/proc` shows it: state, kernel wait channel, CPU time and wait."""
     lines = _threads(pid)
     return "watcher stuck: " + "; ".join(lines) + f"; {cpu_standing(pid)}" if lines else f"watcher (pid {pid}) gone"
 
@@ -214,15 +214,15 @@ def _threads(pid: int) -> list[str]:
             stat = (task / "stat").read_text()
             wchan = (task / "wchan").read_text()
             children = (task / "children").read_text().split()
-            ran_ns, waited_ns = (int(x) for x in (task / "schedstat").read_text().split()[:2])
-        except (OSError, ValueError):
+        except OSError:
             continue
         name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        # schedstat: time on a CPU, and time runnable but waiting for one (a starved thread waits, a stuck one runs or sleeps)
-        lines.append(
-            f"pid {pid} thread {task.name} ({name}): state {rest[0]}, waiting in {wchan or '-'}, "
-            f"on a CPU {ran_ns / 1e9:.1f} s, runnable but waiting for a CPU {waited_ns / 1e9:.1f} s"
-        )
+        try:  # time on a CPU, and time runnable but waiting for one: a starved thread waits, a stuck one runs or sleeps
+            ran_ns, waited_ns = (int(x) for x in (task / "schedstat").read_text().split()[:2])
+            cpu = f"on a CPU {ran_ns / 1e9:.1f} s, runnable but waiting for a CPU {waited_ns / 1e9:.1f} s"
+        except (OSError, ValueError):  # a kernel without schedstat
+            cpu = f"utime {rest[11]} stime {rest[12]} ticks"
+        lines.append(f"pid {pid} thread {task.name} ({name}): state {rest[0]}, waiting in {wchan or '-'}, {cpu}")
         for child in children:
             lines += _threads(int(child))
     return lines
