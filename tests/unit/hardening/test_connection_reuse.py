@@ -19,6 +19,7 @@ from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._records import Response
 from qualitycheck.generation._client import Endpoint
 from qualitycheck.testserver import TestServer
+from tests.unit.test_client import case
 
 
 def test_sequential_streams_share_one_connection_when_the_end_follows_done() -> None:
@@ -60,10 +61,6 @@ def test_sequential_streams_share_one_connection_when_the_end_follows_done() -> 
     assert all(t < 0.1 for t in e2e), e2e  # the answer ends at [DONE], not when the body's end arrives
 
 
-def _case() -> Case:
-    return Case(id="c1", category="qa", messages=[{"role": "user", "content": "hello there"}])
-
-
 def test_a_connection_idle_past_the_reuse_bound_is_replaced_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Servers close idle connections (vLLM after 5 s); a POST written into one they are closing is lost, so the pool stops reusing them first."""
     monkeypatch.setattr(_http, "IDLE_REUSE_S", 3.0)
@@ -72,10 +69,10 @@ def test_a_connection_idle_past_the_reuse_bound_is_replaced_not_reused(monkeypat
 
         async def go() -> list[Response]:
             try:
-                got = [await ep.send(_case())]
-                got.append(await ep.send(_case()))  # at once: the same connection
+                got = [await ep.send(case())]
+                got.append(await ep.send(case()))  # at once: the same connection
                 await asyncio.sleep(3.5)
-                got.append(await ep.send(_case()))  # idle past the bound: a new one
+                got.append(await ep.send(case()))  # idle past the bound: a new one
                 return got
             finally:
                 await ep.aclose()
