@@ -58,6 +58,37 @@ def explain(proc: subprocess.CompletedProcess[str]) -> str:
     return f"exit {proc.returncode}\n--- stderr (tail) ---\n{proc.stderr[-6000:]}\n--- stdout (tail) ---\n{proc.stdout[-2000:]}"
 
 
+STRONG_EVIDENCE_P = 1e-3
+"""A Holm p-value that a faithful candidate reaches about once in a thousand runs: evidence far past the test's alpha."""
+
+
+def assert_no_sampled_loss(s: dict[str, Any], proc: subprocess.CompletedProcess[str]) -> None:
+    """A faithful sampled candidate: no strong evidence of a drop anywhere, and a verdict that follows the evidence it has.
+
+    The sampled test holds its false alarms at its alpha (0.05; bench's `gate_sampled_false_alarm`), so a faithful
+    candidate is failed on up to one run in twenty, each time at a p-value near alpha: a test asking for no alarm at
+    all fails as often. What must never happen is evidence far past alpha for a drop that is not there, which is what
+    a biased comparison gives (samples against a greedy floor, one side's samples miscounted or dropped).
+    """
+    quality = {g["route"]: g for g in s["guardrails"] if g["name"] == "max_quality_regression_cases"}
+    assert quality, explain(proc)
+    for cat, c in s["categories"].items():
+        alarms = []
+        for name, check in c["checks"].items():
+            sp = check.get("sampled")
+            if not sp:
+                continue
+            p = sp["p_value_holm"] if sp.get("p_value_holm") is not None else sp["p_value"]
+            assert p >= STRONG_EVIDENCE_P, (cat, name, sp)
+            if sp["decision"] == "drop":
+                alarms.append(name)
+        if alarms:  # a marginal alarm, as often as alpha allows: the verdict still says what its evidence says
+            assert c["verdict"] == "fail" and quality[cat]["passed"] is False, (cat, alarms, c["verdict_reason"])
+        else:
+            assert c["verdict"] != "fail", (cat, c["verdict_reason"])
+            assert cat not in quality or quality[cat]["passed"] is not False, quality[cat]
+
+
 def answer_of(raw: bytes, stream: bool) -> dict[str, Any]:
     """What a client assembles from one chat answer: its text, finish reason and usage.
 

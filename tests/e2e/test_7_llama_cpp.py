@@ -19,7 +19,17 @@ import pytest
 
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation._metrics import parse_metrics
-from tests.e2e.e2e_helpers import MODEL, RELAXED_GUARDRAILS, SUITES, assert_demo_servers_gone, explain, qc, summary_of, write_config
+from tests.e2e.e2e_helpers import (
+    MODEL,
+    RELAXED_GUARDRAILS,
+    SUITES,
+    assert_demo_servers_gone,
+    assert_no_sampled_loss,
+    explain,
+    qc,
+    summary_of,
+    write_config,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llama_cpp]
 
@@ -109,13 +119,7 @@ def test_sampled_pair_on_llama_cpp_stays_faithful_and_reads_acceptance(llama_ser
     proc, out = _run(llama_servers, suite, tmp_path, "sampled", {**UNTIMED, "min_acceptance_rate": 0.05}, max_samples_per_case=4)
     s = summary_of(out)
     assert s["sampling"]["mode"] == "adaptive" and s["sampling"]["mean_samples_per_case"] > 1, s["sampling"]
-    quality = [g for g in s["guardrails"] if g["name"] == "max_quality_regression_cases"]
-    assert quality and not any(g["passed"] is False for g in quality), explain(proc)
-    for cat, c in s["categories"].items():
-        assert c["verdict"] != "fail", (cat, c["verdict_reason"])
-        for name, k in c["checks"].items():
-            if k.get("sampled"):
-                assert k["sampled"]["decision"] != "drop", (cat, name, k["sampled"])
+    assert_no_sampled_loss(s, proc)
     acc = s["acceptance"]
     assert acc["speculating"] is True and acc["draft_tokens"] > 0 and acc["rate"] is not None, acc
     # sampling: the target draws each token itself and keeps a draft token only when it drew the same one
@@ -127,7 +131,8 @@ def test_sampled_pair_on_llama_cpp_stays_faithful_and_reads_acceptance(llama_ser
         for r in store.responses():
             if r.target == "baseline" and r.ok:
                 samples.setdefault(r.case_id, set()).add(r.text)
-    assert sum(len(texts) > 1 for texts in samples.values()) > len(samples) // 2, {k: len(v) for k, v in samples.items()}
+    # (a short answer may come out alike in every sample of a case; a server-wide seed makes every case's alike)
+    assert any(len(texts) > 1 for texts in samples.values()), {k: len(v) for k, v in samples.items()}
 
     # the same run gated with an acceptance floor the sampled candidate does not reach fails, naming the rule
     strict = write_config(tmp_path / "strict.yaml", {**UNTIMED, "min_acceptance_rate": 0.99})
