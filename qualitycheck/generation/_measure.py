@@ -31,12 +31,14 @@ from qualitycheck.generation._runner import Progress, RunStats, Samples, generat
 __all__ = ["measured_generate", "preflight_into_store"]
 
 GPU_SAMPLE_S = 5.0
-"""Seconds between two GPU samples during generation (the first after one second)."""
+"""Seconds between two GPU samples during generation."""
+GPU_FIRST_SAMPLE_S = 1.0
+"""Seconds before the first: a run shorter than this has no load worth sampling."""
 
 
 async def _sample_gpu(targets: dict[str, Any], dcgm_url: str | None, samples: list[GpuSample]) -> None:
     """Append a sample of every target's KV-cache usage (and the DCGM figures) every `GPU_SAMPLE_S`, until cancelled."""
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(GPU_FIRST_SAMPLE_S)
     while True:
         t = time.time()
         snaps = await scrape_all(targets, retries=0, backoff_s=0.0)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from qualitycheck.cli._main import main
 from qualitycheck.core._records import GpuSample
+from qualitycheck.generation import _measure
 from qualitycheck.serving import gpu_from_samples
 from qualitycheck.testserver import TestServer
 from tests.helpers import qa_cases, run_argv, write_suite
@@ -32,7 +35,10 @@ def test_samples_summarise_per_side() -> None:
     assert out["baseline"]["kv_cache_usage"] == 0.1 and out["baseline"]["gpu_utilization"] is None
 
 
-def test_a_run_records_kv_cache_usage_sampled_during_generation_and_the_signoff_shows_it(tmp_path: Path) -> None:
+def test_a_run_records_kv_cache_usage_sampled_during_generation_and_the_signoff_shows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_measure, "GPU_FIRST_SAMPLE_S", 0.05)  # sampled early: a loaded machine's slow scrape still lands in the run
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(4))
     with TestServer(default="a b c", ttft_s=0.5) as b, TestServer(default="a b c", ttft_s=0.5) as c:
         b.counters["kv_cache_usage"] = 0.25  # a busy server's gauge, as vLLM exposes it
@@ -54,7 +60,8 @@ def test_a_short_run_without_samples_writes_no_gpu_key(tmp_path: Path) -> None:
     assert "gpu" not in json.loads((tmp_path / "run" / "summary.json").read_text())
 
 
-def test_a_resumed_run_keeps_the_samples_its_earlier_windows_took(tmp_path: Path) -> None:
+def test_a_resumed_run_keeps_the_samples_its_earlier_windows_took(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_measure, "GPU_FIRST_SAMPLE_S", 0.05)  # sampled early: a loaded machine's slow scrape still lands in the run
     from qualitycheck.core._records import GpuSamples
     from qualitycheck.core._store import RunStore
     from qualitycheck.testserver import Fault

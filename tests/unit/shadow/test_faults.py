@@ -63,7 +63,8 @@ def test_a_hanging_candidate_never_delays_the_caller_and_its_mirrors_are_bounded
 
 
 def test_a_slow_candidate_is_recorded_with_its_own_timing(proxy_for: Any) -> None:
-    with TestServer(default="same words here") as base, TestServer(default="same words here", ttft_s=0.3) as cand:
+    # 3 s before the candidate's first token: the caller's answer and a counter read fit in it on a busy machine
+    with TestServer(default="same words here") as base, TestServer(default="same words here", ttft_s=3.0) as cand:
         p = proxy_for(shadow_config(base.url, cand.url))
         status, _, _ = call(p.url, "/v1/chat/completions", chat("slow?", stream=True))
         assert status == 200 and p.counter("qc_shadow_stored_total") == 0  # answered before the candidate was
@@ -72,7 +73,7 @@ def test_a_slow_candidate_is_recorded_with_its_own_timing(proxy_for: Any) -> Non
     rs = stored(p)
     (b,) = [r for (_, t), r in rs.items() if t == "baseline"]
     (c,) = [r for (_, t), r in rs.items() if t == "candidate"]
-    assert b.ok and c.ok and c.ttft_s is not None and b.ttft_s is not None and c.ttft_s > b.ttft_s + 0.2
+    assert b.ok and c.ok and c.ttft_s is not None and b.ttft_s is not None and c.ttft_s >= 2.9 > b.ttft_s
 
 
 def test_a_candidate_stream_reset_is_a_stored_error_and_the_caller_has_its_whole_answer(proxy_for: Any) -> None:
