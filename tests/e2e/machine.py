@@ -231,7 +231,9 @@ def cpu_standing(pid: int = 0) -> str:
         nice, cores = str(os.getpriority(os.PRIO_PROCESS, pid)), ",".join(map(str, sorted(os.sched_getaffinity(pid))))
     except (OSError, AttributeError):
         nice = cores = "not read"
-    return f"CPU standing of {pid or 'pytest'}: nice {nice}, {read(proc / 'autogroup')}, cores {cores}, {cgroup}"
+    # an empty autogroup file: the session is in the root group (autogroups off when it began, or never on)
+    group = read(proc / "autogroup") or f"no autogroup (sched_autogroup_enabled {read(Path('/proc/sys/kernel/sched_autogroup_enabled'))})"
+    return f"CPU standing of {pid or 'pytest'}: nice {nice}, {group}, cores {cores}, {cgroup}"
 
 
 def cpu_model() -> str:
