@@ -231,8 +231,12 @@ def cpu_standing(pid: int = 0) -> str:
         nice, cores = str(os.getpriority(os.PRIO_PROCESS, pid)), ",".join(map(str, sorted(os.sched_getaffinity(pid))))
     except (OSError, AttributeError):
         nice = cores = "not read"
-    # an empty autogroup file: the session is in the root group (autogroups off when it began, or never on)
-    group = read(proc / "autogroup") or f"no autogroup (sched_autogroup_enabled {read(Path('/proc/sys/kernel/sched_autogroup_enabled'))})"
+    # the kernel prints nothing for the root autogroup: no session was made in this process's ancestry while
+    # autogroups were on (the switch printed is today's); no file at all: a kernel built without them
+    group = read(proc / "autogroup")
+    if group in ("", "none"):
+        switch = read(Path("/proc/sys/kernel/sched_autogroup_enabled"))
+        group = f"root autogroup (sched_autogroup_enabled now {switch})" if group == "" else "no autogroups in this kernel"
     return f"CPU standing of {pid or 'pytest'}: nice {nice}, {group}, cores {cores}, {cgroup}"
 
 

@@ -40,7 +40,7 @@ def test_the_page_reveals_no_side(review_run: Path) -> None:
     key = key_of(review_run)
     urls = [t["url"] for t in manifest["targets"].values()]
     ports = [u.rsplit(":", 1)[-1] for u in urls]
-    # the page's CSP nonce is random text, which may spell a short marker such as "--b" (about 1 page in 3,000)
+    # the page's CSP nonce is random text, which may spell a short marker such as "--b" (about 1 page in 700)
     lowered = re.sub(r"nonce-[A-Za-z0-9_+/=-]+|nonce=\"[^\"]*\"", "NONCE", html).lower()
     markers = ["baseline", "candidate", "control", "again", "speculat", "draft", "ngram", "eagle", "target", "side", "model", "judge"]
     markers += ["data-b", "data-c", 'class="b"', 'class="c"', "--b", "--c", "sqlite", "summary.json", "repeat"]
@@ -69,15 +69,17 @@ def test_the_page_reveals_no_side(review_run: Path) -> None:
     for p in data["pairs"]:
         k = by_id[p["id"]]
         assert p["a"] == answers[(k["case_id"], k["a"])] and p["b"] == answers[(k["case_id"], other[k["a"]])]
-    # The order is shuffled: one page may come out in case order by chance (1 in 4! for the 4 divergent pairs here), so the
-    # claim is over eight seeds, which would all agree only if nothing were shuffled.
-    orders = []
+    # The page is shuffled as a whole. Unshuffled, it would list the divergent pairs category by category, in the
+    # categories' order, and the attention check last: a reader could tell which pairs are the checks. One page may
+    # still come out in that shape by chance, so the claim is over eight seeds (the planted secret fixes them all).
+    first_categories, attention_at = set(), set()
     for seed in range(8):
         assert main(["review", str(review_run), "--seed", str(seed)]) == 0
-        # Only the divergent pairs: they are the same on every page, while a seed may draw another attention check.
-        divergent = {p["id"]: p["case_id"] for p in key_of(review_run)["pairs"] if not p["attention"]}
-        orders.append(tuple(divergent[p["id"]] for p in page_data(review_run)["pairs"] if p["id"] in divergent))
-    assert len(set(orders)) > 1 and any(list(o) != sorted(o) for o in orders), orders
+        checks = {p["id"] for p in key_of(review_run)["pairs"] if p["attention"]}  # a seed may draw another one
+        pairs = page_data(review_run)["pairs"]
+        first_categories.add(pairs[0]["category"])
+        attention_at.update(i for i, p in enumerate(pairs) if p["id"] in checks)
+    assert len(first_categories) > 1 and attention_at != {len(pairs) - 1}, (first_categories, attention_at)
     # The same seed writes the same page again: the same ids, sides and order.
     again = _write_page(review_run)
     assert page_data(review_run)["pairs"] == data["pairs"] and again.count("p") > 0

@@ -65,7 +65,7 @@ def test_a_hanging_candidate_never_delays_the_caller_and_its_mirrors_are_bounded
 def test_a_slow_candidate_is_recorded_with_its_own_timing(proxy_for: Any) -> None:
     # 3 s before the candidate's first token: the caller's answer and a counter read fit in it on a busy machine
     with TestServer(default="same words here") as base, TestServer(default="same words here", ttft_s=3.0) as cand:
-        p = proxy_for(shadow_config(base.url, cand.url))
+        p = proxy_for(shadow_config(base.url, cand.url, run={"timeout_s": 30.0}))
         status, _, _ = call(p.url, "/v1/chat/completions", chat("slow?", stream=True))
         assert status == 200 and p.counter("qc_shadow_stored_total") == 0  # answered before the candidate was
         p.settled()
