@@ -17,13 +17,18 @@ def make_store(
     targets: tuple[str, ...] = ("baseline", "candidate"),
     repeats: int = 1,
 ) -> RunStore:
-    """rows: {id, category, route?, texts: {target: text | list per repeat}, checks: {check: {target: status | list}}}."""
+    """rows: {id, category, route?, params?, texts: {target: text | list per repeat}, checks: {check: {target: status | list}}}.
+
+    A row's `repeats` overrides the store's for that case (sampled cases are asked more often than greedy ones), and
+    a row's `targets` the sides that answered it (the baseline asked again only where the candidate diverged).
+    """
     cases = [
         Case(
             id=r["id"],
             category=r["category"],
             messages=[{"role": "user", "content": r["id"]}],
             tags={"route": r["route"]} if "route" in r else {},
+            params=r.get("params", {}),
         )
         for r in rows
     ]
@@ -37,9 +42,9 @@ def make_store(
     store = RunStore.create(folder, manifest, cases)
     scores = []
     for r in rows:
-        for t in targets:
+        for t in r.get("targets", targets):
             texts = r.get("texts", {}).get(t, "same")
-            for rep in range(repeats):
+            for rep in range(r.get("repeats", repeats)):
                 text = texts[rep] if isinstance(texts, list) else texts
                 err = None
                 if text is None:
