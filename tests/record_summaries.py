@@ -29,8 +29,15 @@ _VOLATILE = ("latency", "gpu")
 _recorded: list[dict[str, Any]] = []
 
 
-def _steady(text: str) -> str:
-    return _TIMING.sub("", _TMP.sub("TMP", _PORT.sub("HOST", text)))
+def _steady(value: Any) -> Any:
+    """The value with every string's ports, temporary folders and timing lines taken out."""
+    if isinstance(value, dict):
+        return {k: _steady(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_steady(v) for v in value]
+    if isinstance(value, str):
+        return _TIMING.sub("", _TMP.sub("TMP", _PORT.sub("HOST", value)))
+    return value
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +56,7 @@ def _record_summaries(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
         data = json.loads(summary.to_json_text())
         for key in _VOLATILE:
             data.pop(key, None)
-        seen.append(json.loads(_steady(json.dumps(data))))
+        seen.append(_steady(data))
         return summary
 
     monkeypatch.setattr(mod, "build_summary", recording)
