@@ -185,11 +185,8 @@ def judge_savings(figure: Figure, skipped: Callable[[str, str], None], tmp: Path
     )
 
 
-def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, n: int) -> None:
-    """`qualitycheck report DIR` on a 10,000-pair run: wall time and report.html size."""
-    if not _has("qualitycheck.report"):
-        skipped("report_build_s", "qualitycheck/report is not in this checkout yet")
-        return
+def build_report_run(tmp: Path, n: int) -> Path:
+    """The report figure's run: n pairs over 8 categories and two checks, 1 in 20 candidate answers different, scored."""
     from qualitycheck.core._cases import Case
 
     cases = [
@@ -207,8 +204,21 @@ def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path,
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     score = _procs.run([sys.executable, "-m", "qualitycheck", "score", str(folder)], capture_output=True, text=True, env=env)
     if score.returncode not in (0, 1):
-        skipped("report_build_s", f"qualitycheck score failed: {score.stderr[-300:]}")
+        raise RuntimeError(f"qualitycheck score failed: {score.stderr[-300:]}")
+    return folder
+
+
+def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, n: int) -> None:
+    """`qualitycheck report DIR` on a 10,000-pair run: wall time and report.html size."""
+    if not _has("qualitycheck.report"):
+        skipped("report_build_s", "qualitycheck/report is not in this checkout yet")
         return
+    try:
+        folder = build_report_run(tmp, n)
+    except RuntimeError as exc:
+        skipped("report_build_s", str(exc))
+        return
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
     rep = _procs.run([sys.executable, "-m", "qualitycheck", "report", str(folder)], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
@@ -230,10 +240,10 @@ def gate_power(figure: Figure, skipped: Callable[[str, str], None], trials: int)
     fixed `--repeats 8` design on the same draws' distribution.
     """
     try:
+        from bench._simulate import simulate_gate, simulate_routes, simulate_sampled
         from qualitycheck.core._config import RunOptions
-        from qualitycheck.verdict._simulate import simulate_gate, simulate_routes, simulate_sampled
-    except ImportError:
-        skipped("gate_false_alarm_rate", "qualitycheck.verdict._simulate is not in this checkout yet")
+    except ImportError as exc:
+        skipped("gate_false_alarm_rate", f"the decision these simulations call is not in this checkout ({exc})")
         return
     t0 = time.perf_counter()
     fa = simulate_gate(n=300, drop=0.0, trials=trials, seed=1)

@@ -47,8 +47,9 @@ from qualitycheck.canary._sources import DEFAULT_PROMQL, PromResult, query_prome
 from qualitycheck.canary._state import CanaryState, locked_state
 from qualitycheck.canary._window import History, WindowDelta, histogram_quantile, window_delta
 from qualitycheck.core._config import Config
+from qualitycheck.pipeline._run import verdict_settings
 from qualitycheck.serving._acceptance import acceptance_rates
-from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, GuardrailResult, Rule, build_rules, parse_guardrails
+from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, GuardrailResult, Rule, build_rules, quality_thresholds
 
 __all__ = ["CANARY_LOG", "EXIT_HEALTHY", "EXIT_NOT_EVALUATED", "EXIT_TRIPPED", "Watcher", "exit_code", "rearm", "window_line"]
 
@@ -106,7 +107,7 @@ class Watcher:
         self.dry_run = dry_run
         self.clock = clock
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.guardrails = parse_guardrails(cfg)  # ConfigError (exit 2) names the field
+        self.guardrails = cfg.guardrails  # validated when the config loaded: a bad value never reaches here
         self.routes = list(self.c.routes) or sorted(cfg.routes) or ["default"]
         self.rules: list[Rule] = [r for r in build_rules(self.guardrails, set(self.routes)) if _route(r) in (ALL_ROUTES, *self.routes)]
         self.pages = {
@@ -350,7 +351,7 @@ class Watcher:
 
     def _quality(self, now: float) -> dict[str, _Reading]:
         assert self.run_dir is not None
-        qw = quality_window(self.run_dir, self.cfg, now - self.window_s, now)
+        qw = quality_window(self.run_dir, verdict_settings(self.cfg), quality_thresholds(self.rules), now - self.window_s, now)
         src = str(self.run_dir)
         out: dict[str, _Reading] = {}
         for route in self.routes:

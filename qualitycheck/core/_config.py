@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from qualitycheck.core._canary_config import CanaryConfig, parse_duration
 from qualitycheck.core._errors import ConfigError, Problem
+from qualitycheck.core._guardrails import GuardrailBlock, Guardrails, RouteGuardrails, resolve_guardrails
 
 __all__ = ["DEFAULT_CONFIG_NAME", "Config", "JudgeTarget", "RunOptions", "ShadowOptions", "Target", "load_config", "parse_rotation"]
 
@@ -217,6 +218,12 @@ class ShadowOptions(BaseModel):
         return parse_rotation(self.rotate_every) if self.rotate_every else (None, None)
 
 
+def _margin(m: float) -> float:
+    if not 0 <= m < 1:
+        raise ValueError(f"expected a pass-rate margin between 0 and 1, got {m!r}")
+    return m
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -226,11 +233,11 @@ class Config(BaseModel):
     judge: JudgeTarget | None = None
     suites: list[str] = Field(default_factory=list)
     run: RunOptions = RunOptions()
-    speculative_decoding_guardrails: dict[str, Any] = Field(default_factory=dict)
-    """The seed's guardrail block, verbatim; gate.py interprets it."""
-    routes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    speculative_decoding_guardrails: GuardrailBlock = GuardrailBlock()
+    """The seed's guardrail block, verbatim in YAML, typed here (core/_guardrails.py)."""
+    routes: dict[str, RouteGuardrails] = Field(default_factory=dict)
     """Per-route guardrail overrides."""
-    non_inferiority_margin: dict[str, float] = Field(default_factory=dict)
+    non_inferiority_margin: dict[str, Annotated[float, AfterValidator(_margin)]] = Field(default_factory=dict)
     """Per check, the largest pass-rate drop still called non-inferior."""
     allow_not_evaluated: bool = False
     """Let a run pass when some guardrail could not be evaluated."""
@@ -244,19 +251,56 @@ class Config(BaseModel):
     def targets(self) -> dict[str, Target]:
         return {n: t for n in TARGET_NAMES if (t := getattr(self, n)) is not None}
 
+    @property
+    def guardrails(self) -> Guardrails:
+        """The guardrails in force: the block (or the defaults when it sets nothing) and each route's overrides."""
+        return resolve_guardrails(self.speculative_decoding_guardrails, self.routes)
 
-def _problems(exc: ValidationError, path: str, finder: Any) -> list[Problem]:
+
+def _problems(exc: ValidationError, path: str, finder: Any, model: type[BaseModel] | None = None) -> list[Problem]:
+    """Validation errors as problems (path:line: field: message); an unknown key of `model` names the key it may have meant."""
     from qualitycheck.core._cases import printable_key
 
     out = []
     for err in exc.errors():
         loc = err["loc"]
         field = ".".join(printable_key(str(x)) for x in loc)
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        if err["type"] == "missing":
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key" + _did_you_mean(str(loc[-1]), _keys_at(model, loc[:-1]))
+        elif err["type"] == "missing":
             msg = "required field is missing"
         out.append(Problem(path, finder(loc) if finder else None, field, msg))
     return out
+
+
+def _keys_at(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the model accepts at `loc` (through nested models and mappings of models); none when it cannot tell."""
+    import typing
+
+    def as_model(t: Any) -> type[BaseModel] | None:
+        return next((a for a in (t, *typing.get_args(t)) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+
+    node = model
+    i = 0
+    while i < len(loc):
+        if node is None or str(loc[i]) not in node.model_fields:
+            return []
+        annotation = node.model_fields[str(loc[i])].annotation
+        i += 1
+        if typing.get_origin(annotation) is dict:  # a mapping: the next part of loc is one of its keys
+            annotation, i = typing.get_args(annotation)[1], i + 1
+        node = as_model(annotation)
+    return list(node.model_fields) if node is not None else []
+
+
+def _did_you_mean(key: str, known: list[str]) -> str:
+    import difflib
+
+    if not known:
+        return ""
+    near = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean {near[0]!r}?)" if near else f" (known: {', '.join(known)})"
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
@@ -304,5 +348,5 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     try:
         cfg = Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_problems(exc, src or "command line", finder)) from None
+        raise ConfigError(_problems(exc, src or "command line", finder, Config)) from None
     return cfg.model_copy(update={"source": src})

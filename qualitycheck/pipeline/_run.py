@@ -21,8 +21,9 @@ from qualitycheck.core._store import RunStore
 if TYPE_CHECKING:
     from qualitycheck.verdict._compare import CaseConsumer, SplitTally
     from qualitycheck.verdict._model import Summary
+    from qualitycheck.verdict._settings import VerdictSettings
 
-__all__ = ["finish", "manifest_for", "redo", "run", "summarize"]
+__all__ = ["finish", "manifest_for", "redo", "run", "summarize", "verdict_settings"]
 
 WALK_YOUNG_COLLECTION = 20_000
 """Containers between young collections while the store is walked: its records die by reference count (`few_collections`)."""
@@ -157,9 +158,22 @@ def summarize(store: RunStore, cfg: Config | None = None, *, also: Sequence[Case
     from qualitycheck.report._signoff import render_signoff
     from qualitycheck.verdict._summary import build_summary
 
-    summary = build_summary(store, cfg, also=also)
+    summary = build_summary(store, verdict_settings(cfg or Config()), also=also)
     summary.signoff = render_signoff(summary)
     return summary
+
+
+def verdict_settings(cfg: Config) -> VerdictSettings:
+    """What the verdict reads of the config: the guardrails in force, margins, seed, and the sampled design's drop."""
+    from qualitycheck.verdict._settings import VerdictSettings
+
+    return VerdictSettings(
+        guardrails=cfg.guardrails,
+        margins=dict(cfg.non_inferiority_margin),
+        seed=cfg.run.seed,
+        allow_not_evaluated=cfg.allow_not_evaluated,
+        detectable_drop=cfg.run.detectable_drop,
+    )
 
 
 def redo(folder: Path, stage: str, config_path: str | None, *, report_max_cases: int | None = None) -> int:

@@ -30,8 +30,9 @@ from qualitycheck.generation._measure import measured_generate
 from qualitycheck.generation._runner import Progress, RunStats
 from qualitycheck.scoring import score_case
 from qualitycheck.verdict._compare import compare_case
+from qualitycheck.verdict._decision import decide_quality, quality_evidence
+from qualitycheck.verdict._outcomes import CaseOutcome, add_case_outcomes
 from qualitycheck.verdict._sequential import Design, design_for
-from qualitycheck.verdict._stats import CaseOutcome, add_case_outcomes, undecided_sampled
 
 __all__ = ["first_round", "sample_in_rounds"]
 
@@ -110,7 +111,8 @@ def sample_in_rounds(
         if stats.interrupted:
             break
         outcomes, ids = _outcomes(store, design.looks[k - 1])
-        undecided = undecided_sampled(outcomes, design, margins=cfg.non_inferiority_margin)
+        evidence = quality_evidence(outcomes, margins=cfg.non_inferiority_margin, design=design, describe=False)
+        undecided = decide_quality(evidence, {}).undecided  # the cells still undecided before Holm: the rounds' rule
         if not undecided:
             print(f"qualitycheck: sampling: every sampled category decided after {design.looks[k - 1]} samples per case", file=sys.stderr)
             break

@@ -132,9 +132,8 @@ def run_sweep(
     and never feeds the recommendation.
     """
     from qualitycheck.engines._launcher import launch_template
-    from qualitycheck.verdict._gate import parse_guardrails
 
-    max_error_rate = float(parse_guardrails(cfg).thresholds.get("max_error_rate", 0.01))
+    max_error_rate = float(cfg.guardrails.thresholds.get("max_error_rate", 0.01))
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     model = model or (cfg.baseline.model if cfg.baseline else None) or (cfg.candidate.model if cfg.candidate else None)
