@@ -34,7 +34,7 @@ def _has(module: str) -> bool:
 
 def _store(folder: Path, cases: list[Any], answers: dict[str, tuple[str, str]]) -> Any:
     """A finished two-target run folder filled by hand (no endpoint involved)."""
-    from qualitycheck.core._config import Config
+    from qualitycheck.core._config_file import Config
     from qualitycheck.core._records import Response, Usage
     from qualitycheck.core._store import RunStore
     from qualitycheck.pipeline._run import manifest_for, redacted_config
@@ -148,7 +148,7 @@ def judge_savings(figure: Figure, skipped: Callable[[str, str], None], tmp: Path
         skipped(name, "qualitycheck/scoring/judge.py is not in this checkout yet")
         return
     from qualitycheck.core._cases import Case
-    from qualitycheck.core._config import Config
+    from qualitycheck.core._config_file import Config
     from qualitycheck.judge._judge import score_judge
     from qualitycheck.testserver import TestServer
 

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config, JudgeTarget, RunOptions
+from qualitycheck.core._config import JudgeTarget, RunOptions
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import Response
 from qualitycheck.core._store import RunStore
 from qualitycheck.judge import score_judge

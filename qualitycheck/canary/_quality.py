@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import QualitycheckError
 from qualitycheck.core._store import RunStore
 from qualitycheck.verdict._gate import Evidence

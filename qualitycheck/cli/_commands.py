@@ -54,7 +54,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.pipeline._run import run
 
     cfg = load_config(a.config, config_overrides(vars(a), (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS)))
@@ -94,7 +94,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
     import json
 
     from qualitycheck.core._cases import load_suite
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
 
     cfg = load_config(a.config, config_overrides(vars(a), TARGET_OPTIONS))
@@ -116,7 +116,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
 
 def cmd_sweep(a: argparse.Namespace) -> int:
     from qualitycheck.core._cases import SuiteCases, scan_suite
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.pipeline._sweep import SweepCandidate, parse_candidate, parse_levels, print_table, run_sweep
 
     cfg = load_config(a.config, config_overrides(vars(a), SWEEP_OPTIONS))
@@ -186,7 +186,7 @@ def _listen(value: str | None) -> tuple[str, int]:
 
 
 def cmd_shadow(a: argparse.Namespace) -> int:
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.shadow._proxy import AS_REQUESTED
     from qualitycheck.shadow._serve import run_shadow
     from qualitycheck.traffic._rules import load_rules

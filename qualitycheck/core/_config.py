@@ -1,26 +1,27 @@
-"""Targets, run options and the gate's settings, from `qualitycheck.yaml` and flags.
+"""The settings blocks a stage is handed: targets, run options, shadow options.
+
+The whole file (`Config`, `load_config`) is `core._config_file`'s: the stages
+below the pipeline take these blocks, never the whole config, and
+import-linter keeps them from importing it (docs/ARCHITECTURE.md, "Layers").
 
 Secrets never live here: a target names the environment variable that holds
 its API key (`api_key_env`), and the key is read only when a request is sent.
-CLI flags override the file, field by field.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from qualitycheck.core._canary_config import CanaryConfig, parse_duration
-from qualitycheck.core._errors import ConfigError, Problem
+from qualitycheck.core._canary_config import parse_duration
+from qualitycheck.core._errors import Problem
 
-__all__ = ["DEFAULT_CONFIG_NAME", "Config", "JudgeTarget", "RunOptions", "ShadowOptions", "Target", "load_config", "parse_rotation"]
+__all__ = ["TARGET_NAMES", "JudgeTarget", "RunOptions", "ShadowOptions", "Target", "parse_rotation"]
 
-DEFAULT_CONFIG_NAME = "qualitycheck.yaml"
 TARGET_NAMES = ("baseline", "candidate", "control")
+"""The sides a run can ask, in the order every stage lists them."""
 
 
 class Target(BaseModel):
@@ -217,35 +218,12 @@ class ShadowOptions(BaseModel):
         return parse_rotation(self.rotate_every) if self.rotate_every else (None, None)
 
 
-class Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    baseline: Target | None = None
-    candidate: Target | None = None
-    control: Target | None = None
-    judge: JudgeTarget | None = None
-    suites: list[str] = Field(default_factory=list)
-    run: RunOptions = RunOptions()
-    speculative_decoding_guardrails: dict[str, Any] = Field(default_factory=dict)
-    """The seed's guardrail block, verbatim; gate.py interprets it."""
-    routes: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    """Per-route guardrail overrides."""
-    non_inferiority_margin: dict[str, float] = Field(default_factory=dict)
-    """Per check, the largest pass-rate drop still called non-inferior."""
-    allow_not_evaluated: bool = False
-    """Let a run pass when some guardrail could not be evaluated."""
-    judges_dir: str | None = None
-    canary: CanaryConfig = CanaryConfig()
-    """`qualitycheck canary` only: metric sources, evidence minimums, windows (core/_canary_config.py)."""
-    shadow: ShadowOptions = ShadowOptions()
-    """`qualitycheck shadow` only."""
-    source: str | None = Field(default=None, exclude=True)
-
-    def targets(self) -> dict[str, Target]:
-        return {n: t for n in TARGET_NAMES if (t := getattr(self, n)) is not None}
-
-
 def _problems(exc: ValidationError, path: str, finder: Any) -> list[Problem]:
+    """pydantic's errors as `Problem`s: each field path as the user wrote it, with its line when `finder` knows it.
+
+    Shared by every settings file (the config, the replay rules), so a bad
+    value reads the same wherever it was written.
+    """
     from qualitycheck.core._cases import printable_key
 
     out = []
@@ -257,52 +235,3 @@ def _problems(exc: ValidationError, path: str, finder: Any) -> list[Problem]:
             msg = "required field is missing"
         out.append(Problem(path, finder(loc) if finder else None, field, msg))
     return out
-
-
-def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
-    """Read the config file (if any) and apply CLI overrides (dotted keys)."""
-    data: dict[str, Any] = {}
-    finder = None
-    src = None
-    if path is None and Path(DEFAULT_CONFIG_NAME).is_file():
-        path = DEFAULT_CONFIG_NAME
-    if path is not None:
-        src = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-            data = yaml.safe_load(text) or {}
-        except OSError as exc:
-            raise ConfigError([Problem(src, None, "", f"cannot read config: {exc.strerror}")]) from None
-        except yaml.YAMLError as exc:
-            from qualitycheck.core._cases import yaml_problem
-
-            raise ConfigError([yaml_problem(src, exc)]) from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError([Problem(src, None, "", f"not UTF-8 text: {exc.reason}")]) from None
-        if not isinstance(data, dict):
-            raise ConfigError([Problem(src, 1, "", "expected a mapping of settings")])
-        from qualitycheck.core._cases import _yaml_line_finder
-
-        finder = _yaml_line_finder(node) if node is not None else None
-    for dotted, value in (overrides or {}).items():
-        if value is None:
-            continue
-        cur = data
-        keys = dotted.split(".")
-        for k in keys[:-1]:
-            if not isinstance(cur.get(k), dict):
-                cur[k] = {}
-            cur = cur[k]
-        cur[keys[-1]] = value
-    # --model applies to every target that has no model of its own
-    model = data.pop("model", None)
-    for name in (*TARGET_NAMES, "judge"):
-        t = data.get(name)
-        if isinstance(t, dict) and model and "model" not in t:
-            t["model"] = model
-    try:
-        cfg = Config.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_problems(exc, src or "command line", finder)) from None
-    return cfg.model_copy(update={"source": src})

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import GpuSample, GpuSamples, MetricsWindows, PreflightRecord
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation._metrics import SentTally, scrape_all, scrape_dcgm, window

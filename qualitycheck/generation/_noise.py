@@ -24,7 +24,7 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import NoiseFloorRecord
 from qualitycheck.core._store import RunStore, StoredCases
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import RunIncompleteError
 from qualitycheck.core._records import Response
 from qualitycheck.core._store import RunStore, StoredOutcomes

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config, JudgeTarget
+from qualitycheck.core._config import JudgeTarget
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import ConfigError, Problem, SuiteError
 from qualitycheck.core._records import Response, Score, ScoreStatus
 from qualitycheck.core._store import RunStore

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qualitycheck.core._cases import Case, SuiteCases, scan_suite, suite_fingerprint
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import RunIncompleteError
 from qualitycheck.core._process import few_collections
 from qualitycheck.core._store import RunStore
@@ -168,7 +168,7 @@ def redo(folder: Path, stage: str, config_path: str | None, *, report_max_cases:
     `gate` re-gates only: summary.json, signoff.md and the terminal verdict;
     report.html stays as it is (`report` and `score` rebuild it).
     """
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
 
     with RunStore.open(folder) as store:
         cfg = load_config(config_path) if config_path else store.config()

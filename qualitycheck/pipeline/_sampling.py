@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import SamplingRecord, SamplingRoundRecord
 from qualitycheck.core._store import CaseRecords, RunStore, StoredCases
 from qualitycheck.generation._measure import measured_generate

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config, Target
+from qualitycheck.core._config import Target
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import ConfigError, Problem
 from qualitycheck.core._store import RunStore, StoredCases
 

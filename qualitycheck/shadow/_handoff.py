@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import QualitycheckError
 from qualitycheck.core._records import ErrorInfo, ShadowDrain
 from qualitycheck.shadow._mirror import BaselineAnswer, MirrorSide

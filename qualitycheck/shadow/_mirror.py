@@ -26,7 +26,8 @@ from typing import Any
 
 import aiohttp
 
-from qualitycheck.core._config import Config, RunOptions
+from qualitycheck.core._config import RunOptions
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._http import pooled_connector
 from qualitycheck.core._records import ErrorInfo, MetricsSnapshot, Response, ShadowDrain, SpecCounters
 from qualitycheck.generation._client import AnswerReader, Endpoint, RequestPlan

@@ -34,7 +34,7 @@ from aiohttp import HttpVersion11, web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import QualitycheckError
 from qualitycheck.core._http import TRANSPORT_ERRORS, pooled_connector, transport_error
 from qualitycheck.core._records import ErrorInfo, ShadowDrain

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import ErrorInfo, MetricsWindow, MetricsWindows, NoiseFloorRecord, Response, ShadowPeriods, ToolCall
 from qualitycheck.core._store import RunStore
 from qualitycheck.shadow._tally import ShadowDrain, ShadowMetrics, ShadowPeriod

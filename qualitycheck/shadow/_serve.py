@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import ShadowDrain
 from qualitycheck.core._store import RunStore
 from qualitycheck.shadow._handoff import MirrorStartError, ProcessHandoff

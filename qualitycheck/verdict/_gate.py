@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import ConfigDict
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import ConfigError, Problem
 from qualitycheck.core._records import PreflightCheckRecord, PreflightRecord
 

@@ -314,7 +314,7 @@ def test_generate_walks_a_reiterable_suite_and_counts_what_it_skips(tmp_path: Pa
     import asyncio
 
     from qualitycheck.core._cases import SuiteCases
-    from qualitycheck.core._config import Config
+    from qualitycheck.core._config_file import Config
     from qualitycheck.generation._runner import Progress, generate
 
     class Totals(Progress):
@@ -344,7 +344,7 @@ def test_a_store_slower_than_the_server_holds_back_new_pairs_instead_of_queueing
     """Received-but-uncommitted responses stay bounded: memory must not grow with the run when the disk lags."""
     import asyncio
 
-    from qualitycheck.core._config import Config
+    from qualitycheck.core._config_file import Config
     from qualitycheck.generation import _runner as runner
 
     monkeypatch.setattr(runner, "MAX_UNWRITTEN", 4)

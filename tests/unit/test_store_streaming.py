@@ -85,7 +85,7 @@ def test_resume_looks_up_what_is_stored_a_case_at_a_time(tmp_path):
     import tracemalloc
 
     from qualitycheck.core._cases import Case
-    from qualitycheck.core._config import Config
+    from qualitycheck.core._config_file import Config
     from qualitycheck.core._store import RunStore, StoredCases
     from qualitycheck.generation._runner import work_items
 

@@ -18,7 +18,8 @@ import pytest
 from aiohttp import web
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config, JudgeTarget, RunOptions, Target
+from qualitycheck.core._config import JudgeTarget, RunOptions, Target
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import ErrorInfo, Response
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation import Endpoint, preflight, scrape

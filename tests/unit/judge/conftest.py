@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config, JudgeTarget, RunOptions
+from qualitycheck.core._config import JudgeTarget, RunOptions
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import ErrorInfo, Response
 from qualitycheck.core._store import RunStore
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import ConfigError, SuiteError
 from qualitycheck.judge._judge import judge_dirs, load_judge_file, load_judges, validate_judge_checks
 

@@ -130,7 +130,7 @@ def test_no_judged_cases_calls_and_replaces_nothing(run_dir: Path) -> None:
 
 
 def test_without_a_judge_target_judged_cases_are_skipped_with_a_warning(run_dir: Path, capsys) -> None:
-    from qualitycheck.core._config import Config
+    from qualitycheck.core._config_file import Config
     from qualitycheck.verdict._judge_figures import judge_summary
 
     store = make_store(run_dir, [("c1", "one", "two")])

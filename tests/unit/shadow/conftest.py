@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.core._config import Config, RunOptions, ShadowOptions, Target
+from qualitycheck.core._config import RunOptions, ShadowOptions, Target
+from qualitycheck.core._config_file import Config
 from qualitycheck.shadow._handoff import LocalHandoff
 from qualitycheck.shadow._mirror import MirrorSide
 from qualitycheck.shadow._proxy import ShadowProxy

@@ -12,7 +12,8 @@ import pytest
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
-from qualitycheck.core._config import Config, ShadowOptions, Target
+from qualitycheck.core._config import ShadowOptions, Target
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import Response, ToolCall, Usage
 from qualitycheck.core._store import RunStore
 from qualitycheck.shadow._recorder import PairRecord, Recorder, _redacted

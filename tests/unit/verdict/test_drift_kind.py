@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.scoring._format import FEATURE_KINDS, format_features
 from qualitycheck.verdict._stats import DriftSamples, add_drift, format_drift
 from qualitycheck.verdict._summary import build_summary

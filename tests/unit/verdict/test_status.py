@@ -6,7 +6,7 @@ import io
 import re
 from pathlib import Path
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.pytest_plugin import gate_items
 from qualitycheck.report import collect, print_summary
 from qualitycheck.report._terminal import make_console
