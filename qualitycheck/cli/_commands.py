@@ -95,7 +95,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
 
     from qualitycheck.core._cases import load_suite
     from qualitycheck.core._config_file import load_config
-    from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
+    from qualitycheck.generation._preflight import format_preflight, preflight_http, run_preflight
 
     cfg = load_config(a.config, config_overrides(vars(a), TARGET_OPTIONS))
     missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
@@ -103,7 +103,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
         raise ConfigError([Problem(cfg.source or "command line", None, f"--{m}", "required (a URL, with --model)") for m in missing])
     assert cfg.baseline is not None and cfg.candidate is not None
     cases = load_suite(_suites(a, cfg))
-    result = run_preflight(cfg.baseline, cfg.candidate, cases, **preflight_options(cfg.run))
+    result = run_preflight(cfg.baseline, cfg.candidate, cases, http=preflight_http(cfg.run))
     print(json.dumps(result.to_dict(), indent=2) if a.json else format_preflight(result))
     if not result.ok:
         return EXIT_FAIL

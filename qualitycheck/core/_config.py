@@ -11,6 +11,7 @@ its API key (`api_key_env`), and the key is read only when a request is sent.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from qualitycheck.core._canary_config import parse_duration
 from qualitycheck.core._errors import Problem
 
-__all__ = ["TARGET_NAMES", "JudgeTarget", "RunOptions", "ShadowOptions", "Target", "parse_rotation"]
+__all__ = ["TARGET_NAMES", "HttpPolicy", "JudgeTarget", "RunOptions", "ShadowOptions", "Target", "parse_rotation"]
 
 TARGET_NAMES = ("baseline", "candidate", "control")
 """The sides a run can ask, in the order every stage lists them."""
@@ -106,6 +107,25 @@ class JudgeTarget(Target):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class HttpPolicy:
+    """How one target is called: each try's bound, how many more tries and how far apart, and how many at once.
+
+    The one value every `core._http.HttpClient` is built with. A run's is
+    `RunOptions.http`; a caller with settings of its own (a /metrics scrape,
+    the preflight, a canary's webhook) makes its own.
+    """
+
+    timeout_s: float
+    """The bound of one try, from connecting to the last byte (also the session's connect and read timeouts)."""
+    retries: int
+    """Tries after the first, for a failure another try may fix (a 5xx, 429, timeout, broken stream)."""
+    backoff_s: float
+    """Base of the full-jitter exponential backoff between tries (a 429's Retry-After wins)."""
+    concurrency: int = 1
+    """Requests the client is sized for: its own session's connections (never fewer than `core._http`'s minimum)."""
+
+
 class RunOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -145,6 +165,11 @@ class RunOptions(BaseModel):
     judge_retries: int = Field(default=2, ge=0, le=10)
     report_max_cases: int = Field(default=5000, ge=1)
     """Cases report.html embeds in full, the most important first; all of them stay in the store."""
+
+    @property
+    def http(self) -> HttpPolicy:
+        """How the run calls its targets and its judge: `timeout_s`, `retries`, `backoff_s`, `concurrency`."""
+        return HttpPolicy(timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s, concurrency=self.concurrency)
 
 
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"})

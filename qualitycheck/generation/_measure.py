@@ -18,14 +18,15 @@ import asyncio
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import GpuSample, GpuSamples, MetricsWindows, PreflightRecord
 from qualitycheck.core._store import RunStore
-from qualitycheck.generation._metrics import SentTally, scrape_all, scrape_dcgm, window
-from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
+from qualitycheck.generation._metrics import SCRAPE_HTTP, SentTally, scrape_all, scrape_dcgm, window
+from qualitycheck.generation._preflight import format_preflight, preflight_http, run_preflight
 from qualitycheck.generation._runner import Progress, RunStats, Samples, generate
 
 __all__ = ["measured_generate", "preflight_into_store"]
@@ -34,6 +35,8 @@ GPU_SAMPLE_S = 5.0
 """Seconds between two GPU samples during generation."""
 GPU_FIRST_SAMPLE_S = 1.0
 """Seconds before the first: a run shorter than this has no load worth sampling."""
+_GPU_SCRAPES = replace(SCRAPE_HTTP, retries=0, backoff_s=0.0)
+"""A GPU sample missed is not asked again: the next one comes in `GPU_SAMPLE_S`."""
 
 
 async def _sample_gpu(targets: dict[str, Any], dcgm_url: str | None, samples: list[GpuSample]) -> None:
@@ -41,7 +44,7 @@ async def _sample_gpu(targets: dict[str, Any], dcgm_url: str | None, samples: li
     await asyncio.sleep(GPU_FIRST_SAMPLE_S)
     while True:
         t = time.time()
-        snaps = await scrape_all(targets, retries=0, backoff_s=0.0)
+        snaps = await scrape_all(targets, http=_GPU_SCRAPES)
         for side, snap in snaps.items():
             if snap.ok and snap.kv_cache_usage is not None:
                 samples.append(GpuSample(t=t, side=side, kv_cache_usage=snap.kv_cache_usage))
@@ -56,7 +59,7 @@ def preflight_into_store(store: RunStore, cases: Iterable[Case], cfg: Config) ->
     """Run the preflight when asked and both sides exist; a mismatch is recorded, not fatal."""
     if not cfg.run.preflight or cfg.baseline is None or cfg.candidate is None:
         return None
-    result = run_preflight(cfg.baseline, cfg.candidate, cases, **preflight_options(cfg.run))
+    result = run_preflight(cfg.baseline, cfg.candidate, cases, http=preflight_http(cfg.run))
     record = result.to_record()
     store.put_record(record)
     if not result.ok:
@@ -114,13 +117,14 @@ def measured_generate(
     if preflight:
         preflight_into_store(store, cases, cfg)
     targets = cfg.targets()
+    scrapes = replace(SCRAPE_HTTP, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
     total = RunStats()
 
     async def go() -> None:
         done = store.stored_outcomes()  # one for every window: their cases are disjoint
         try:
             for category, group in _groups(cases, cfg.run.acceptance_by_category):
-                before = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
+                before = await scrape_all(targets, http=scrapes)
                 tally = SentTally()
                 readings: list[GpuSample] = []
                 sampler = asyncio.create_task(_sample_gpu(targets, cfg.canary.dcgm_metrics, readings))
@@ -135,7 +139,7 @@ def measured_generate(
                     if readings:
                         gpu.extend(readings)
                         store.put_record(GpuSamples(samples=gpu))
-                after = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
+                after = await scrape_all(targets, http=scrapes)
                 windows.append(window(before, after, tally, category))
                 store.put_record(MetricsWindows(windows=windows))
                 total.add(stats)

@@ -797,14 +797,7 @@ def _judge_run(
     with asyncio.Runner() as runner:
 
         async def open_caller() -> _Caller:  # the semaphore and the session belong to the runner's loop
-            http = HttpClient(
-                target,
-                timeout_s=cfg.run.timeout_s,
-                retries=cfg.run.retries,
-                backoff_s=cfg.run.backoff_s,
-                limit=cfg.run.concurrency,
-                session=http_client,
-            )
+            http = HttpClient(target, cfg.run.http, session=http_client)
             return _Caller(
                 http, target, JudgeCache(store.folder / CACHE_NAME), cfg.run.judge_retries, asyncio.Semaphore(cfg.run.concurrency)
             )

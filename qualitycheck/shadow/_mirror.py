@@ -26,12 +26,12 @@ from typing import Any
 
 import aiohttp
 
-from qualitycheck.core._config import RunOptions
+from qualitycheck.core._config import HttpPolicy, RunOptions
 from qualitycheck.core._config_file import Config
 from qualitycheck.core._http import pooled_connector
 from qualitycheck.core._records import ErrorInfo, MetricsSnapshot, Response, ShadowDrain, SpecCounters
 from qualitycheck.generation._client import AnswerReader, Endpoint, RequestPlan
-from qualitycheck.generation._metrics import SentTally, scrape_all, window
+from qualitycheck.generation._metrics import SCRAPE_HTTP, SentTally, scrape_all, window
 from qualitycheck.shadow._recorder import PairRecord, Recorder
 from qualitycheck.shadow._tally import ShadowMetrics
 
@@ -41,7 +41,6 @@ AS_REQUESTED = "as requested"
 """A target's model when none is configured: each mirror names the model its caller asked for."""
 
 MIRRORED = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
-_SCRAPE_RETRIES = 1
 HANDOFF_S = 0.005
 """Finished pairs wait this long to go to the writer together: waking its thread per pair costs the event loop
 more than the pair's commit. Pairs not yet handed over are in flight, as far as a `kill -9` is concerned."""
@@ -147,6 +146,8 @@ class MirrorSide:
         self._candidate_model = None if cfg.candidate.model == AS_REQUESTED else cfg.candidate.model
         self._candidate_extra = dict(cfg.candidate.extra_body)
         self._candidate_url = cfg.candidate.base_url
+        self._scrapes = HttpPolicy(timeout_s=min(SCRAPE_HTTP.timeout_s, cfg.run.timeout_s), retries=1, backoff_s=0.2)
+        """The targets' /metrics, scraped while callers are served: one retry, soon."""
         self._pairs: dict[str, _Pair] = {}
         self.draining = False
         self.period = recorder.new_period()
@@ -289,7 +290,7 @@ class MirrorSide:
     # ------------------------------------------------------------ periods: /metrics windows and rotation
     async def _scrape(self) -> dict[str, MetricsSnapshot]:
         targets = {n: t for n, t in self.cfg.targets().items() if n in ("baseline", "candidate")}
-        return await scrape_all(targets, timeout_s=min(10.0, self.cfg.run.timeout_s), retries=_SCRAPE_RETRIES, backoff_s=0.2)
+        return await scrape_all(targets, http=self._scrapes)
 
     def _note_acceptance(self, snaps: dict[str, MetricsSnapshot]) -> None:
         """The live acceptance gauges: the candidate's spec-decode counters since the process started."""

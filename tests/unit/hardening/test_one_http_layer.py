@@ -10,6 +10,7 @@ after the runner's number of tries.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import ErrorInfo, Response
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation import Endpoint, preflight, scrape
+from qualitycheck.generation._metrics import SCRAPE_HTTP
+from qualitycheck.generation._preflight import preflight_http
 from qualitycheck.judge._judge import score_judge
 from tests.helpers import raw_server
 
@@ -81,7 +84,7 @@ def test_preflight_reads_errors_like_the_runner(failing: tuple[str, int, Counter
     expected = runner_error(url).message
     seen.clear()
     target = Target(url=url, model="m", api_key_env=ENV)
-    res = asyncio.run(preflight(target, target, [CASE], retries=OPTS.retries, backoff_s=OPTS.backoff_s))
+    res = asyncio.run(preflight(target, target, [CASE], http=preflight_http(OPTS)))
     details = {c.name: c.detail for c in res.checks}
     assert all(KEY not in d for d in details.values()), details
     assert all(c.passed is None for c in res.checks)
@@ -94,7 +97,8 @@ def test_preflight_reads_errors_like_the_runner(failing: tuple[str, int, Counter
 def test_scrape_reads_errors_like_the_runner(failing: tuple[str, int, Counter[str]]) -> None:
     url, status, seen = failing
     expected = runner_error(url).message
-    snap = asyncio.run(scrape(Target(url=url, model="m", api_key_env=ENV), retries=OPTS.retries, backoff_s=OPTS.backoff_s))
+    http = dataclasses.replace(SCRAPE_HTTP, retries=OPTS.retries, backoff_s=OPTS.backoff_s)  # as a run scrapes around generation
+    snap = asyncio.run(scrape(Target(url=url, model="m", api_key_env=ENV), http=http))
     assert snap.ok is False
     assert snap.error == expected
     assert seen["/metrics"] == tries(status)
