@@ -98,8 +98,8 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
             each = f"1 answer per greedy case, sampled cases in rounds of {cfg.run.sample_round} up to {cfg.run.max_samples_per_case}"
         print(f"qualitycheck: {scan.count} cases × {len(cfg.targets())} targets, {each} → {out}", file=sys.stderr)
         stats = sample_in_rounds(store, cfg, progress=RichProgress, http_clients=http_clients)
-        if not stats.interrupted and noise_floor_source(cfg) == "baseline_again":
-            stats = ask_baseline_again(store, cfg, progress=RichProgress())
+        if not stats.interrupted and cfg.baseline is not None and noise_floor_source(cfg.targets(), cfg.run) == "baseline_again":
+            stats = ask_baseline_again(store, cfg.baseline, cfg.run, progress=RichProgress())
         if stats.interrupted:
             raise RunIncompleteError(f"interrupted; everything received is stored in {out}. Run the same command again to resume.")
         return finish(store, cfg)
