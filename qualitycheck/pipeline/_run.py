@@ -84,7 +84,7 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
     if scan.judged or cfg.judges_dir:  # before any GPU time is spent
         from qualitycheck.judge._judge import judge_dirs, load_judges, validate_judge_checks
 
-        dirs = judge_dirs(cfg)  # a configured judges_dir must exist
+        dirs = judge_dirs(cfg.judges_dir, source=cfg.source or "config")  # a configured judges_dir must exist
         if scan.judged:  # definitions are parsed only for cases that name one, as score_judge does
             validate_judge_checks(cases, load_judges(dirs))
     if cfg.run.preflight:  # a model name a target does not serve: exit 2 before anything is sent
@@ -125,9 +125,10 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True, re
 
         score_store(store)
         if cfg is not None:
-            from qualitycheck.judge._judge import score_judge
+            from qualitycheck.judge._judge import JudgeOptions, score_judge
 
-            score_judge(store, cfg)  # after the deterministic scorers; cached calls; `skipped` without a judge
+            # after the deterministic scorers; cached calls; `skipped` without a judge
+            score_judge(store, cfg.judge, JudgeOptions.of_run(cfg.run, judges_dir=cfg.judges_dir, source=cfg.source))
     from qualitycheck.report import (  # scipy/statsmodels: imported after generation, not before the first request
         RowCollector,
         print_summary,

@@ -20,13 +20,12 @@ from aiohttp import web
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import JudgeTarget, RunOptions, Target
-from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import ErrorInfo, Response
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation import Endpoint, preflight, scrape
 from qualitycheck.generation._metrics import SCRAPE_HTTP
 from qualitycheck.generation._preflight import preflight_http
-from qualitycheck.judge._judge import score_judge
+from qualitycheck.judge._judge import JudgeOptions, score_judge
 from tests.helpers import raw_server
 
 KEY = "sk-one-layer-secret-93c1"
@@ -111,7 +110,7 @@ def test_the_judge_reads_errors_like_the_runner(failing: tuple[str, int, Counter
     store = RunStore.create(tmp_path / "run", {"targets": {}, "repeats": 1, "suite_fingerprint": "t"}, [CASE])
     for side, text in (("baseline", "one answer"), ("candidate", "another answer")):
         store.put_response(Response(case_id=CASE.id, target=side, fingerprint="f", text=text))
-    score_judge(store, Config(judge=JudgeTarget(url=url, model="j", api_key_env=ENV), run=OPTS))
+    score_judge(store, JudgeTarget(url=url, model="j", api_key_env=ENV), JudgeOptions.of_run(OPTS))
     scores = [s for s in store.scores() if s.check == "judge"]
     store.close()
     assert scores and all(s.status == "error" for s in scores)
