@@ -36,6 +36,7 @@ from typing import Any
 from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import QualitycheckError
 from qualitycheck.core._records import ErrorInfo, ShadowDrain
+from qualitycheck.shadow._loop import SWITCH_INTERVAL_S, log, run_loop, tune_gc
 from qualitycheck.shadow._mirror import BaselineAnswer, MirrorSide
 from qualitycheck.shadow._recorder import Recorder
 from qualitycheck.shadow._tally import ShadowMetrics
@@ -357,7 +358,6 @@ class ProcessHandoff:
 def child_main() -> None:
     """The mirror process: open the folder, serve frames until told to stop (or the forwarding process is gone), close it."""
     from qualitycheck.core._process import die_with_parent
-    from qualitycheck.shadow._serve import SWITCH_INTERVAL_S, log, run_loop
     from qualitycheck.traffic._rules import Rules
 
     die_with_parent(parent=os.getppid())  # never outlive the forwarding process
@@ -388,8 +388,6 @@ def child_main() -> None:
 
 
 async def _serve_frames(sock: socket.socket, cfg: Config, recorder: Recorder, metrics: ShadowMetrics, *, noise_floor: bool) -> None:
-    from qualitycheck.shadow._serve import log, tune_gc
-
     reader, writer = await asyncio.open_unix_connection(sock=sock)
     try:
         recorder.open()
