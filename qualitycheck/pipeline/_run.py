@@ -8,11 +8,12 @@ run folder redo their part without calling an endpoint.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qualitycheck.core._cases import Case, SuiteCases, scan_suite, suite_fingerprint
+from qualitycheck.core._config import Target
 from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import RunIncompleteError
 from qualitycheck.core._process import few_collections
@@ -30,19 +31,23 @@ WALK_YOUNG_COLLECTION = 20_000
 EXIT_FOR_VERDICT = {"pass": 0, "fail": 1, "inconclusive": 1}
 
 
-def manifest_for(cases: Iterable[Case], cfg: Config, suites: list[str]) -> dict[str, Any]:
-    """The manifest of cases read in one pass (only their ids and content hashes are kept)."""
+def manifest_for(cases: Iterable[Case], cfg: Config, suites: list[str], *, targets: Mapping[str, Target] | None = None) -> dict[str, Any]:
+    """The manifest of cases read in one pass (only their ids and content hashes are kept).
+
+    `targets` are the sides the folder's answers come from, when not all of
+    the config's (a shadow's control is its baseline asked again).
+    """
     pairs = [(c.id, c.content_hash()) for c in cases]
-    return _manifest(suite_fingerprint(pairs), len(pairs), cfg, suites)
+    return _manifest(suite_fingerprint(pairs), len(pairs), cfg, suites, cfg.targets() if targets is None else targets)
 
 
-def _manifest(fingerprint: str, count: int, cfg: Config, suites: list[str]) -> dict[str, Any]:
+def _manifest(fingerprint: str, count: int, cfg: Config, suites: list[str], targets: Mapping[str, Target]) -> dict[str, Any]:
     """What decides whether `--out` may be resumed (see store._manifest_diff)."""
     return {
         "suite_fingerprint": fingerprint,
         "suite_files": [str(s) for s in suites],
         "cases": count,
-        "targets": {n: {**t.model_dump(include={"model", "label", "extra_body"}), "url": t.public_url} for n, t in cfg.targets().items()},
+        "targets": {n: {**t.model_dump(include={"model", "label", "extra_body"}), "url": t.public_url} for n, t in targets.items()},
         "repeats": cfg.run.repeats,
         "sampling": cfg.run.model_dump(include={"max_samples_per_case", "sample_round", "detectable_drop"}),
         "shard": cfg.run.shard,
@@ -89,7 +94,7 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
             validate_judge_checks(cases, load_judges(dirs))
     if cfg.run.preflight:  # a model name a target does not serve: exit 2 before anything is sent
         check_served_models(cfg.targets(), source=cfg.source or "command line")
-    store = RunStore.create(out, _manifest(scan.fingerprint, scan.count, cfg, suites), cases)
+    store = RunStore.create(out, _manifest(scan.fingerprint, scan.count, cfg, suites, cfg.targets()), cases)
     try:
         store.put_artifact("config", redacted_config(cfg))
         if cfg.run.repeats > 1:

@@ -23,6 +23,7 @@ from qualitycheck.core._store import RunStore
 from qualitycheck.shadow._handoff import MirrorStartError, ProcessHandoff
 from qualitycheck.shadow._loop import SWITCH_INTERVAL_S, log, run_loop, tune_gc
 from qualitycheck.shadow._proxy import ShadowProxy
+from qualitycheck.shadow._settings import ShadowSettings
 from qualitycheck.shadow._sink import ShadowSink
 from qualitycheck.traffic._rules import Rules
 
@@ -47,18 +48,19 @@ def run_shadow(
     The mirror side runs in a process of its own (`shadow._handoff`): it opens
     the folder (a folder holding another run is refused, exit 2, before
     anyone is served), and this process only forwards (or, as a sink,
-    answers) and hands sampled requests over.
+    answers) and hands sampled requests over. Both take the `ShadowSettings`
+    made from `cfg`; the whole config serves only the last folder's summary.
     """
     # The loop thread shares the GIL with aiohttp's resolver and the to_thread calls; a shorter switch interval
     # bounds how long a thread holds it while the loop has bytes to forward.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    noise_floor = cfg.run.noise_floor != "none"
+    settings = ShadowSettings.of_config(cfg)
     replica = secrets.token_hex(4)
-    handoff = ProcessHandoff(cfg, out, rules.model_dump_json(), replica=replica, listen=f"{host}:{port}", noise_floor=noise_floor, log=log)
+    handoff = ProcessHandoff(settings, out, rules.model_dump_json(), replica=replica, listen=f"{host}:{port}", log=log)
 
     async def main() -> ShadowDrain | None:
-        kind = ShadowSink if cfg.shadow.sink else ShadowProxy
-        proxy = kind(cfg, handoff, host=host, port=port, replica=replica, log=log)
+        kind = ShadowSink if settings.shadow.sink else ShadowProxy
+        proxy = kind(settings, handoff, host=host, port=port, replica=replica, log=log)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -70,10 +72,10 @@ def run_shadow(
         except BaseException:
             await handoff.drain(0.0)
             raise
-        assert cfg.baseline is not None and cfg.candidate is not None
-        s = cfg.shadow
+        s = settings.shadow
         log(
-            f"{'sink ' if s.sink else ''}listening on {url}: baseline {cfg.baseline.public_url}, candidate {cfg.candidate.public_url}, "
+            f"{'sink ' if s.sink else ''}listening on {url}: baseline {settings.baseline.public_url}, "
+            f"candidate {settings.candidate.public_url}, "
             f"sample {s.sample:g}, max in flight {s.max_inflight}"
             + (f", rotating every {s.rotate_every}" if s.rotate_every else "")
             + f" → {handoff.folder} (mirror process {handoff.pid})"
