@@ -1,8 +1,9 @@
 """The settings blocks a stage is handed: targets, run options, shadow options.
 
 The whole file (`Config`, `load_config`) is `core._config_file`'s: the stages
-below the pipeline take these blocks, never the whole config, and
-import-linter keeps them from importing it (docs/ARCHITECTURE.md, "Layers").
+below the pipeline take these blocks, never the whole config, and an
+import-linter contract keeps them from importing it (docs/ARCHITECTURE.md,
+"Each stage takes its own settings").
 
 Secrets never live here: a target names the environment variable that holds
 its API key (`api_key_env`), and the key is read only when a request is sent.

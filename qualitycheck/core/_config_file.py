@@ -2,9 +2,9 @@
 
 Only the layers that start a stage (pipeline, shadow, canary, cli, the
 pytest plugin) hold a `Config`: each hands the stage below the blocks it
-reads (targets, `RunOptions`, a judge's options...), and import-linter
-forbids this module below the pipeline. CLI flags override the file, field
-by field.
+reads (targets, `RunOptions`, a judge's options...), and an import-linter
+contract (pyproject.toml) forbids this module in those stages. CLI flags
+override the file, field by field.
 """
 
 from __future__ import annotations
