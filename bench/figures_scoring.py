@@ -34,7 +34,7 @@ def _has(module: str) -> bool:
 
 def _store(folder: Path, cases: list[Any], answers: dict[str, tuple[str, str]]) -> Any:
     """A finished two-target run folder filled by hand (no endpoint involved)."""
-    from qualitycheck.core._config import Config
+    from qualitycheck.core._config_file import Config
     from qualitycheck.core._records import Response, Usage
     from qualitycheck.core._store import RunStore
     from qualitycheck.pipeline._run import manifest_for, redacted_config
@@ -148,8 +148,8 @@ def judge_savings(figure: Figure, skipped: Callable[[str, str], None], tmp: Path
         skipped(name, "qualitycheck/scoring/judge.py is not in this checkout yet")
         return
     from qualitycheck.core._cases import Case
-    from qualitycheck.core._config import Config
-    from qualitycheck.judge._judge import score_judge
+    from qualitycheck.core._config import JudgeTarget, RunOptions
+    from qualitycheck.judge._judge import JudgeOptions, score_judge
     from qualitycheck.testserver import TestServer
 
     n, divergent_every = (200, 10) if quick else (1000, 10)
@@ -163,15 +163,7 @@ def judge_savings(figure: Figure, skipped: Callable[[str, str], None], tmp: Path
     store = _store(tmp / "judge-run", cases, answers)
     try:
         with TestServer(default="Both are fine. [[TIE]]", model="J") as judge:
-            cfg = Config.model_validate(
-                {
-                    "baseline": {"url": "http://127.0.0.1:9", "model": "m"},
-                    "candidate": {"url": "http://127.0.0.1:9", "model": "m"},
-                    "judge": {"url": judge.url, "model": "J"},
-                    "run": {"concurrency": 32},
-                }
-            )
-            stage = score_judge(store, cfg)
+            stage = score_judge(store, JudgeTarget(url=judge.url, model="J"), JudgeOptions.of_run(RunOptions(concurrency=32)))
             calls = len(judge.requests("/chat/completions"))
     finally:
         store.close()

@@ -46,7 +46,7 @@ from qualitycheck.canary._record import (
 from qualitycheck.canary._sources import DEFAULT_PROMQL, PromResult, query_prometheus, scrape_page
 from qualitycheck.canary._state import CanaryState, locked_state
 from qualitycheck.canary._window import History, WindowDelta, histogram_quantile, window_delta
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.pipeline._run import verdict_settings
 from qualitycheck.serving._acceptance import acceptance_rates
 from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, GuardrailResult, Rule, build_rules, quality_thresholds

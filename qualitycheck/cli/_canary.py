@@ -32,7 +32,7 @@ def cmd_canary(a: argparse.Namespace) -> int:
 
     from qualitycheck.canary._actions import ActionRunner
     from qualitycheck.canary._watch import EXIT_NOT_EVALUATED, Watcher, exit_code, rearm, window_line
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
 
     out = Path(a.out) if a.out else DEFAULT_OUT
     if a.rearm:

@@ -54,7 +54,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.pipeline._run import run
 
     cfg = load_config(a.config, config_overrides(vars(a), (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS)))
@@ -94,8 +94,8 @@ def cmd_preflight(a: argparse.Namespace) -> int:
     import json
 
     from qualitycheck.core._cases import load_suite
-    from qualitycheck.core._config import load_config
-    from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
+    from qualitycheck.core._config_file import load_config
+    from qualitycheck.generation._preflight import format_preflight, preflight_http, run_preflight
 
     cfg = load_config(a.config, config_overrides(vars(a), TARGET_OPTIONS))
     missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
@@ -103,7 +103,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
         raise ConfigError([Problem(cfg.source or "command line", None, f"--{m}", "required (a URL, with --model)") for m in missing])
     assert cfg.baseline is not None and cfg.candidate is not None
     cases = load_suite(_suites(a, cfg))
-    result = run_preflight(cfg.baseline, cfg.candidate, cases, **preflight_options(cfg.run))
+    result = run_preflight(cfg.baseline, cfg.candidate, cases, http=preflight_http(cfg.run))
     print(json.dumps(result.to_dict(), indent=2) if a.json else format_preflight(result))
     if not result.ok:
         return EXIT_FAIL
@@ -116,7 +116,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
 
 def cmd_sweep(a: argparse.Namespace) -> int:
     from qualitycheck.core._cases import SuiteCases, scan_suite
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.pipeline._sweep import SweepCandidate, parse_candidate, parse_levels, print_table, run_sweep
 
     cfg = load_config(a.config, config_overrides(vars(a), SWEEP_OPTIONS))
@@ -186,7 +186,7 @@ def _listen(value: str | None) -> tuple[str, int]:
 
 
 def cmd_shadow(a: argparse.Namespace) -> int:
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.shadow._proxy import AS_REQUESTED
     from qualitycheck.shadow._serve import run_shadow
     from qualitycheck.traffic._rules import load_rules

@@ -1,27 +1,29 @@
-"""Targets, run options and the gate's settings, from `qualitycheck.yaml` and flags.
+"""The settings blocks a stage is handed: targets, run options, shadow options.
+
+The whole file (`Config`, `load_config`) is `core._config_file`'s: the stages
+below the pipeline take these blocks, never the whole config, and an
+import-linter contract keeps them from importing it (docs/ARCHITECTURE.md,
+"Each stage takes its own settings").
 
 Secrets never live here: a target names the environment variable that holds
 its API key (`api_key_env`), and the key is read only when a request is sent.
-CLI flags override the file, field by field.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
-import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from qualitycheck.core._canary_config import CanaryConfig, parse_duration
-from qualitycheck.core._errors import ConfigError, Problem
-from qualitycheck.core._guardrails import GuardrailBlock, Guardrails, RouteGuardrails, resolve_guardrails
+from qualitycheck.core._canary_config import parse_duration
+from qualitycheck.core._errors import Problem
 
-__all__ = ["DEFAULT_CONFIG_NAME", "Config", "JudgeTarget", "RunOptions", "ShadowOptions", "Target", "load_config", "parse_rotation"]
+__all__ = ["TARGET_NAMES", "HttpPolicy", "JudgeTarget", "RunOptions", "ShadowOptions", "Target", "parse_rotation"]
 
-DEFAULT_CONFIG_NAME = "qualitycheck.yaml"
 TARGET_NAMES = ("baseline", "candidate", "control")
+"""The sides a run can ask, in the order every stage lists them."""
 
 
 class Target(BaseModel):
@@ -106,6 +108,25 @@ class JudgeTarget(Target):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class HttpPolicy:
+    """How one target is called: each try's bound, how many more tries and how far apart, and how many at once.
+
+    The one value every `core._http.HttpClient` is built with. A run's is
+    `RunOptions.http`; a caller with settings of its own (a /metrics scrape,
+    the preflight, a canary's webhook) makes its own.
+    """
+
+    timeout_s: float
+    """The bound of one try, from connecting to the last byte (also the session's connect and read timeouts)."""
+    retries: int
+    """Tries after the first, for a failure another try may fix (a 5xx, 429, timeout, broken stream)."""
+    backoff_s: float
+    """Base of the full-jitter exponential backoff between tries (a 429's Retry-After wins)."""
+    concurrency: int = 1
+    """Requests the client is sized for: its own session's connections (never fewer than `core._http`'s minimum)."""
+
+
 class RunOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -145,6 +166,11 @@ class RunOptions(BaseModel):
     judge_retries: int = Field(default=2, ge=0, le=10)
     report_max_cases: int = Field(default=5000, ge=1)
     """Cases report.html embeds in full, the most important first; all of them stay in the store."""
+
+    @property
+    def http(self) -> HttpPolicy:
+        """How the run calls its targets and its judge: `timeout_s`, `retries`, `backoff_s`, `concurrency`."""
+        return HttpPolicy(timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s, concurrency=self.concurrency)
 
 
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"})
@@ -218,47 +244,13 @@ class ShadowOptions(BaseModel):
         return parse_rotation(self.rotate_every) if self.rotate_every else (None, None)
 
 
-def _margin(m: float) -> float:
-    if not 0 <= m < 1:
-        raise ValueError(f"expected a pass-rate margin between 0 and 1, got {m!r}")
-    return m
-
-
-class Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    baseline: Target | None = None
-    candidate: Target | None = None
-    control: Target | None = None
-    judge: JudgeTarget | None = None
-    suites: list[str] = Field(default_factory=list)
-    run: RunOptions = RunOptions()
-    speculative_decoding_guardrails: GuardrailBlock = GuardrailBlock()
-    """The seed's guardrail block, verbatim in YAML, typed here (core/_guardrails.py)."""
-    routes: dict[str, RouteGuardrails] = Field(default_factory=dict)
-    """Per-route guardrail overrides."""
-    non_inferiority_margin: dict[str, Annotated[float, AfterValidator(_margin)]] = Field(default_factory=dict)
-    """Per check, the largest pass-rate drop still called non-inferior."""
-    allow_not_evaluated: bool = False
-    """Let a run pass when some guardrail could not be evaluated."""
-    judges_dir: str | None = None
-    canary: CanaryConfig = CanaryConfig()
-    """`qualitycheck canary` only: metric sources, evidence minimums, windows (core/_canary_config.py)."""
-    shadow: ShadowOptions = ShadowOptions()
-    """`qualitycheck shadow` only."""
-    source: str | None = Field(default=None, exclude=True)
-
-    def targets(self) -> dict[str, Target]:
-        return {n: t for n in TARGET_NAMES if (t := getattr(self, n)) is not None}
-
-    @property
-    def guardrails(self) -> Guardrails:
-        """The guardrails in force: the block (or the defaults when it sets nothing) and each route's overrides."""
-        return resolve_guardrails(self.speculative_decoding_guardrails, self.routes)
-
-
 def _problems(exc: ValidationError, path: str, finder: Any, model: type[BaseModel] | None = None) -> list[Problem]:
-    """Validation errors as problems (path:line: field: message); an unknown key of `model` names the key it may have meant."""
+    """pydantic's errors as `Problem`s: each field path as the user wrote it, with its line when `finder` knows it.
+
+    Shared by every settings file (the config, the replay rules), so a bad
+    value reads the same wherever it was written; an unknown key of `model`
+    names the key it may have meant.
+    """
     from qualitycheck.core._cases import printable_key
 
     out = []
@@ -301,52 +293,3 @@ def _did_you_mean(key: str, known: list[str]) -> str:
         return ""
     near = difflib.get_close_matches(key, known, n=1)
     return f" (did you mean {near[0]!r}?)" if near else f" (known: {', '.join(known)})"
-
-
-def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
-    """Read the config file (if any) and apply CLI overrides (dotted keys)."""
-    data: dict[str, Any] = {}
-    finder = None
-    src = None
-    if path is None and Path(DEFAULT_CONFIG_NAME).is_file():
-        path = DEFAULT_CONFIG_NAME
-    if path is not None:
-        src = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-            data = yaml.safe_load(text) or {}
-        except OSError as exc:
-            raise ConfigError([Problem(src, None, "", f"cannot read config: {exc.strerror}")]) from None
-        except yaml.YAMLError as exc:
-            from qualitycheck.core._cases import yaml_problem
-
-            raise ConfigError([yaml_problem(src, exc)]) from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError([Problem(src, None, "", f"not UTF-8 text: {exc.reason}")]) from None
-        if not isinstance(data, dict):
-            raise ConfigError([Problem(src, 1, "", "expected a mapping of settings")])
-        from qualitycheck.core._cases import _yaml_line_finder
-
-        finder = _yaml_line_finder(node) if node is not None else None
-    for dotted, value in (overrides or {}).items():
-        if value is None:
-            continue
-        cur = data
-        keys = dotted.split(".")
-        for k in keys[:-1]:
-            if not isinstance(cur.get(k), dict):
-                cur[k] = {}
-            cur = cur[k]
-        cur[keys[-1]] = value
-    # --model applies to every target that has no model of its own
-    model = data.pop("model", None)
-    for name in (*TARGET_NAMES, "judge"):
-        t = data.get(name)
-        if isinstance(t, dict) and model and "model" not in t:
-            t["model"] = model
-    try:
-        cfg = Config.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_problems(exc, src or "command line", finder, Config)) from None
-    return cfg.model_copy(update={"source": src})

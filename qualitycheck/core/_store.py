@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import RunMismatchError, StoreError, first_problem
 from qualitycheck.core._records import FORMAT_VERSION, ArtifactRecord, Response, Score, _Readings
 

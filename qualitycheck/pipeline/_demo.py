@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from qualitycheck.core._cases import Case, load_suite
-from qualitycheck.core._config import Config, JudgeTarget, RunOptions, Target
+from qualitycheck.core._config import JudgeTarget, RunOptions, Target
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import Problem, QualitycheckError, SuiteError
 from qualitycheck.core._guardrails import GuardrailBlock
 from qualitycheck.engines._launcher import (

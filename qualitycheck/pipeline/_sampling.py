@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import SamplingRecord, SamplingRoundRecord
 from qualitycheck.core._store import CaseRecords, RunStore, StoredCases
 from qualitycheck.generation._measure import measured_generate
@@ -90,8 +90,16 @@ def sample_in_rounds(
     """
     design = design_for(cfg.run)
     sides = 2  # a sampled case is asked of the baseline and the candidate, never of the control (`generation.work_items`)
+    targets = cfg.targets()
     stats = measured_generate(
-        store, StoredCases(store), cfg, progress=progress() if progress else None, http_clients=http_clients, samples=first_round(cfg)
+        store,
+        StoredCases(store),
+        targets,
+        cfg.run,
+        dcgm_url=cfg.canary.dcgm_metrics,
+        progress=progress() if progress else None,
+        http_clients=http_clients,
+        samples=first_round(cfg),
     )
     by_category: dict[str, int] = {}
     for c in store.iter_cases():
@@ -134,7 +142,9 @@ def sample_in_rounds(
         more_stats = measured_generate(
             store,
             StoredCases(store, asked),
-            cfg,
+            targets,
+            cfg.run,
+            dcgm_url=cfg.canary.dcgm_metrics,
             progress=progress() if progress else None,
             http_clients=http_clients,
             samples=_all_to(design.looks[k]),

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._store import RunStore
 from qualitycheck.pipeline._run import finish
 from qualitycheck.report import REPORT_NAME

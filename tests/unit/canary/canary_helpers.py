@@ -14,7 +14,7 @@ from aiohttp import web
 
 from qualitycheck.canary._actions import ActionRunner
 from qualitycheck.canary._watch import Watcher
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from tests.helpers import raw_server
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "canary"

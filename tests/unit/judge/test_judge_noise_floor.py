@@ -14,7 +14,7 @@ from qualitycheck.report._signoff import render_signoff
 from qualitycheck.testserver import TestServer
 from qualitycheck.verdict._summary import build_summary
 
-from .conftest import judge_config, make_store, prefer
+from .conftest import judge_config, judge_stage, make_store, prefer
 
 
 def _with_control(store: RunStore, control: dict[str, str]) -> RunStore:
@@ -35,7 +35,7 @@ def test_aa_judge_losses_explain_the_candidates_losses(tmp_path: Path) -> None:
     store = _run(tmp_path / "run")
     with TestServer(default=prefer("GOOD")) as srv:
         cfg = judge_config(srv.url)
-        stage = score_judge(store, cfg)
+        stage = score_judge(store, *judge_stage(srv.url))
         calls = len(srv.requests("/chat/completions"))
     assert stage["aa_pairs"] == 4 and calls == 2 * (4 + 2)  # divergent A/A pairs only, both orders
     control = {s.case_id: s for s in store.scores() if s.check == "judge" and s.target == "control"}
@@ -69,7 +69,7 @@ def test_identical_aa_pairs_cost_no_call(tmp_path: Path) -> None:
     store = make_store(tmp_path / "run", [("a", "GOOD one", "meh one")])
     _with_control(store, {"a": "GOOD one"})
     with TestServer(default=prefer("GOOD")) as srv:
-        stage = score_judge(store, judge_config(srv.url))
+        stage = score_judge(store, *judge_stage(srv.url))
         assert len(srv.requests("/chat/completions")) == 2
     assert stage["aa_pairs"] == 0
     aa = next(s for s in store.scores() if s.target == "control")
@@ -86,7 +86,7 @@ def test_position_bias_is_reported_per_judge(tmp_path: Path) -> None:
 
     with TestServer(default=first_unless_good) as srv:
         cfg = judge_config(srv.url)
-        score_judge(store, cfg)
+        score_judge(store, *judge_stage(srv.url))
     s = build_summary(store, verdict_settings(cfg))
     bias = s.judge_position_bias["pairwise"]
     assert bias.pairs == 4 and bias.same_position_pairs == 3
@@ -99,7 +99,7 @@ def test_no_position_bias_field_without_pairwise_calls(tmp_path: Path) -> None:
     store = make_store(tmp_path / "run", [("i", "same", "same")])
     with TestServer(default=prefer("x")) as srv:
         cfg = judge_config(srv.url)
-        score_judge(store, cfg)
+        score_judge(store, *judge_stage(srv.url))
     s = build_summary(store, verdict_settings(cfg))
     assert s.judge_position_bias == {} and "judge_position_bias" not in s.to_json_text()
     store.close()
@@ -120,7 +120,7 @@ def test_with_repeats_the_later_baseline_answers_are_judged_against_the_first(tm
             store.put_response(Response(case_id=f"c{i}", target="candidate", repeat=rep, fingerprint="f", text=cand))
     with TestServer(default=prefer("GOOD")) as srv:
         cfg = judge_config(srv.url)
-        stage = score_judge(store, cfg)
+        stage = score_judge(store, *judge_stage(srv.url))
     assert stage["aa_pairs"] == 4
     base = {(s.case_id, s.repeat): s for s in store.scores() if s.check == "judge" and s.target == "baseline"}
     assert {k for k, s in base.items() if s.status == "fail"} == {(f"c{i}", 1) for i in range(4)}

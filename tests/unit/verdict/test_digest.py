@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.pipeline._run import summarize
 from qualitycheck.verdict._compare import CaseComparison, compare_run
 from qualitycheck.verdict._digest import RunDigest

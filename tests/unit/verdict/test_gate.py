@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from qualitycheck.core._config import Config, load_config
+from qualitycheck.core._config_file import Config, load_config
 from qualitycheck.core._errors import ConfigError
 from qualitycheck.pipeline._run import summarize  # the verdict with its sign-off, as `finish` writes it
 from qualitycheck.verdict._decision import QualityEvidence, decide_quality

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 _REBUILD = """
 import json, sys
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._store import RunStore
 from qualitycheck.pipeline._run import summarize
 with RunStore.open(sys.argv[1]) as store:

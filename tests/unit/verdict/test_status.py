@@ -6,7 +6,7 @@ import io
 import re
 from pathlib import Path
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.pipeline._run import verdict_settings
 from qualitycheck.pytest_plugin import gate_items
 from qualitycheck.report import collect, print_summary
