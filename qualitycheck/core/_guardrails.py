@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 __all__ = ["DEFAULT_GUARDRAILS", "GuardrailBlock", "Guardrails", "RouteGuardrails", "parse_fraction", "resolve_guardrails"]
 
@@ -105,6 +105,11 @@ class RouteGuardrails(BaseModel):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise ValueError(f"expected a whole number of cases like 0, got {v!r}")
         return v
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Only what is set: a stored config reads back as the block was written, and unset guardrails stay unset."""
+        return {k: v for k, v in handler(self).items() if v is not None}
 
     def thresholds(self) -> dict[str, float | int]:
         """The thresholds set here, by guardrail name, in rule order."""

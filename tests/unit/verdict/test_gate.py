@@ -303,3 +303,16 @@ def test_a_run_whose_re_asked_baseline_always_agreed_counts_every_regression(tmp
     assert "explained by the measured noise floor" not in (s.signoff or "")
     assert s.categories["qa"].checks["exact"].tolerated == []
     assert sorted(s.categories["qa"].checks["exact"].counted) == ["a0", "a1", "b0", "b1"]
+
+
+def test_a_stored_config_writes_the_guardrails_as_they_were_set():
+    """Unset guardrails stay out of the stored config (a reader of any version sees the block as written), and it reads back the same."""
+    cfg = Config(speculative_decoding_guardrails={"max_tpot_p95_regression": "10%"}, routes={"billing": {"max_error_rate": "2%"}})
+    stored = cfg.model_dump(mode="json")
+    assert stored["speculative_decoding_guardrails"] == {"max_tpot_p95_regression": 0.1}
+    assert stored["routes"] == {"billing": {"max_error_rate": 0.02}}
+    assert Config.model_validate(stored).guardrails == cfg.guardrails
+    assert Config.model_validate(Config().model_dump(mode="json")).guardrails.thresholds == {
+        "max_error_rate": 0.01,
+        "max_quality_regression_cases": 0,
+    }
