@@ -7,17 +7,7 @@ observation is missing (no /metrics, no latency) is *not evaluated*
 (`passed: None`), never passed; the run is then `inconclusive` unless the
 config sets `allow_not_evaluated: true`.
 
-```yaml
-speculative_decoding_guardrails:
-  min_acceptance_rate: 0.55
-  max_tpot_p95_regression: "10%"
-  max_error_rate: "1%"
-  max_quality_regression_cases: 0
-  fallback_action: "disable_speculative_decoding_for_route"
-routes:            # per-route overrides of any guardrail above
-  billing: {max_quality_regression_cases: 2}
-non_inferiority_margin: {exact: 0.02}
-```
+The block's YAML is shown in `core/_guardrails.py`.
 """
 
 from __future__ import annotations
