@@ -2,7 +2,7 @@
 
 The thresholds themselves are not here: they are the config's
 `speculative_decoding_guardrails` and `routes` overrides, the block the
-offline gate reads (`verdict._gate.parse_guardrails`), so a canary and the
+offline gate reads (`Config.guardrails`, `core._guardrails`), so a canary and the
 run that signed it off judge by the same numbers.
 
 ```yaml
