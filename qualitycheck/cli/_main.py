@@ -106,9 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schema", help="print the JSON Schema (Draft 2020-12) of a file qualitycheck writes")
     p.add_argument(
         "name",
-        choices=("summary", "replay", "canary", "artifacts"),
+        choices=("summary", "replay", "canary", "artifacts", "likelihoods"),
         help="summary: summary.json; replay: a replayed suite's replay.json; canary: a line of canary.jsonl; "
-        "artifacts: the typed records a run folder's run.sqlite holds",
+        "artifacts: the typed records a run folder's run.sqlite holds; likelihoods: a row of its likelihoods table",
     )
 
     return parser
@@ -127,6 +127,11 @@ def cmd_schema(a: argparse.Namespace) -> int:
         from qualitycheck.core._records import artifacts_json_schema
 
         print(json.dumps(artifacts_json_schema(), indent=2))
+        return 0
+    if a.name == "likelihoods":
+        from qualitycheck.core._records import likelihoods_json_schema
+
+        print(json.dumps(likelihoods_json_schema(), indent=2))
         return 0
     if a.name == "canary":
         from qualitycheck.canary._record import canary_json_schema

@@ -17,7 +17,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from qualitycheck.core._canary_config import CanaryConfig, parse_duration
 from qualitycheck.core._errors import ConfigError, Problem
 
-__all__ = ["DEFAULT_CONFIG_NAME", "Config", "JudgeTarget", "RunOptions", "ShadowOptions", "Target", "load_config", "parse_rotation"]
+__all__ = [
+    "DEFAULT_CONFIG_NAME",
+    "Config",
+    "JudgeTarget",
+    "LikelihoodOptions",
+    "RunOptions",
+    "ShadowOptions",
+    "Target",
+    "load_config",
+    "parse_rotation",
+]
 
 DEFAULT_CONFIG_NAME = "qualitycheck.yaml"
 TARGET_NAMES = ("baseline", "candidate", "control")
@@ -217,6 +227,25 @@ class ShadowOptions(BaseModel):
         return parse_rotation(self.rotate_every) if self.rotate_every else (None, None)
 
 
+class LikelihoodOptions(BaseModel):
+    """The likelihood stage: every stored answer scored under the baseline model (`qualitycheck.likelihood`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    """Score the answers after each sampling round; `--no-likelihood` switches it off (the evidence is then reported missing)."""
+    scorer: Target | None = None
+    """The server that scores: by default the baseline target itself. Another server must serve the baseline's weights
+    without speculation (`--scorer URL`; its model defaults to the baseline's)."""
+    top_k: int = Field(default=20, ge=1, le=1000)
+    """Most likely tokens asked for at each position: the rank and margin of a divergent token within it. vLLM refuses more
+    than its `--max-logprobs` (20 by default)."""
+    least_likely: int = Field(default=5, ge=0, le=100)
+    """Least likely tokens kept per answer, with their positions and text."""
+    concurrency: int | None = Field(default=None, ge=1, le=4096)
+    """Scoring requests in flight (default: `run.concurrency`)."""
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -239,6 +268,8 @@ class Config(BaseModel):
     """`qualitycheck canary` only: metric sources, evidence minimums, windows (core/_canary_config.py)."""
     shadow: ShadowOptions = ShadowOptions()
     """`qualitycheck shadow` only."""
+    likelihood: LikelihoodOptions = LikelihoodOptions()
+    """The likelihood stage (`qualitycheck.likelihood`)."""
     source: str | None = Field(default=None, exclude=True)
 
     def targets(self) -> dict[str, Target]:
@@ -301,6 +332,11 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         t = data.get(name)
         if isinstance(t, dict) and model and "model" not in t:
             t["model"] = model
+    scorer = data.get("likelihood", {}).get("scorer") if isinstance(data.get("likelihood"), dict) else None
+    if isinstance(scorer, dict) and "model" not in scorer:  # the scorer serves the baseline's weights: its model by default
+        base = data.get("baseline")
+        if (named := model or (base.get("model") if isinstance(base, dict) else None)) is not None:
+            scorer["model"] = named
     try:
         cfg = Config.model_validate(data)
     except ValidationError as exc:
