@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from _pytest._code.code import TerminalRepr
 
-from qualitycheck.cli._options import REPORT_OPTIONS, RUN_OPTIONS, TARGET_OPTIONS, add_options, config_overrides, dest
+from qualitycheck.cli._options import LIKELIHOOD_OPTIONS, REPORT_OPTIONS, RUN_OPTIONS, TARGET_OPTIONS, add_options, config_overrides, dest
 
 __all__ = ["QualitycheckItem", "pytest_addoption", "pytest_configure"]
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 SUMMARY_KEY = pytest.StashKey["Summary"]()
 SUMMARY_PATH_KEY = pytest.StashKey[str]()
 _PREFIX = "--qc-"
-_GATE_OPTIONS = (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS)
+_GATE_OPTIONS = (*TARGET_OPTIONS, *RUN_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS)
 """The `qualitycheck run` flags, declared once in the CLI and added here with the `--qc-` prefix."""
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from qualitycheck.cli._options import (
+    LIKELIHOOD_OPTIONS,
     REPORT_OPTIONS,
     RUN_OPTIONS,
     SHADOW_OPTIONS,
@@ -57,7 +58,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     from qualitycheck.core._config_file import load_config
     from qualitycheck.pipeline._run import run
 
-    cfg = load_config(a.config, config_overrides(vars(a), (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS)))
+    cfg = load_config(a.config, config_overrides(vars(a), (*TARGET_OPTIONS, *RUN_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS)))
     missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
     if missing:
         raise ConfigError(
@@ -76,6 +77,36 @@ def cmd_stage(a: argparse.Namespace) -> int:
             [Problem("command line", None, "--report-max-cases", f"expected a whole number of at least 1, got {a.report_max_cases}")]
         )
     return redo(Path(a.dir), a.command, a.config, report_max_cases=a.report_max_cases)
+
+
+def cmd_likelihood(a: argparse.Namespace) -> int:
+    """Score a stored run's answers under the baseline model: those without a current record (all of them for a new `--scorer`)."""
+    import dataclasses
+
+    from pydantic import ValidationError
+
+    from qualitycheck.core._config import Target
+    from qualitycheck.core._config_file import load_config
+    from qualitycheck.core._errors import first_problem
+    from qualitycheck.core._store import RunStore
+    from qualitycheck.generation._progress import RichProgress
+    from qualitycheck.likelihood import score_likelihoods
+    from qualitycheck.pipeline._likelihood import likelihood_settings
+
+    with RunStore.open(Path(a.dir)) as store:
+        cfg = load_config(a.config) if a.config else store.config()
+        if a.scorer:
+            model = cfg.likelihood.scorer.model if cfg.likelihood.scorer else cfg.baseline.model if cfg.baseline else None
+            try:
+                scorer = Target(url=a.scorer, model=model or "")
+            except ValidationError as exc:
+                raise ConfigError([Problem("command line", None, "--scorer", first_problem(exc))]) from None
+            cfg = cfg.model_copy(update={"likelihood": cfg.likelihood.model_copy(update={"scorer": scorer})})
+        settings = likelihood_settings(cfg)
+        if settings is None:
+            raise ConfigError([Problem(str(a.dir), None, "baseline", "the run has no baseline target to score with; give --scorer URL")])
+        stage = score_likelihoods(store, dataclasses.replace(settings, enabled=True), progress=RichProgress())
+    return EXIT_INCOMPLETE if not stage.evaluated or stage.errors else EXIT_PASS
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
@@ -221,4 +252,5 @@ COMMANDS = {
     "merge": cmd_merge,
     "shadow": cmd_shadow,
     "replay": cmd_replay,
+    "likelihood": cmd_likelihood,
 }

@@ -14,6 +14,7 @@ from qualitycheck.cli._canary import cmd_canary
 from qualitycheck.cli._commands import COMMANDS, EXIT_INCOMPLETE, EXIT_INPUT
 from qualitycheck.cli._options import (
     CANARY_COMMAND_OPTIONS,
+    LIKELIHOOD_OPTIONS,
     PREFLIGHT_OPTIONS,
     REPLAY_OPTIONS,
     REPORT_OPTIONS,
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", help="generate, score, compare, gate and report")
-    add_options(p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS))
+    add_options(p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS))
 
     p = sub.add_parser("validate", help="check suite files; lists every problem as path:line: field: message")
     p.add_argument("paths", nargs="+", metavar="PATH")
@@ -58,6 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("dir", metavar="DIR")
         p.add_argument("-c", "--config", help="config with guardrails (default: the run's own)")
         add_options(p.add_argument, REPORT_OPTIONS)
+
+    p = sub.add_parser(
+        "likelihood",
+        help="score a stored run's answers under the baseline model (those not scored yet); exit 3 when it could not score them all",
+    )
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("-c", "--config", help="config (default: the run's own)")
+    add_options(p.add_argument, LIKELIHOOD_OPTIONS[:1])
 
     p = sub.add_parser("preflight", help="same model, chat template (/tokenize) and stop tokens on both servers? exit 0 yes, 1 no")
     add_options(p.add_argument, PREFLIGHT_OPTIONS)
@@ -106,9 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schema", help="print the JSON Schema (Draft 2020-12) of a file qualitycheck writes")
     p.add_argument(
         "name",
-        choices=("summary", "replay", "canary", "artifacts"),
+        choices=("summary", "replay", "canary", "artifacts", "likelihoods"),
         help="summary: summary.json; replay: a replayed suite's replay.json; canary: a line of canary.jsonl; "
-        "artifacts: the typed records a run folder's run.sqlite holds",
+        "artifacts: the typed records a run folder's run.sqlite holds; likelihoods: a row of its likelihoods table",
     )
 
     return parser
@@ -127,6 +136,11 @@ def cmd_schema(a: argparse.Namespace) -> int:
         from qualitycheck.core._records import artifacts_json_schema
 
         print(json.dumps(artifacts_json_schema(), indent=2))
+        return 0
+    if a.name == "likelihoods":
+        from qualitycheck.core._records import likelihoods_json_schema
+
+        print(json.dumps(likelihoods_json_schema(), indent=2))
         return 0
     if a.name == "canary":
         from qualitycheck.canary._record import canary_json_schema

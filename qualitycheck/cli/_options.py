@@ -21,6 +21,7 @@ from qualitycheck.core._errors import ConfigError, Problem
 __all__ = [
     "CANARY_COMMAND_OPTIONS",
     "CANARY_OPTIONS",
+    "LIKELIHOOD_OPTIONS",
     "PREFLIGHT_OPTIONS",
     "REPLAY_OPTIONS",
     "REPORT_OPTIONS",
@@ -106,6 +107,23 @@ RUN_OPTIONS = (
     ),
 )
 """How a run generates: `run` and the pytest gate."""
+
+LIKELIHOOD_OPTIONS = (
+    Option(
+        "scorer",
+        "score every answer under the baseline model on this server (the baseline's weights, no speculation; default: the baseline)",
+        key="likelihood.scorer.url",
+        metavar="URL",
+    ),
+    Option(
+        "no-likelihood",
+        "do not score the answers under the baseline model (the likelihood evidence is then reported missing)",
+        key="likelihood.enabled",
+        action="store_true",
+        value=False,
+    ),
+)
+"""The likelihood stage: `run`, the pytest gate (both flags) and `likelihood DIR` (`--scorer`)."""
 
 REPORT_OPTIONS = (
     Option(

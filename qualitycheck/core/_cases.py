@@ -166,6 +166,26 @@ class Case(BaseModel):
         """The check names this case's scores carry (json → json_parse + json_schema, ...), as its families declare them."""
         return self.checks.names()
 
+    def tokenize_body(self, model: str, extra_body: dict[str, Any]) -> dict[str, Any]:
+        """A vLLM `/tokenize` request for this case's input: the prompt exactly as a chat or completions request renders it.
+
+        The messages go with what else the chat template reads (`tools`,
+        `chat_template_kwargs`: the case's own, else the target's
+        `extra_body`), so the server applies the same template a request
+        does, generation prompt included. The preflight compares both
+        servers' answers; the likelihood stage scores answers after it.
+        """
+        body: dict[str, Any] = {"model": model}
+        if self.is_chat:
+            body["messages"] = self.messages
+            for key in ("tools", "chat_template_kwargs"):
+                value = self.params.get(key, extra_body.get(key))
+                if value is not None:
+                    body[key] = value
+        else:
+            body["prompt"] = self.prompt
+        return body
+
 
 # ---------------------------------------------------------------- loading
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from qualitycheck.core._canary_config import parse_duration
 from qualitycheck.core._errors import Problem
 
-__all__ = ["TARGET_NAMES", "HttpPolicy", "JudgeTarget", "RunOptions", "ShadowOptions", "Target", "parse_rotation"]
+__all__ = ["TARGET_NAMES", "HttpPolicy", "JudgeTarget", "LikelihoodOptions", "RunOptions", "ShadowOptions", "Target", "parse_rotation"]
 
 TARGET_NAMES = ("baseline", "candidate", "control")
 """The sides a run can ask, in the order every stage lists them."""
@@ -242,6 +242,25 @@ class ShadowOptions(BaseModel):
     def rotation(self) -> tuple[int | None, float | None]:
         """(pairs, seconds) after which a folder is closed; (None, None): never."""
         return parse_rotation(self.rotate_every) if self.rotate_every else (None, None)
+
+
+class LikelihoodOptions(BaseModel):
+    """The likelihood stage: every stored answer scored under the baseline model (`qualitycheck.likelihood`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    """Score the answers after each sampling round; `--no-likelihood` switches it off (the evidence is then reported missing)."""
+    scorer: Target | None = None
+    """The server that scores: by default the baseline target itself. Another server must serve the baseline's weights
+    without speculation (`--scorer URL`; its model defaults to the baseline's)."""
+    top_k: int = Field(default=20, ge=1, le=1000)
+    """Most likely tokens asked for at each position: the rank and margin of a divergent token within it. vLLM refuses more
+    than its `--max-logprobs` (20 by default)."""
+    least_likely: int = Field(default=5, ge=0, le=100)
+    """Least likely tokens kept per answer, with their positions and text."""
+    concurrency: int | None = Field(default=None, ge=1, le=4096)
+    """Scoring requests in flight (default: `run.concurrency`)."""
 
 
 def _problems(exc: ValidationError, path: str, finder: Any, model: type[BaseModel] | None = None) -> list[Problem]:

@@ -16,7 +16,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from qualitycheck.core._canary_config import CanaryConfig
-from qualitycheck.core._config import TARGET_NAMES, JudgeTarget, RunOptions, ShadowOptions, Target, _problems
+from qualitycheck.core._config import TARGET_NAMES, JudgeTarget, LikelihoodOptions, RunOptions, ShadowOptions, Target, _problems
 from qualitycheck.core._errors import ConfigError, Problem
 from qualitycheck.core._guardrails import GuardrailBlock, Guardrails, RouteGuardrails, resolve_guardrails
 
@@ -55,6 +55,8 @@ class Config(BaseModel):
     """`qualitycheck canary` only: metric sources, evidence minimums, windows (core/_canary_config.py)."""
     shadow: ShadowOptions = ShadowOptions()
     """`qualitycheck shadow` only."""
+    likelihood: LikelihoodOptions = LikelihoodOptions()
+    """The likelihood stage (`qualitycheck.likelihood`)."""
     source: str | None = Field(default=None, exclude=True)
 
     def targets(self) -> dict[str, Target]:
@@ -108,6 +110,11 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         t = data.get(name)
         if isinstance(t, dict) and model and "model" not in t:
             t["model"] = model
+    scorer = data.get("likelihood", {}).get("scorer") if isinstance(data.get("likelihood"), dict) else None
+    if isinstance(scorer, dict) and "model" not in scorer:  # the scorer serves the baseline's weights: its model by default
+        base = data.get("baseline")
+        if (named := model or (base.get("model") if isinstance(base, dict) else None)) is not None:
+            scorer["model"] = named
     try:
         cfg = Config.model_validate(data)
     except ValidationError as exc:

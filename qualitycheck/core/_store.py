@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
 
@@ -25,12 +25,13 @@ from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
 from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import RunMismatchError, StoreError, first_problem
-from qualitycheck.core._records import FORMAT_VERSION, ArtifactRecord, Response, Score, _Readings
+from qualitycheck.core._records import FORMAT_VERSION, ArtifactRecord, LikelihoodRecord, Response, Score, _Readings
 
 __all__ = [
     "STORE_NAME",
     "CaseRecords",
     "GroupsById",
+    "LikelihoodKey",
     "RunStore",
     "StoredCases",
     "StoredOutcomes",
@@ -65,6 +66,12 @@ CREATE TABLE IF NOT EXISTS comparisons (
   case_id TEXT NOT NULL, repeat INTEGER NOT NULL, body TEXT NOT NULL,
   PRIMARY KEY (case_id, repeat));
 CREATE TABLE IF NOT EXISTS compared (case_id TEXT PRIMARY KEY, inputs TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS likelihoods (
+  case_id TEXT NOT NULL, target TEXT NOT NULL, repeat INTEGER NOT NULL,
+  fingerprint TEXT NOT NULL, answer TEXT NOT NULL, scorer TEXT NOT NULL, content TEXT NOT NULL,
+  status TEXT NOT NULL, body TEXT NOT NULL,
+  PRIMARY KEY (case_id, target, repeat));
+CREATE INDEX IF NOT EXISTS likelihoods_by_content ON likelihoods (content, scorer);
 """
 
 
@@ -424,6 +431,63 @@ class RunStore:
         for (body,) in self._db.execute("SELECT body FROM comparisons ORDER BY case_id, repeat"):
             yield body
 
+    # ------------------------------------------------------------ likelihoods
+    def put_likelihoods(self, rows: Iterable[tuple[LikelihoodRecord, str]]) -> None:
+        """Store the likelihood stage's records, each with its content key, in one transaction; each replaces its answer's record.
+
+        The content key names what was scored (prompt and answer tokens), so
+        an identical answer met later is copied rather than scored again
+        (`likelihood_by_content`).
+        """
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO likelihoods VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    (r.case_id, r.target, r.repeat, r.fingerprint, r.answer, r.scorer, content, r.status, r.model_dump_json())
+                    for r, content in rows
+                ),
+            )
+
+    def likelihood_keys(self, case_id: str) -> dict[tuple[str, int], LikelihoodKey]:
+        """(target, repeat) → what the stored record of that answer was made from: resume compares it with the response."""
+        q = "SELECT target, repeat, fingerprint, answer, scorer, status FROM likelihoods WHERE case_id=?"
+        return {(t, int(rep)): LikelihoodKey(fp, a, sc, st) for t, rep, fp, a, sc, st in self._db.execute(q, (case_id,))}
+
+    def likelihood_by_content(self, content: str, scorer: str) -> LikelihoodRecord | None:
+        """A scored record of the same prompt and answer tokens by the same scorer, if any (any case, target or repeat)."""
+        row = self._db.execute(
+            "SELECT body FROM likelihoods WHERE content=? AND scorer=? AND status='scored' LIMIT 1", (content, scorer)
+        ).fetchone()
+        return LikelihoodRecord.model_validate_json(row[0]) if row else None
+
+    def likelihoods(self, case_id: str | None = None) -> Iterator[LikelihoodRecord]:
+        """The likelihood records, ordered by case, target and repeat (of one case, or of the run, streamed)."""
+        q, args = "SELECT body FROM likelihoods", cast("tuple[str, ...]", ())
+        if case_id is not None:
+            q, args = q + " WHERE case_id=?", (case_id,)
+        for (body,) in self._db.execute(q + " ORDER BY case_id, target, repeat", args):
+            yield LikelihoodRecord.model_validate_json(body)
+
+    def likelihood_rows(self) -> Iterator[tuple[LikelihoodRecord, str]]:
+        """Every record with its content key: what `merge` copies into the merged folder."""
+        for body, content in self._db.execute("SELECT body, content FROM likelihoods ORDER BY case_id, target, repeat"):
+            yield LikelihoodRecord.model_validate_json(body), content
+
+    def likelihoods_by_case(self) -> Iterator[tuple[str, list[LikelihoodRecord]]]:
+        """The records grouped by case id (in the order `by_case` walks), one case in memory at a time."""
+        rows = self._db.execute("SELECT case_id, body FROM likelihoods ORDER BY case_id, target, repeat")
+        for cid, bodies in _grouped(rows):
+            yield cid, [LikelihoodRecord.model_validate_json(b) for b in bodies]
+
+    def likelihood_counts(self, scorer: str) -> dict[str, int]:
+        """Records of this scorer by status (`scored`, `too_long`, `error`), counted by SQLite."""
+        q = "SELECT status, COUNT(*) FROM likelihoods WHERE scorer=? GROUP BY status"
+        return {st: int(n) for st, n in self._db.execute(q, (scorer,))}
+
+    def ok_response_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM responses WHERE ok=1").fetchone()[0])
+
     # ------------------------------------------------------------ artifacts
     def put_artifact(self, name: str, value: Any) -> None:
         """Stage outputs that are not per response: metrics scrapes, preflight, comparisons."""
@@ -485,6 +549,16 @@ class RunStore:
 
     def artifact_names(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT name FROM artifacts ORDER BY name")]
+
+
+@dataclass(frozen=True)
+class LikelihoodKey:
+    """What a stored likelihood record was made from (`RunStore.likelihood_keys`)."""
+
+    fingerprint: str
+    answer: str
+    scorer: str
+    status: str
 
 
 class StoredCases:

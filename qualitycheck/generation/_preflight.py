@@ -275,9 +275,9 @@ async def _props_check(b: _Server, c: _Server) -> Check | None:
 async def _tokens(srv: _Server, case: Case) -> tuple[Any, str | None]:
     """The server's token ids for a case's input (its /tokenize answer, or the error)."""
     if srv.llama_props is None:
-        return await srv.post("/tokenize", _tokenize_body(case, srv.t))
+        return await srv.post("/tokenize", case.tokenize_body(srv.t.model, srv.t.extra_body))
     if case.is_chat:
-        body = {k: v for k, v in _tokenize_body(case, srv.t).items() if k != "model"}
+        body = {k: v for k, v in case.tokenize_body(srv.t.model, srv.t.extra_body).items() if k != "model"}
         rendered, err = await srv.post("/apply-template", body)
         if err:
             return None, err
@@ -286,19 +286,6 @@ async def _tokens(srv: _Server, case: Case) -> tuple[Any, str | None]:
             return None, f"{srv.t.server_url}/apply-template answered no prompt text"
         return await srv.post("/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
     return await srv.post("/tokenize", {"content": case.prompt, "add_special": True, "parse_special": True})
-
-
-def _tokenize_body(case: Case, target: Target) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": target.model}
-    if case.is_chat:
-        body["messages"] = case.messages
-        for key in ("tools", "chat_template_kwargs"):
-            value = case.params.get(key, target.extra_body.get(key))
-            if value is not None:
-                body[key] = value
-    else:
-        body["prompt"] = case.prompt
-    return body
 
 
 async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurrency: int) -> Check:
@@ -345,7 +332,7 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
     try:
         for case in cases:
             n += 1
-            key = hashlib.sha256(json.dumps(_tokenize_body(case, b.t) | {"model": ""}, sort_keys=True, default=str).encode()).digest()[:16]
+            key = hashlib.sha256(json.dumps(case.tokenize_body("", b.t.extra_body), sort_keys=True, default=str).encode()).digest()[:16]
             if key in pending:
                 pending[key][1].append(case.id)
             elif key in differing:

@@ -82,6 +82,7 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
     from qualitycheck.generation._preflight import check_served_models
     from qualitycheck.generation._progress import RichProgress
     from qualitycheck.generation._runner import in_shard
+    from qualitycheck.pipeline._likelihood import likelihood_pass
     from qualitycheck.pipeline._sampling import sample_in_rounds
 
     shard = cfg.run.shard
@@ -106,6 +107,8 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
         stats = sample_in_rounds(store, cfg, progress=RichProgress, http_clients=http_clients)
         if not stats.interrupted and cfg.baseline is not None and noise_floor_source(cfg.targets(), cfg.run) == "baseline_again":
             stats = ask_baseline_again(store, cfg.baseline, cfg.run, progress=RichProgress())
+            if not stats.interrupted:
+                likelihood_pass(store, cfg, progress=RichProgress)  # the baseline asked again: its divergences explained too
         if stats.interrupted:
             raise RunIncompleteError(f"interrupted; everything received is stored in {out}. Run the same command again to resume.")
         return finish(store, cfg)

@@ -28,6 +28,7 @@ from qualitycheck.core._records import SamplingRecord, SamplingRoundRecord
 from qualitycheck.core._store import CaseRecords, RunStore, StoredCases
 from qualitycheck.generation._measure import measured_generate
 from qualitycheck.generation._runner import Progress, RunStats
+from qualitycheck.pipeline._likelihood import likelihood_pass
 from qualitycheck.scoring import score_case
 from qualitycheck.verdict._compare import compare_case
 from qualitycheck.verdict._decision import decide_quality, quality_evidence
@@ -101,6 +102,8 @@ def sample_in_rounds(
         http_clients=http_clients,
         samples=first_round(cfg),
     )
+    if not stats.interrupted:
+        likelihood_pass(store, cfg, progress=progress)
     by_category: dict[str, int] = {}
     for c in store.iter_cases():
         if c.sampled:
@@ -151,4 +154,6 @@ def sample_in_rounds(
             preflight=False,
         )
         stats.add(more_stats)
+        if not more_stats.interrupted:
+            likelihood_pass(store, cfg, case_ids=asked, progress=progress)
     return stats
