@@ -25,12 +25,21 @@ import numpy as np
 from qualitycheck.core._config import RunOptions
 from qualitycheck.verdict._decision import QualityDecision, decide_quality, quality_evidence
 from qualitycheck.verdict._floor import NoiseSource
+from qualitycheck.verdict._likelihood import ShiftCase
 from qualitycheck.verdict._memo import StatsMemo
 from qualitycheck.verdict._outcomes import CaseOutcome
 from qualitycheck.verdict._sequential import Design, design_for
 from qualitycheck.verdict._tests import ALPHA
 
-__all__ = ["RouteFigures", "SampledFigures", "simulate_gate", "simulate_routes", "simulate_sampled"]
+__all__ = [
+    "LikelihoodFigures",
+    "RouteFigures",
+    "SampledFigures",
+    "simulate_gate",
+    "simulate_likelihood",
+    "simulate_routes",
+    "simulate_sampled",
+]
 
 
 def _decided(
@@ -243,3 +252,63 @@ def simulate_sampled(
         counts[outcome] += 1
         spent += n
     return SampledFigures(counts["drop"] / trials, counts["no_drop"] / trials, counts["undecided"] / trials, spent / trials)
+
+
+@dataclass(frozen=True)
+class LikelihoodFigures:
+    """Shares of simulated runs whose likelihood cell found a shift, ruled one out, or stayed undecided; samples spent."""
+
+    shift: float
+    no_shift: float
+    undecided: float
+    mean_samples: float
+
+
+def simulate_likelihood(
+    *,
+    cases: int = 16,
+    shift: float = 0.0,
+    between_sd: float = 0.4,
+    within_sd: float = 0.35,
+    candidate_sd: float | None = None,
+    run: RunOptions | None = None,
+    trials: int = 500,
+    seed: int = 0,
+) -> LikelihoodFigures:
+    """A sampled category under the baseline model: each case's level spread by `between_sd`, its samples by `within_sd`.
+
+    The candidate's samples are `shift` nats per token away (and spread by
+    `candidate_sd`, the baseline's by default). Sampled in rounds as
+    `pipeline._sampling` does, and decided by the product's evidence builder
+    and `decide_quality`: the figures are what a run would decide. With no
+    shift and the same spread (exchangeable scores), the share that found a
+    shift is the false-alarm rate.
+    """
+    run = run or RunOptions()
+    design: Design = design_for(run)
+    rng = np.random.default_rng(seed)
+    top = design.looks[-1]
+    counts = {"drop": 0, "no_drop": 0, "undecided": 0}
+    spent = 0
+    for _ in range(trials):
+        level = rng.normal(-1.5, between_sd, cases)
+        b = level[:, None] + rng.normal(0, within_sd, (cases, top))
+        c = level[:, None] + shift + rng.normal(0, candidate_sd if candidate_sd is not None else within_sd, (cases, top))
+        decision = None
+        for n in design.looks:
+            likelihood = {
+                "cat": [
+                    ShiftCase(f"c{i}", "r", tuple((r, float(b[i, r])) for r in range(n)), tuple((r, float(c[i, r])) for r in range(n)))
+                    for i in range(cases)
+                ]
+            }
+            evidence = quality_evidence({}, design=design, describe=False, likelihood=likelihood, category_routes={"cat": {"r"}})
+            decision = decide_quality(evidence, {"r": 0})
+            if not decision.undecided:
+                break
+        assert decision is not None
+        finding = decision.categories["cat"].likelihood
+        assert finding is not None
+        counts[finding.outcome] += 1
+        spent += n
+    return LikelihoodFigures(counts["drop"] / trials, counts["no_drop"] / trials, counts["undecided"] / trials, spent / trials)

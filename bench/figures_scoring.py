@@ -232,7 +232,7 @@ def gate_power(figure: Figure, skipped: Callable[[str, str], None], trials: int)
     fixed `--repeats 8` design on the same draws' distribution.
     """
     try:
-        from bench._simulate import simulate_gate, simulate_routes, simulate_sampled
+        from bench._simulate import simulate_gate, simulate_likelihood, simulate_routes, simulate_sampled
         from qualitycheck.core._config import RunOptions
     except ImportError as exc:
         skipped("gate_false_alarm_rate", f"the decision these simulations call is not in this checkout ({exc})")
@@ -274,5 +274,21 @@ def gate_power(figure: Figure, skipped: Callable[[str, str], None], trials: int)
         sum(used) / len(used) / 8,
         "ratio",
         "mean samples per case over the three cases above (no drop, 10, 30 points) against --repeats 8's 8",
+    )
+    for shift in (0.0, -0.1, -0.25, -0.5, -3.3):
+        lk = simulate_likelihood(shift=shift, trials=trials, seed=6)
+        note = (
+            f"16 sampled cases under the baseline model (levels sd 0.4, samples sd 0.35 nats/token), candidate {shift:+.2f} nats "
+            f"per token, default rounds, {trials} runs"
+        )
+        name = "gate_likelihood_false_alarm" if shift == 0 else f"gate_likelihood_power[{shift:+.2f}]"
+        figure(name, lk.shift, "", note)
+        figure(f"gate_likelihood_samples_per_case[{shift:+.2f}]", lk.mean_samples, "samples", note + "; per side")
+    less_varied = simulate_likelihood(shift=0.3, candidate_sd=0.07, trials=trials, seed=7)
+    figure(
+        "gate_likelihood_power[less_varied]",
+        less_varied.shift,
+        "",
+        f"16 sampled cases, the candidate's samples 0.3 nats per token more likely and a fifth as varied, {trials} runs",
     )
     figure("gate_simulation_s", time.perf_counter() - t0, "s")

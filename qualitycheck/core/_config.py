@@ -244,6 +244,14 @@ class ShadowOptions(BaseModel):
         return parse_rotation(self.rotate_every) if self.rotate_every else (None, None)
 
 
+DEFAULT_SHIFT_NATS = 0.5
+"""The likelihood shift (nats per token) a sampled category must be able to detect before it passes (docs/stages/verdict.md)."""
+DEFAULT_NEAR_TIE_NATS = 0.5
+"""A greedy divergence within this many nats of the baseline model's first choice is numerics (docs/stages/verdict.md)."""
+DEFAULT_DECISIVE_NATS = 4.6
+"""A greedy divergence this many nats below the baseline model's first choice (a probability 100 times smaller) is decisive."""
+
+
 class LikelihoodOptions(BaseModel):
     """The likelihood stage: every stored answer scored under the baseline model (`qualitycheck.likelihood`)."""
 
@@ -261,6 +269,15 @@ class LikelihoodOptions(BaseModel):
     """Least likely tokens kept per answer, with their positions and text."""
     concurrency: int | None = Field(default=None, ge=1, le=4096)
     """Scoring requests in flight (default: `run.concurrency`)."""
+    detectable_shift: float = Field(default=DEFAULT_SHIFT_NATS, gt=0, le=20)
+    """The shift in mean log-likelihood per token (nats) a sampled category must be able to detect before it passes."""
+    near_tie_nats: float = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0, le=20)
+    """A greedy divergence to a token within this many nats of the baseline model's first choice is numerics."""
+    decisive_nats: float = Field(default=DEFAULT_DECISIVE_NATS, gt=0, le=50)
+    """A greedy divergence to a token this many nats below the baseline model's first choice (or below the top-k) is one
+    the baseline would not write: a finding (`decisive_divergence`), whatever the checks say."""
+    divergence_report_only: bool = False
+    """Report decisive divergences without counting them against `max_quality_regression_cases`."""
 
 
 def _problems(exc: ValidationError, path: str, finder: Any, model: type[BaseModel] | None = None) -> list[Problem]:

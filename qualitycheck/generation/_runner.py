@@ -22,6 +22,7 @@ from typing import Any
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._errors import RunIncompleteError
+from qualitycheck.core._progress import Progress
 from qualitycheck.core._records import Response
 from qualitycheck.core._store import RunStore, StoredOutcomes
 from qualitycheck.generation._client import Endpoint, build_request
@@ -48,16 +49,6 @@ class RunStats:
         self.skipped += other.skipped
         self.interrupted |= other.interrupted
         self.wall_s += other.wall_s
-
-
-class Progress:
-    """Receives one call per finished request; the CLI renders it with rich."""
-
-    def start(self, totals: dict[str, int]) -> None: ...
-
-    def advance(self, target: str, ok: bool) -> None: ...
-
-    def stop(self) -> None: ...
 
 
 def in_shard(case_id: str, shard: str | None) -> bool:

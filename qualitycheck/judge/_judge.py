@@ -40,6 +40,7 @@ import yaml
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import HttpPolicy, JudgeTarget, RunOptions
 from qualitycheck.core._errors import ConfigError, Problem, SuiteError
+from qualitycheck.core._progress import Progress
 from qualitycheck.core._records import Response, Score, ScoreStatus
 from qualitycheck.core._store import RunStore
 from qualitycheck.scoring._base import NOT_FOR_SAMPLED
@@ -688,6 +689,7 @@ def _judged_scores(
     runner: asyncio.Runner,
     counts: _JudgeCounts,
     window: int = JUDGE_WINDOW,
+    progress: Progress | None = None,
 ) -> Iterator[Score]:
     """The judge scores of every judged (case, repeat), walked one case at a time and judged a window at a time.
 
@@ -703,6 +705,7 @@ def _judged_scores(
     first answer (`_repeat_aa_score`).
     """
     batch: list[tuple[Case, int, str, str, str]] = []
+    shown = progress or Progress()
 
     def flush() -> list[Score]:
         if not batch:
@@ -730,6 +733,7 @@ def _judged_scores(
         return out
 
     for rec in store.by_case(scores=False, judged_only=True):
+        shown.advance("judge", True)  # the case's pairs are queued: the calls of a window follow
         case = rec.case
         judge = judges[case.checks.judge.mode]
         pairs: dict[int, dict[str, Response]] = {}
@@ -812,6 +816,7 @@ def _judge_run(
     opts: JudgeOptions,
     judges: dict[str, JudgeDefinition],
     http_client: aiohttp.ClientSession | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Judge the run a window at a time on one event loop, streaming the scores into the store."""
     from qualitycheck.core._http import HttpClient
@@ -826,7 +831,7 @@ def _judge_run(
 
         caller = runner.run(open_caller())
         try:
-            store.replace_scores(_judged_scores(store, judges, caller, runner, counts, JUDGE_WINDOW), checks=["judge"])
+            store.replace_scores(_judged_scores(store, judges, caller, runner, counts, JUDGE_WINDOW, progress), checks=["judge"])
         finally:
             runner.run(caller.http.aclose())
             caller.cache.close()
@@ -867,7 +872,12 @@ def _not_configured(store: RunStore, judged: int) -> dict[str, Any]:
 
 
 def score_judge(
-    store: RunStore, judge: JudgeTarget | None, opts: JudgeOptions | None = None, *, http_client: aiohttp.ClientSession | None = None
+    store: RunStore,
+    judge: JudgeTarget | None,
+    opts: JudgeOptions | None = None,
+    *,
+    http_client: aiohttp.ClientSession | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Judge every divergent pair of the run with `judge` and replace the store's `judge` scores.
 
@@ -888,7 +898,12 @@ def score_judge(
     judges = load_judges(judge_dirs(opts.judges_dir, source=opts.source))
     validate_judge_checks(store.iter_cases(judged_only=True), judges)  # before any call
     t0 = time.monotonic()
-    stage = _judge_run(store, judge, opts, judges, http_client)
+    shown = progress or Progress()
+    shown.start({"judge": judged})
+    try:
+        stage = _judge_run(store, judge, opts, judges, http_client, shown)
+    finally:
+        shown.stop()
     stage["wall_s"] = round(time.monotonic() - t0, 3)
     store.put_artifact("judge_stage", stage)
     return stage

@@ -36,10 +36,11 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 from qualitycheck.core._config import HttpPolicy, Target
 from qualitycheck.core._http import HttpClient
+from qualitycheck.core._progress import Progress
 from qualitycheck.core._records import (
     GreedyDivergence,
     LikelihoodPass,
@@ -56,27 +57,6 @@ if TYPE_CHECKING:
 __all__ = ["LikelihoodSettings", "Progress", "score_likelihoods"]
 
 BASELINE = "baseline"
-
-
-class Progress(Protocol):
-    """What the stage reports as answers are scored (`generation.RichProgress` draws it like generation)."""
-
-    def start(self, totals: dict[str, int]) -> None: ...
-
-    def advance(self, target: str, ok: bool) -> None: ...
-
-    def stop(self) -> None: ...
-
-
-class _Quiet:
-    def start(self, totals: dict[str, int]) -> None:
-        pass
-
-    def advance(self, target: str, ok: bool) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
 
 
 @dataclass(frozen=True)
@@ -112,7 +92,7 @@ def score_likelihoods(
         stage = _stage(store, settings, None, evaluated=False, reason="switched off (--no-likelihood)")
         store.put_record(stage)
         return stage
-    return asyncio.run(_Pass(store, settings, progress or _Quiet()).run(None if case_ids is None else frozenset(case_ids)))
+    return asyncio.run(_Pass(store, settings, progress or Progress()).run(None if case_ids is None else frozenset(case_ids)))
 
 
 def _stage(store: RunStore, settings: LikelihoodSettings, scorer: Scorer | None, *, evaluated: bool, reason: str = "") -> LikelihoodStage:
@@ -311,11 +291,13 @@ class _Pass:
                 window.release()
 
         tasks: set[asyncio.Task[None]] = set()
+        started: list[asyncio.Task[None]] = []
         try:
             for case, answers, pairs in work:
                 await window.acquire()
                 task = asyncio.create_task(one(case, answers, pairs))
                 tasks.add(task)
+                started.append(task)
                 task.add_done_callback(tasks.discard)
             while tasks:
                 done, _ = await asyncio.wait(set(tasks), return_when=asyncio.FIRST_COMPLETED)
@@ -325,7 +307,9 @@ class _Pass:
         finally:
             for t in tasks:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # every task's outcome is taken, those that ended before the first failure included, and every shared
+            # prefill's: an exception left in a finished task is logged at garbage collection, anywhere
+            await asyncio.gather(*started, *self._inflight.values(), return_exceptions=True)
 
     async def _score_case(self, case: Case, answers: list[_Answer], pairs: list[tuple[_Answer, _Answer]]) -> None:
         assert self.scorer is not None

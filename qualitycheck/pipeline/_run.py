@@ -130,14 +130,16 @@ def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True, re
     summary's statuses.
     """
     if score:
+        from qualitycheck.generation._progress import RichProgress
         from qualitycheck.scoring import score_store
 
-        score_store(store)
+        score_store(store, progress=RichProgress())
         if cfg is not None:
             from qualitycheck.judge._judge import JudgeOptions, score_judge
 
             # after the deterministic scorers; cached calls; `skipped` without a judge
-            score_judge(store, cfg.judge, JudgeOptions.of_run(cfg.run, judges_dir=cfg.judges_dir, source=cfg.source))
+            opts = JudgeOptions.of_run(cfg.run, judges_dir=cfg.judges_dir, source=cfg.source)
+            score_judge(store, cfg.judge, opts, progress=RichProgress())
     from qualitycheck.report import (  # scipy/statsmodels: imported after generation, not before the first request
         RowCollector,
         print_summary,
@@ -174,6 +176,7 @@ def summarize(store: RunStore, cfg: Config | None = None, *, also: Sequence[Case
 
 def verdict_settings(cfg: Config) -> VerdictSettings:
     """What the verdict reads of the config: the guardrails in force, margins, seed, and the sampled design's drop."""
+    from qualitycheck.verdict._likelihood import DivergenceRule
     from qualitycheck.verdict._settings import VerdictSettings
 
     return VerdictSettings(
@@ -182,6 +185,12 @@ def verdict_settings(cfg: Config) -> VerdictSettings:
         seed=cfg.run.seed,
         allow_not_evaluated=cfg.allow_not_evaluated,
         detectable_drop=cfg.run.detectable_drop,
+        detectable_shift=cfg.likelihood.detectable_shift,
+        divergence_rule=DivergenceRule(
+            near_tie_nats=cfg.likelihood.near_tie_nats,
+            decisive_nats=cfg.likelihood.decisive_nats,
+            report_only=cfg.likelihood.divergence_report_only,
+        ),
     )
 
 

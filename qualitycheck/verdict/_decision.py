@@ -39,14 +39,25 @@ from typing import Literal
 
 from qualitycheck.verdict._floor import NoiseFloor, NoiseSource, RouteQuality
 from qualitycheck.verdict._gate import ALL_ROUTES
+from qualitycheck.verdict._likelihood import (
+    DEFAULT_SHIFT_NATS,
+    DivergenceClass,
+    DivergenceFacts,
+    DivergenceRule,
+    ShiftCase,
+    ShiftStats,
+    classify_divergence,
+)
 from qualitycheck.verdict._outcomes import CaseOutcome
 from qualitycheck.verdict._sequential import Design
-from qualitycheck.verdict._stats import CheckStats, SampledStats, quality_stats
+from qualitycheck.verdict._stats import CheckStats, SampledStats, check_stats, quality_stats
 from qualitycheck.verdict._tests import ALPHA
 
 __all__ = [
     "ALL_ROUTES",
+    "DIVERGENCE_CHECK",
     "HUMAN_CHECK",
+    "LIKELIHOOD_CHECK",
     "CategoryDecision",
     "CheckDecision",
     "QualityDecision",
@@ -60,6 +71,11 @@ __all__ = [
 
 HUMAN_CHECK = "human"
 """The check human spot-checks become (`verdict._human_summary.human_check_stats`)."""
+DIVERGENCE_CHECK = "decisive_divergence"
+"""The check greedy divergences become: a case fails it when its candidate's answer left the baseline's at a token the
+baseline model would not write (`verdict._likelihood.classify_divergence`)."""
+LIKELIHOOD_CHECK = "likelihood"
+"""The name a category's likelihood cell goes by in findings and messages."""
 _LISTED = 20
 """Regression cases a route's message names; the rest are counted."""
 
@@ -85,6 +101,18 @@ class QualityEvidence:
     identical_rates: Mapping[str, float | None] = field(default_factory=dict)
     """category → share of its pairs with identical answers (a category without checks passes only when all are)."""
     alpha: float = ALPHA
+    shifts: Mapping[str, ShiftStats] = field(default_factory=dict)
+    """category → its sampled cases under the baseline model (the likelihood cell), when the likelihood stage scored them."""
+    divergences: Mapping[str, tuple[DivergenceFacts, ...]] = field(default_factory=dict)
+    """greedy case → its divergences from the baseline's answer under the baseline model (one per repeat that differs)."""
+    divergence_rule: DivergenceRule = field(default_factory=DivergenceRule)
+
+    def divergence_class(self, case_id: str) -> DivergenceClass | None:
+        """decisive when any repeat's divergence is; near_tie when every one is; else unclear; None without a divergence."""
+        classes = {classify_divergence(f, self.divergence_rule) for f in self.divergences.get(case_id, ())}
+        if not classes:
+            return None
+        return "decisive" if "decisive" in classes else "near_tie" if classes == {"near_tie"} else "unclear"
 
     def within(self, cases: Collection[str], scored_routes: Collection[str]) -> QualityEvidence:
         """The evidence of `cases` only (a canary's window), weighed against the floor and allowances of the whole run.
@@ -110,7 +138,11 @@ class QualityEvidence:
                     sampled=sampled,
                 )
         routes = {r: dataclasses.replace(q, regressions=tuple(i for i in q.regressions if i in keep)) for r, q in self.routes.items()}
-        return dataclasses.replace(self, cells=cells, routes=routes, scored_routes=frozenset(scored_routes))
+        shifts = {cat: sh for cat, sh in self.shifts.items() if any(c.case_id in keep for c in sh.cases)}
+        divergences = {i: d for i, d in self.divergences.items() if i in keep}
+        return dataclasses.replace(
+            self, cells=cells, routes=routes, scored_routes=frozenset(scored_routes), shifts=shifts, divergences=divergences
+        )
 
 
 def quality_evidence(
@@ -126,6 +158,10 @@ def quality_evidence(
     design: Design | None = None,
     describe: bool = True,
     human: Mapping[str, CheckStats] | None = None,
+    likelihood: Mapping[str, Sequence[ShiftCase]] | None = None,
+    divergences: Sequence[DivergenceFacts] = (),
+    divergence_rule: DivergenceRule | None = None,
+    detectable_shift: float = DEFAULT_SHIFT_NATS,
 ) -> QualityEvidence:
     """The one builder of the decision's evidence, from the cases' outcomes (category → check → outcomes).
 
@@ -136,8 +172,26 @@ def quality_evidence(
     `human` cell after the statistics (it is weighed against the reviewers'
     own floor, not the pooled one). `describe=False` computes only what the
     decision reads.
+
+    The likelihood stage's evidence: `likelihood` (category → its sampled
+    cases under the baseline model) becomes each category's likelihood cell,
+    in the sampled cells' Holm family; `divergences` (greedy pairs' first
+    differing tokens) become each category's `decisive_divergence` cell: a
+    greedy case with a divergence fails it when the divergence is decisive
+    (`divergence_rule`), with no allowance: the floor never explains a
+    token the baseline would not write.
     """
-    stats = quality_stats(outcomes, margins=margins, seed=seed, alpha=alpha, noise_source=noise_source, design=design, describe=describe)
+    stats = quality_stats(
+        outcomes,
+        margins=margins,
+        seed=seed,
+        alpha=alpha,
+        noise_source=noise_source,
+        design=design,
+        describe=describe,
+        likelihood=likelihood,
+        detectable_shift=detectable_shift,
+    )
     cells = stats.cells
     if category_routes is None:
         routes_of: dict[str, set[str]] = {}
@@ -149,15 +203,32 @@ def quality_evidence(
     scored.update(r for cat, by_check in cells.items() if any(s.n for s in by_check.values()) for r in category_routes.get(cat, ()))
     for cat, cell in (human or {}).items():
         cells.setdefault(cat, {})[HUMAN_CHECK] = cell
-    return QualityEvidence(
+    by_case: dict[str, tuple[DivergenceFacts, ...]] = {}
+    for f in divergences:
+        by_case[f.case_id] = (*by_case.get(f.case_id, ()), f)
+    evidence = QualityEvidence(
         cells=cells,
         floor=stats.floor,
         routes=stats.routes,
         category_routes={cat: frozenset(rs) for cat, rs in category_routes.items()},
-        scored_routes=frozenset(scored),
+        scored_routes=frozenset(scored | {r for sh in stats.shifts.values() for r in sh.routes}),
         identical_rates=dict(identical_rates or {}),
         alpha=alpha,
+        shifts=stats.shifts,
+        divergences=by_case,
+        divergence_rule=divergence_rule or DivergenceRule(),
     )
+    per_category: dict[str, list[CaseOutcome]] = {}
+    for case_id, facts in by_case.items():
+        f = facts[0]
+        decisive = evidence.divergence_class(case_id) == "decisive"
+        per_category.setdefault(f.category, []).append(CaseOutcome(case_id, f.route, (True,), (not decisive,)))
+    for cat, outs in per_category.items():  # no floor: a decisive divergence is never noise
+        cells.setdefault(cat, {})[DIVERGENCE_CHECK] = check_stats(cat, DIVERGENCE_CHECK, outs, seed=seed, alpha=alpha, describe=describe)
+    if per_category:  # a divergence the baseline model explains is evidence of its own: its routes are scored
+        explained_routes = {o.route for outs in per_category.values() for o in outs}
+        evidence = dataclasses.replace(evidence, scored_routes=evidence.scored_routes | explained_routes)
+    return evidence
 
 
 # ------------------------------------------------------------------ the decision
@@ -218,6 +289,8 @@ class CategoryDecision:
     checks: Mapping[str, CheckDecision]
     would_decide: str | None = None
     """For an inconclusive category: what evidence would decide it."""
+    likelihood: SampledFinding | None = None
+    """Its likelihood cell's finding, after Holm (None when the likelihood stage scored none of its sampled cases)."""
 
 
 @dataclass(frozen=True)
@@ -252,27 +325,45 @@ def decide_quality(evidence: QualityEvidence, thresholds: Mapping[str, int]) -> 
             for r in every if d.route == ALL_ROUTES else {d.route}:
                 if counted.get(r) != "fail":
                     counted[r] = d.greedy
+    explained = {i for rr in per_route.values() for i in rr.numerics | rr.report_only}
     categories = {
-        cat: _decide_category(evidence, cat, evidence.cells.get(cat, {}), counted)
+        cat: _decide_category(evidence, cat, evidence.cells.get(cat, {}), counted, explained)
         for cat in sorted(evidence.category_routes.keys() | evidence.cells.keys())
     }
     undecided: dict[str, tuple[str, ...]] = {}
-    for cat, cells in evidence.cells.items():
-        names = tuple(n for n, s in cells.items() if s.sampled is not None and s.sampled.decision.outcome == "undecided")
+    for cat in evidence.cells.keys() | evidence.shifts.keys():
+        names = [n for n, s in evidence.cells.get(cat, {}).items() if s.sampled is not None and s.sampled.decision.outcome == "undecided"]
+        shift = evidence.shifts.get(cat)
+        if shift is not None and shift.decision.outcome == "shift":
+            continue  # a changed distribution fails the category at once: more samples would not save it
+        if shift is not None and shift.decision.outcome == "undecided":
+            names.append(LIKELIHOOD_CHECK)
         if names:
-            undecided[cat] = names
+            undecided[cat] = tuple(names)
     return QualityDecision(routes, categories, undecided)
 
 
 @dataclass
 class _RouteRegressions:
     cases: dict[str, list[str]] = field(default_factory=dict)
+    """Every regression case of the route → the checks it regressed on."""
+    decisive: set[str] = field(default_factory=set)
+    """Cases whose greedy answer left the baseline's at a token the baseline would not write: counted, never noise."""
+    numerics: set[str] = field(default_factory=set)
+    """Cases whose every divergence is a near tie: numerics, explained case by case, never counted."""
+    report_only: set[str] = field(default_factory=set)
+    """Cases that regressed only on `decisive_divergence`, made report-only by the config: listed, not counted."""
     allowance: int = 0
     supported: int = 0
+    """What the floors allow and support among the rest (neither decisive nor a near tie)."""
+
+    @property
+    def against_floor(self) -> int:
+        return len(self.cases) - len(self.decisive) - len(self.numerics) - len(self.report_only)
 
 
 def _route_regressions(ev: QualityEvidence) -> dict[str, _RouteRegressions]:
-    """Per route: its greedy regressions (case → checks) and the allowance and support its floors give them.
+    """Per route: its greedy regressions (case → checks), what their divergences say, and what the floors allow the rest.
 
     The machine checks' allowance is the route's, against the deployment's
     one greedy floor (`RouteQuality`). A human-reported loss (`human` check)
@@ -280,6 +371,11 @@ def _route_regressions(ev: QualityEvidence) -> dict[str, _RouteRegressions]:
     floor cannot explain it away: in a route with human regressions, the
     machine allowance covers only cases no human reported, and the
     reviewers' own allowance (attention checks) covers theirs.
+
+    A regression whose divergence the baseline model explains is decided
+    by that, whatever the floor: decisive (a token the baseline would not
+    write) counts with no allowance, a near tie (numerics) is explained.
+    Only the others are weighed against the floor.
     """
     out: dict[str, _RouteRegressions] = {}
     human: dict[str, int] = {}
@@ -294,22 +390,31 @@ def _route_regressions(ev: QualityEvidence) -> dict[str, _RouteRegressions]:
                     share = s.allowance if len(s.routes) == 1 else s.allowance * len(ids) // len(s.regressions)
                     human[route] = max(human.get(route, 0), share)
                     human_cases.setdefault(route, set()).update(ids)
-    for route in {r for r, q in ev.routes.items()} | human.keys():
+    for route, rr in out.items():
+        reviewed = human_cases.get(route, set())
+        for case_id, checks in rr.cases.items():
+            kind = ev.divergence_class(case_id)
+            if kind == "decisive":
+                only_divergence = set(checks) == {DIVERGENCE_CHECK}
+                (rr.report_only if only_divergence and ev.divergence_rule.report_only else rr.decisive).add(case_id)
+            elif kind == "near_tie" and case_id not in reviewed:
+                rr.numerics.add(case_id)
+    for route in ev.routes.keys() | human.keys():
         rr = out.setdefault(route, _RouteRegressions())
         q = ev.routes.get(route)
         machine, supported = (q.allowance, q.supported) if q is not None else (0, 0)
         if route not in human_cases:
             rr.allowance, rr.supported = machine, supported
             continue
-        machine_only = len(set(rr.cases) - human_cases[route])
-        own = min(human.get(route, 0), len(human_cases[route]))
+        machine_only = len(set(rr.cases) - human_cases[route] - rr.decisive - rr.numerics - rr.report_only)
+        own = min(human.get(route, 0), len(human_cases[route] - rr.decisive))
         rr.allowance = min(machine, machine_only) + own
         rr.supported = min(supported, machine_only) + own
     return out
 
 
 def _findings(ev: QualityEvidence) -> dict[str, list[SampledFinding]]:
-    """route → the findings of the sampled cells its cases are in: a drop fails it, an undecided test leaves it undecided."""
+    """route → the findings of the sampled cells its cases are in: a drop or a shift fails it, an undecided test leaves it undecided."""
     out: dict[str, list[SampledFinding]] = {}
     for cat, cells in ev.cells.items():
         for s in cells.values():
@@ -317,6 +422,10 @@ def _findings(ev: QualityEvidence) -> dict[str, list[SampledFinding]]:
                 finding = sampled_finding(s)
                 for route in s.sampled.routes or ev.category_routes.get(cat, frozenset()):
                     out.setdefault(route, []).append(finding)
+    for cat, shift in ev.shifts.items():
+        finding = shift_finding(shift)
+        for route in shift.routes or ev.category_routes.get(cat, frozenset()):
+            out.setdefault(route, []).append(finding)
     return out
 
 
@@ -345,13 +454,16 @@ def _decide_route(
     route: str,
     threshold: int,
 ) -> RouteDecision:
-    """Greedy regressions beyond the pooled floor, and sampled categories whose pass rate dropped."""
+    """Greedy regressions beyond the pooled floor or decisive, and sampled categories whose pass rate or likelihood changed."""
     name = sorted(ev.scored_routes) if route == ALL_ROUTES else [route]
     if not any(r in ev.scored_routes for r in name):
         return RouteDecision(
             route, threshold, None, None, "not evaluated: no check was decided on both the baseline and the candidate", None
         )
     cases: dict[str, list[str]] = {}
+    decisive: set[str] = set()
+    numerics: set[str] = set()
+    report_only: set[str] = set()
     allowance = supported = 0
     for r in name:
         rr = per_route.get(r)
@@ -359,46 +471,62 @@ def _decide_route(
             continue
         for case_id, checks in rr.cases.items():
             cases.setdefault(case_id, []).extend(checks)
+        decisive |= rr.decisive
+        numerics |= rr.numerics
+        report_only |= rr.report_only
         allowance += rr.allowance
         supported += rr.supported
-    explained = min(supported, allowance)
-    needed = len(cases) - threshold
-    greedy: GreedyOutcome = "fail" if len(cases) - allowance > threshold else "thin_floor" if needed > 0 and needed > supported else "pass"
+    weighed = len(cases) - len(decisive) - len(numerics) - len(report_only)
+    explains = min(supported, allowance)  # what the floor's measured disagreements explain, at most
+    explained = min(explains, weighed)
+    # the floor may tolerate up to `allowance` of the weighed ones (its exact test), and explains `explained` of them
+    greedy: GreedyOutcome = (
+        "fail"
+        if len(decisive) + max(0, weighed - allowance) > threshold
+        else "thin_floor"
+        if len(decisive) + max(0, weighed - supported) > threshold
+        else "pass"
+    )
     unique: dict[tuple[str, str], SampledFinding] = {}
     for r in name:
         for f in findings.get(r, []):
             unique.setdefault((f.category, f.check), f)
     drops = [f for f in unique.values() if f.outcome == "drop"]
     undecided = [f for f in unique.values() if f.outcome == "undecided"]
-    beyond = max(0, len(cases) - explained)
-    listed = "; ".join(f"{i} ({', '.join(sorted(set(c)))})" for i, c in sorted(cases.items())[:_LISTED])
+    beyond = len(decisive) + max(0, weighed - explained)
+    counted = {i: c for i, c in cases.items() if i not in numerics and i not in report_only}
+    listed = "; ".join(f"{i} ({', '.join(sorted(set(c)))})" for i, c in sorted(counted.items())[:_LISTED])
     floor_text, advice = _floor_words(ev.floor)
     floor = f" ({floor_text})" if floor_text else ""
     regs = {i: tuple(c) for i, c in cases.items()}
+    aside = _divergence_aside(numerics, report_only, decisive)
 
     def decided(passed: bool | None, observed: int | None, message: str) -> RouteDecision:
-        return RouteDecision(route, threshold, passed, observed, message, greedy, regs, allowance, explained)
+        return RouteDecision(route, threshold, passed, observed, message + aside, greedy, regs, allowance, explained)
 
     if drops or greedy == "fail":
         parts = []
-        if drops:
-            parts.append("sampled pass rate dropped: " + "; ".join(f.message for f in drops))
+        rates = [f for f in drops if f.check != LIKELIHOOD_CHECK]
+        if rates:
+            parts.append("sampled pass rate dropped: " + "; ".join(f.message for f in rates))
+        if len(rates) < len(drops):
+            parts.append("sampled answers changed under the baseline model: " + "; ".join(f.message for f in drops if f not in rates))
         if greedy == "fail":
-            more = f" and {len(cases) - _LISTED} more" if len(cases) > _LISTED else ""
+            more = f" and {len(counted) - _LISTED} more" if len(counted) > _LISTED else ""
             if explained:
                 noise = f" after {explained} explained by the measured noise floor{floor}"
-            elif allowance and floor_text:
+            elif allowance and floor_text and weighed:
                 noise = f" (the measured noise floor explains none of them: {floor_text})"
             else:
                 noise = ""
             parts.append(f"{beyond} case(s) regressed beyond the noise floor{noise} (max {threshold}): {listed}{more}")
         return decided(False, beyond + len({c for f in drops for c in f.cases}), "; ".join(parts))
     if greedy == "thin_floor":
-        explains = f"its measured disagreements explain {explained}" if explained else "it measured no disagreement to explain them"
+        measured = f"its measured disagreements explain {explained}" if explained else "it measured no disagreement to explain them"
         return decided(
             None,
             None,
-            f"undecided: {len(cases)} regression case(s) that the measured noise does not explain{floor}: {explains}, and it "
+            f"undecided: {weighed} regression case(s) that the measured noise does not explain{floor}: {measured}, and it "
             f"has too few pairs to tell them from noise either ({allowance} such flips could be noise at this many pairs); "
             f"{advice}: {listed}",
         )
@@ -408,18 +536,33 @@ def _decide_route(
             None,
             "undecided: sampled pass rates could not be told apart within the budget: " + "; ".join(f.message for f in undecided),
         )
-    if cases:
+    needed = len(decisive) + weighed - threshold
+    if counted:
         msg = (
-            f"no regression beyond the noise floor: {len(cases)} regression case(s) tolerated, as the measured A/A "
-            f"noise{floor} explains up to {explained}: {listed}"
+            f"no regression beyond the noise floor: {len(counted)} regression case(s) tolerated, as the measured A/A "
+            f"noise{floor} explains up to {explains}: {listed}"
             if needed > 0
-            else f"{len(cases)} regression case(s), within the maximum {threshold}: {listed}"
+            else f"{len(counted)} regression case(s), within the maximum {threshold}: {listed}"
         )
     else:
         msg = "no regression beyond the noise floor"
     if unique:
         msg += "; sampled pass rates: " + "; ".join(f.message for f in unique.values())
     return decided(True, beyond, msg)
+
+
+def _divergence_aside(numerics: set[str], report_only: set[str], decisive: set[str]) -> str:
+    """What the baseline model said of the route's divergent regressions, in a clause after the decision."""
+    parts = []
+    if decisive:
+        parts.append(f"{len(decisive)} left the baseline's answer at a token the baseline model would not write (never noise)")
+    if numerics:
+        parts.append(
+            f"{len(numerics)} left it at a near tie of the baseline model (numerics, not counted): {', '.join(sorted(numerics)[:5])}"
+        )
+    if report_only:
+        parts.append(f"{len(report_only)} decisive divergence(s) reported only (likelihood.divergence_report_only)")
+    return f"; of the divergent answers, {'; '.join(parts)}" if parts else ""
 
 
 def _drop_cases(s: CheckStats) -> list[str]:
@@ -430,7 +573,11 @@ def _drop_cases(s: CheckStats) -> list[str]:
 
 
 def _decide_category(
-    ev: QualityEvidence, category: str, cells: Mapping[str, CheckStats], counted: Mapping[str, GreedyOutcome]
+    ev: QualityEvidence,
+    category: str,
+    cells: Mapping[str, CheckStats],
+    counted: Mapping[str, GreedyOutcome],
+    explained: set[str],
 ) -> CategoryDecision:
     """fail on a counted regression, a sampled drop or an inferior check; inconclusive when the evidence cannot decide; else pass.
 
@@ -448,20 +595,24 @@ def _decide_category(
     failed: list[str] = []
     thin: list[str] = []
     for name, s in cells.items():
-        in_failed = [i for r, ids in s.routes.items() if counted.get(r) == "fail" for i in ids]
-        in_thin = [i for r, ids in s.routes.items() if counted.get(r) == "thin_floor" for i in ids]
+        in_failed = [i for r, ids in s.routes.items() if counted.get(r) == "fail" for i in ids if i not in explained]
+        in_thin = [i for r, ids in s.routes.items() if counted.get(r) == "thin_floor" for i in ids if i not in explained]
         count = set(in_failed) | set(in_thin)
         drops = _drop_cases(s)
         finding = sampled_finding(s) if s.sampled is not None else None
+        weighed = [i for i in s.regressions if i not in explained]
+        beyond = max(0, len(weighed) - min(s.allowance, s.supported))
         checks[name] = CheckDecision(
             regressions=(*s.regressions, *drops),
             tolerated=tuple(i for i in s.regressions if i not in count),
-            beyond_floor=s.regressions_beyond_floor + len(drops),
+            beyond_floor=beyond + len(drops),
             sampled=sampled_outcome(s.sampled) if s.sampled is not None else None,
             finding=finding,
         )
-        if in_failed:
-            failed.append(f"{s.check}: {s.regressions_beyond_floor} regression(s) beyond the noise floor")
+        if in_failed and s.check == DIVERGENCE_CHECK:
+            failed.append(f"{s.check}: {len(in_failed)} greedy answer(s) left the baseline's at a token the baseline model would not write")
+        elif in_failed:
+            failed.append(f"{s.check}: {beyond} regression(s) beyond the noise floor")
         if s.non_inferiority == "inferior":
             failed.append(f"{s.check}: pass rate worse than the non-inferiority margin {s.margin}")
         if finding is not None and finding.outcome == "drop":
@@ -471,23 +622,31 @@ def _decide_category(
                 f"{s.check}: regression(s) {', '.join(dict.fromkeys(in_thin))} not explained by the measured noise floor, "
                 "which has too few pairs to tell them from noise"
             )
+    shift = ev.shifts.get(category)
+    likelihood = shift_finding(shift) if shift is not None else None
+    if likelihood is not None and likelihood.outcome == "drop":
+        failed.append(likelihood.message)
     if failed:
-        return CategoryDecision("fail", "; ".join(failed), checks)
+        return CategoryDecision("fail", "; ".join(failed), checks, likelihood=likelihood)
     undecided = [f"{s.check}: too few cases to show non-inferiority" for s in cells.values() if s.non_inferiority == "inconclusive"]
     undecided += [c.finding.message for c in checks.values() if c.finding is not None and c.finding.outcome == "undecided"]
+    undecided += [likelihood.message] if likelihood is not None and likelihood.outcome == "undecided" else []
     undecided += thin
     if undecided:
         why = "; ".join(undecided)
-        return CategoryDecision("inconclusive", why, checks, _would_decide(cells, why))
-    if not any(s.n for s in cells.values()):
+        return CategoryDecision("inconclusive", why, checks, _would_decide(cells, why, shift), likelihood=likelihood)
+    if not any(s.n for s in cells.values()) and likelihood is None:
         if ev.identical_rates.get(category) == 1.0:
             return CategoryDecision("pass", "no checks, but every answer is identical to the baseline's", checks)
         why = "no check decides these cases and the answers differ from the baseline's"
         return CategoryDecision("inconclusive", why, checks, _would_decide(cells, why))
-    sampled = [c.finding for c in checks.values() if c.finding is not None]
+    sampled = [c.finding for c in checks.values() if c.finding is not None] + ([likelihood] if likelihood is not None else [])
     if sampled:
         return CategoryDecision(
-            "pass", "no regression beyond the noise floor; sampled pass rates: " + "; ".join(f.message for f in sampled), checks
+            "pass",
+            "no regression beyond the noise floor; sampled pass rates: " + "; ".join(f.message for f in sampled),
+            checks,
+            likelihood=likelihood,
         )
     return CategoryDecision("pass", "no regression beyond the noise floor", checks)
 
@@ -531,9 +690,63 @@ def to_decide(sp: SampledStats) -> str:
     )
 
 
-def _would_decide(cells: Mapping[str, CheckStats], why: str) -> str:
+def shift_outcome(sh: ShiftStats) -> Literal["drop", "no_drop", "undecided"]:
+    """A likelihood cell's outcome after Holm, in the sampled cells' terms: a shift (either way) fails like a drop."""
+    d = sh.decision
+    if d.outcome == "shift":
+        return "drop" if sh.p_value_holm is not None and sh.p_value_holm < sh.alpha else "undecided"
+    return "no_drop" if d.outcome == "no_shift" else "undecided"
+
+
+SHIFT_WORDS = {
+    "lower": "the candidate writes text the baseline model would rarely write",
+    "higher": "the candidate is less varied than the baseline: its samples are more likely than the baseline's own",
+}
+"""What a shift means, for a release manager."""
+
+
+def shift_finding(sh: ShiftStats) -> SampledFinding:
+    """A likelihood cell in a sentence: both sides' mean log-likelihood per token, the shift with its bounds, p, the cases that moved most."""
+    d = sh.decision
+    outcome = shift_outcome(sh)
+    means = (
+        f"mean log-likelihood per token under the baseline model {d.baseline_mean:.2f} (baseline samples) → {d.candidate_mean:.2f} "
+        f"(candidate)"
+        if d.baseline_mean is not None and d.candidate_mean is not None
+        else "no sample scored on both sides"
+    )
+    bounds = f" [{d.low:+.2f}, {d.high:+.2f}]" if d.low is not None and d.high is not None else ""
+    shift = f"shift {d.estimate:+.2f} nats per token{bounds}" if d.estimate is not None else "shift n/a"
+    holm = f", Holm {sh.p_value_holm:.2g}" if sh.p_value_holm is not None else ""
+    msg = f"{sh.category}/{LIKELIHOOD_CHECK}: {means} over {d.n} sampled case(s) × {d.samples} samples per side, {shift}, p = {d.p_value:.2g}{holm}"
+    moved: tuple[str, ...] = ()
+    if outcome == "drop" and d.direction is not None:
+        msg += f": {SHIFT_WORDS[d.direction]}"
+        top = sh.largest[:3]
+        sign = 1.0 if d.direction == "higher" else -1.0
+        moved = tuple(c.case_id for c in sh.largest if c.shift * sign > 0)
+        worst = "; ".join(
+            f"{c.case_id} ({c.shift:+.2f}" + (f", least likely candidate sample: {c.worst[2]}" if c.worst and c.worst[2] else "") + ")"
+            for c in top
+        )
+        msg += f"; largest shifts: {worst}"
+    elif outcome == "undecided" and d.outcome == "shift":
+        msg += "; significant alone but not after Holm across the run's sampled checks"
+    return SampledFinding(sh.category, LIKELIHOOD_CHECK, outcome, msg, moved)
+
+
+def _would_decide(cells: Mapping[str, CheckStats], why: str, shift: ShiftStats | None = None) -> str:
     """What would decide an inconclusive category, in the terms a user can act on."""
     out = []
+    if shift is not None and shift_outcome(shift) == "undecided":
+        d = shift.decision
+        if d.outcome == "shift":
+            out.append(f"{LIKELIHOOD_CHECK}: significant alone (p = {d.p_value:.2g}) but not after Holm (Holm {shift.p_value_holm:.2g})")
+        elif d.mde is not None:
+            out.append(
+                f"{LIKELIHOOD_CHECK}: it could detect a shift of {d.mde:.2f} nats per token, not {shift.detectable_shift:.2f}: more "
+                "sampled cases or samples per case (run.max_samples_per_case) would decide"
+            )
     for s in cells.values():
         if s.sampled is not None and sampled_outcome(s.sampled) == "undecided":
             out.append(f"{s.check}: {to_decide(s.sampled)}")

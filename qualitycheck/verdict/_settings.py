@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from qualitycheck.core._guardrails import GuardrailBlock, Guardrails, resolve_guardrails
+from qualitycheck.verdict._likelihood import DEFAULT_SHIFT_NATS, DivergenceRule
 from qualitycheck.verdict._sequential import DEFAULT_DROP
 
 __all__ = ["VerdictSettings"]
@@ -28,3 +29,7 @@ class VerdictSettings:
     """Let a run pass when some guardrail could not be evaluated."""
     detectable_drop: float = DEFAULT_DROP
     """The drop a sampled category must be able to detect, for stored answers not taken in rounds (no sampling record)."""
+    detectable_shift: float = DEFAULT_SHIFT_NATS
+    """The likelihood shift (nats per token) a sampled category must be able to detect before it passes."""
+    divergence_rule: DivergenceRule = field(default_factory=DivergenceRule)
+    """Where a greedy divergence stops being numerics (`verdict._likelihood.classify_divergence`)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from qualitycheck.verdict._floor import (
     regression_allowance,
     supported_allowance,
 )
+from qualitycheck.verdict._likelihood import DEFAULT_SHIFT_NATS, ShiftCase, ShiftStats, shift_stats
 from qualitycheck.verdict._outcomes import CaseOutcome
 from qualitycheck.verdict._sequential import Design, SampledDecision, decide_cell
 from qualitycheck.verdict._tests import ALPHA, holm, minimum_detectable_effect, non_inferiority, paired_bootstrap_ci, paired_p_value
@@ -281,6 +282,8 @@ class QualityStats:
     floor: NoiseFloor
     """The deployment's greedy floor, pooled over the run (`pooled_floor`)."""
     routes: dict[str, RouteQuality]
+    shifts: dict[str, ShiftStats] = field(default_factory=dict)
+    """category → its sampled cases' likelihood cell (`verdict._likelihood`), when the likelihood stage scored them."""
 
 
 def quality_stats(
@@ -292,11 +295,16 @@ def quality_stats(
     noise_source: NoiseSource | None = None,
     design: Design | None = None,
     describe: bool = True,
+    likelihood: Mapping[str, Sequence[ShiftCase]] | None = None,
+    detectable_shift: float = DEFAULT_SHIFT_NATS,
 ) -> QualityStats:
     """Every cell's statistics, with Holm-adjusted p-values across all cells (and across the sampled cells' tests).
 
     The greedy floor is pooled over the run first, so every cell's
     allowance and every route's are measured against the same evidence.
+    Each category with `likelihood` cases gets a likelihood cell, tested
+    with the same looks (`design`, or one look at the samples there are);
+    its p-value joins the sampled cells' Holm family.
     """
     margins = margins or {}
     floor = pooled_floor(outcomes, noise_source)
@@ -315,13 +323,21 @@ def quality_stats(
                 design=design,
                 describe=describe,
             )
+    shifts: dict[str, ShiftStats] = {}
+    for cat, cases in sorted((likelihood or {}).items()):
+        if cases:
+            most = max(rep for case in cases for rep, _ in (*case.baseline, *case.candidate)) + 1
+            looks = design if design is not None else Design((most,))
+            shifts[cat] = shift_stats(cat, cases, dataclasses.replace(looks, alpha=alpha), detectable_shift, alpha)
     every = [s for per in cells.values() for s in per.values()]
     for s, p in zip(every, holm([s.p_value for s in every], alpha), strict=True):
         s.p_value_holm = p
-    sampled = [s.sampled for s in every if s.sampled is not None]
+    # Holm over the sampled cells' tests: the pass-rate cells', then the likelihood cells'
+    sampled: list[SampledStats | ShiftStats] = [s.sampled for s in every if s.sampled is not None]
+    sampled += shifts.values()
     for sp, p in zip(sampled, holm([sp.decision.p_value for sp in sampled], alpha), strict=True):
         sp.p_value_holm = p
-    return QualityStats(cells, floor, route_quality(outcomes, cells, floor, alpha))
+    return QualityStats(cells, floor, route_quality(outcomes, cells, floor, alpha), shifts)
 
 
 def route_quality(

@@ -11,23 +11,33 @@ by `verdict._status` and written per check (`tolerated`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qualitycheck.core._records import FORMAT_VERSION, NoiseFloorRecord, PreflightRecord, SamplingRecord
+from qualitycheck.core._records import FORMAT_VERSION, LikelihoodStage, NoiseFloorRecord, PreflightRecord, SamplingRecord
 from qualitycheck.core._store import CaseRecords, RunStore
 from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary, gpu_summary
 from qualitycheck.serving._errors import ErrorTally
 from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, SplitTally, compare_run
-from qualitycheck.verdict._decision import ALL_ROUTES, HUMAN_CHECK, CheckDecision, QualityEvidence, decide_quality, quality_evidence
+from qualitycheck.verdict._decision import (
+    ALL_ROUTES,
+    HUMAN_CHECK,
+    SHIFT_WORDS,
+    CheckDecision,
+    QualityEvidence,
+    decide_quality,
+    quality_evidence,
+)
 from qualitycheck.verdict._digest import RunDigest, TextTally
 from qualitycheck.verdict._drift import format_drift
 from qualitycheck.verdict._gate import Evidence, build_rules, decide, quality_thresholds
 from qualitycheck.verdict._human import HumanTally
 from qualitycheck.verdict._human_summary import human_category, human_cells, human_review, human_tally
 from qualitycheck.verdict._judge_figures import JudgeTally
+from qualitycheck.verdict._likelihood import DivergenceFacts, LikelihoodTally, ShiftStats, classify_divergence
 from qualitycheck.verdict._memo import StatsMemo
 from qualitycheck.verdict._model import (
     Acceptance,
@@ -36,11 +46,14 @@ from qualitycheck.verdict._model import (
     CategorySummary,
     CheckNoiseFloor,
     CheckSummary,
+    DivergenceSummary,
     ErrorCounts,
     Fallback,
     FormatDrift,
     GpuFacts,
     Latency,
+    LikelihoodCell,
+    LikelihoodSummary,
     MeasuredBy,
     NoiseFloorSummary,
     NonInferiority,
@@ -49,6 +62,7 @@ from qualitycheck.verdict._model import (
     SampledCheck,
     SamplingRound,
     SamplingSummary,
+    ShiftCaseSummary,
     Slice,
     Summary,
     TargetInfo,
@@ -111,12 +125,13 @@ class _Errors:
 
 
 class _Tallies:
-    """The summary's share of the walk: the digest and the latency, slice, judge and error tallies (a `SplitTally`)."""
+    """The summary's share of the walk: the digest and the latency, slice, judge, error and likelihood tallies (a `SplitTally`)."""
 
     def __init__(self, store: RunStore):
         self.digest = RunDigest()
         self.latency, self.slices, self.judge = LatencyTally.for_store(store), SliceTally(), JudgeTally.for_store(store)
         self.errors = _Errors()
+        self.likelihood = LikelihoodTally.for_stage(store.record(LikelihoodStage))
 
     def add(self, rec: CaseRecords, comps: list[CaseComparison]) -> None:
         self.digest.add(comps)
@@ -124,6 +139,8 @@ class _Tallies:
         self.slices.add(rec)
         self.judge.add(rec)
         self.errors.add(rec)
+        if self.likelihood is not None:
+            self.likelihood.add(rec, comps)
 
     def part(self) -> _Tallies:
         return self
@@ -134,6 +151,8 @@ class _Tallies:
         self.slices.merge(later.slices)
         self.judge.merge(later.judge)
         self.errors.merge(later.errors)
+        if self.likelihood is not None and later.likelihood is not None:
+            self.likelihood.merge(later.likelihood)
 
 
 def _sampled(s: CheckStats, decided: CheckDecision) -> SampledCheck | None:
@@ -371,6 +390,10 @@ def _gather(store: RunStore, settings: VerdictSettings, also: Sequence[CaseConsu
             noise_source="baseline_again" if noise.source == "baseline_again" else None,
             design=design,
             human=human_cells(humans, settings.seed) if humans is not None else None,
+            likelihood=tallies.likelihood.sampled if tallies.likelihood is not None else None,
+            divergences=tallies.likelihood.divergences if tallies.likelihood is not None else (),
+            divergence_rule=settings.divergence_rule,
+            detectable_shift=settings.detectable_shift,
         )
         drift = format_drift(digest.drift_samples())
         judge = tallies.judge.summary()
@@ -476,6 +499,12 @@ def build_summary(store: RunStore, settings: VerdictSettings | None = None, *, a
             categories[cat].sampled_cases = sampled_cases
         if decided.would_decide is not None:
             categories[cat].would_decide = decided.would_decide
+        shift = evidence.shifts.get(cat)
+        if shift is not None and decided.likelihood is not None:
+            categories[cat].likelihood = _likelihood_cell(shift, decided.likelihood.outcome)
+        divergences = [f for facts in evidence.divergences.values() for f in facts if f.category == cat]
+        if divergences:
+            categories[cat].divergences = [_divergence(f, evidence) for f in divergences]
     verdict, fallback = decide(
         results,
         {cat: c.verdict for cat, c in categories.items()},
@@ -494,6 +523,14 @@ def build_summary(store: RunStore, settings: VerdictSettings | None = None, *, a
         for name in ("min_acceptance_rate", "max_tpot_p95_regression")
         if name not in guard.thresholds
     ]
+    stage = store.record(LikelihoodStage)
+    if stage is not None and not stage.evaluated:
+        not_evaluated.append(f"likelihood evidence: not evaluated ({stage.reason or 'the scorer could not score the answers'})")
+    elif stage is not None and stage.too_long:
+        not_evaluated.append(
+            f"likelihood evidence: {stage.too_long} answer(s) too long for the scorer's context were not scored "
+            "(each is named in the run store's likelihoods table)"
+        )
     if noise.source == "none":
         not_evaluated.append(
             "noise floor: not measured (--no-noise-floor, or no baseline answers to compare), so every "
@@ -531,7 +568,61 @@ def build_summary(store: RunStore, settings: VerdictSettings | None = None, *, a
     sampling = _sampling(store, digest)
     if sampling is not None:
         summary.sampling = sampling
+    if stage is not None:
+        summary.likelihood = LikelihoodSummary(
+            evaluated=stage.evaluated,
+            reason=stage.reason,
+            scorer=stage.scorer,
+            model=stage.model,
+            answers=stage.answers,
+            scored=stage.scored,
+            too_long=stage.too_long,
+            errors=stage.errors,
+            prefilled_tokens=sum(p.prefilled_tokens for p in stage.passes),
+            seconds=round(sum(p.seconds for p in stage.passes), 3),
+        )
     return summary
+
+
+def _likelihood_cell(sh: ShiftStats, outcome: str) -> LikelihoodCell:
+    """A category's likelihood cell as summary.json records it (its decision after Holm, `decide_quality`'s)."""
+    d = sh.decision
+    decision = {"drop": "shift", "no_drop": "no_shift"}.get(outcome, "undecided")
+    return LikelihoodCell(
+        cases=d.n,
+        baseline_mean_logprob=d.baseline_mean,
+        candidate_mean_logprob=d.candidate_mean,
+        shift=d.estimate,
+        bounds=(d.low, d.high) if d.low is not None and d.high is not None else None,
+        p_value=d.p_value,
+        p_value_holm=sh.p_value_holm,
+        decision=decision,  # type: ignore[arg-type]
+        direction=d.direction if decision == "shift" else None,
+        meaning=SHIFT_WORDS[d.direction] if decision == "shift" and d.direction is not None else "",
+        looks=d.look + 1,
+        samples_at_decision=d.samples,
+        detectable_shift=sh.detectable_shift,
+        mde=d.mde,
+        largest_shifts=[
+            ShiftCaseSummary(case_id=c.case_id, shift=round(c.shift, 6), least_likely=c.worst[2] if c.worst else "") for c in sh.largest[:5]
+        ],
+    )
+
+
+def _divergence(f: DivergenceFacts, evidence: QualityEvidence) -> DivergenceSummary:
+    return DivergenceSummary(
+        case_id=f.case_id,
+        repeat=f.repeat,
+        position=f.position,
+        kind=classify_divergence(f, evidence.divergence_rule),
+        candidate_token=f.candidate_text,
+        candidate_probability=f.candidate_probability,
+        candidate_rank=f.candidate_rank,
+        baseline_token=f.baseline_text,
+        baseline_probability=math.exp(f.baseline_logprob) if f.baseline_logprob is not None else None,
+        margin=f.margin,
+        runner_up_margin=f.runner_up_margin,
+    )
 
 
 def write_summary(folder: Path, summary: Summary) -> Path:
