@@ -28,8 +28,6 @@ from qualitycheck.core._errors import ConfigError, Problem
 __all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_INCOMPLETE", "EXIT_INPUT", "EXIT_PASS"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_INCOMPLETE = 0, 1, 2, 3
-ESSENTIAL_CHECKS = ("served_model", "tokenize")
-"""Without these two answers preflight proved nothing: it cannot say 'all match'."""
 
 
 def _suites(a: argparse.Namespace, cfg: Any) -> list[str]:
@@ -126,7 +124,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
 
     from qualitycheck.core._cases import load_suite
     from qualitycheck.core._config_file import load_config
-    from qualitycheck.generation._preflight import format_preflight, preflight_http, run_preflight
+    from qualitycheck.generation._preflight import ESSENTIAL_CHECKS, format_preflight, preflight_http, run_preflight
 
     cfg = load_config(a.config, config_overrides(vars(a), TARGET_OPTIONS))
     missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]

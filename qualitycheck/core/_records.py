@@ -31,12 +31,14 @@ __all__ = [
     "NoiseFloorRecord",
     "PreflightCheckRecord",
     "PreflightRecord",
+    "ProfileAnswer",
     "Response",
     "SamplingRecord",
     "SamplingRoundRecord",
     "Score",
     "ScoreStatus",
     "SentCounts",
+    "ServerProfile",
     "ShadowDrain",
     "ShadowPeriod",
     "ShadowPeriods",
@@ -283,6 +285,49 @@ class PreflightCheckRecord(_Frozen):
     candidate: Any = None
 
 
+class ProfileAnswer(_Frozen):
+    """One question the preflight asked one server: its answer as the checks compare it, or why there was none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    value: Any = None
+    """What the server answered, picked as the check compares it (None with no error: the server has no such endpoint
+    by design, as a vLLM server has no llama.cpp /props)."""
+    error: str | None = None
+    """Why the question has no answer (`<url>: <the error>`); never compared as a match."""
+
+
+class ServerProfile(_Frozen):
+    """Everything one server answered the preflight's questions: what another server is checked against later,
+    without asking this one again (`run --baseline-run`, `compare`).
+
+    The token ids of every distinct input are kept as a count and a digest
+    (`tokens`), so a 100,000-case suite costs a few megabytes, not the ids.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    url: str
+    model: str
+    """The model name it was asked for."""
+    models: ProfileAnswer = ProfileAnswer()
+    """/v1/models: the entry of `model` (`id`, `root`, `max_model_len`), or `{"served": [ids]}` when it does not serve it."""
+    version: ProfileAnswer = ProfileAnswer()
+    """/version's `version`."""
+    tokenizer: ProfileAnswer = ProfileAnswer()
+    """/tokenizer_info's special tokens, chat template and limits."""
+    generation_defaults: ProfileAnswer = ProfileAnswer()
+    """/server_info's model config: generation config, dtype, tokenizer, context length."""
+    props: ProfileAnswer = ProfileAnswer()
+    """llama-server's /props (template, special tokens, model file, context, sampling defaults); None: not a llama-server."""
+    tokens: dict[str, tuple[int, str]] = Field(default_factory=dict)
+    """Input key → (token count, digest of the ids) for every distinct input that tokenized (`generation._preflight`)."""
+    token_inputs: int = Field(default=0, ge=0)
+    """Distinct inputs asked."""
+    token_errors: int = Field(default=0, ge=0)
+    """Of those, inputs that could not be tokenized."""
+    token_error: str = ""
+    """The first of their errors."""
+
+
 class PreflightRecord(ArtifactRecord):
     """What the preflight found before generation: same model, chat template, stop tokens, defaults, engine?
 
@@ -301,11 +346,27 @@ class PreflightRecord(ArtifactRecord):
     checks: list[PreflightCheckRecord] = Field(default_factory=list)
     mismatches: list[str] = Field(default_factory=list)
     """The names of the checks that failed."""
+    profiles: dict[str, ServerProfile] = Field(default_factory=dict)
+    """By side (`baseline`, `candidate`): what each server answered, for checking another server against it later."""
 
     @classmethod
     def merged(cls, parts: Sequence[Self]) -> Self:
-        """Every folder ran the same preflight against the same servers: keep the first failing one if any, else the first."""
-        return next((p for p in parts if not p.ok), parts[0])
+        """Every folder ran the same preflight against the same servers: keep the first failing one if any, else the first;
+        each side's profile holds the inputs of every folder (a shard tokenized its own cases)."""
+        first = next((p for p in parts if not p.ok), parts[0])
+        profiles = {}
+        for side, prof in first.profiles.items():
+            others = [p.profiles[side] for p in parts if side in p.profiles]
+            tokens = {k: v for o in others for k, v in o.tokens.items()}
+            profiles[side] = prof.model_copy(
+                update={
+                    "tokens": tokens,
+                    # an input two shards share is one input: counted once, by its key
+                    "token_inputs": len(tokens) + sum(o.token_errors for o in others),
+                    "token_errors": sum(o.token_errors for o in others),
+                }
+            )
+        return first.model_copy(update={"profiles": profiles})
 
 
 class SpecCounters(_Frozen):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -32,9 +32,33 @@ import aiohttp
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import HttpPolicy, RunOptions, Target
 from qualitycheck.core._http import HttpClient, Outcome, shared_session
-from qualitycheck.core._records import PreflightCheckRecord, PreflightRecord
+from qualitycheck.core._records import PreflightCheckRecord, PreflightRecord, ProfileAnswer, ServerProfile
 
-__all__ = ["Check", "PreflightResult", "check_served_models", "format_preflight", "preflight", "preflight_http", "run_preflight"]
+__all__ = [
+    "ESSENTIAL_CHECKS",
+    "IDENTITY_CHECKS",
+    "SIDES",
+    "Check",
+    "PreflightResult",
+    "check_against_profile",
+    "check_served_models",
+    "compare_profiles",
+    "format_preflight",
+    "identity_problems",
+    "input_key",
+    "preflight",
+    "preflight_http",
+    "run_preflight",
+]
+
+SIDES = ("baseline", "candidate")
+"""The two sides a preflight compares, in the order checks name them."""
+ESSENTIAL_CHECKS = ("served_model", "tokenize")
+"""Without these two answers preflight proved nothing: it cannot say 'all match'."""
+IDENTITY_CHECKS = ("served_model", "model_root", "tokenize", "tokenizer_and_stop_tokens", "server_props")
+"""What makes two servers the same model fed the same prompt: served model, weights, tokenizer, chat template. A server
+checked against a stored one is refused when any of these differs (`identity_problems`); the others are gated as in a
+live run (`preflight_consistent`)."""
 
 _TOKENIZER_KEYS = (
     "tokenizer_class",
@@ -67,6 +91,8 @@ class PreflightResult:
     candidate: str
     model: str
     checks: list[Check] = field(default_factory=list)
+    profiles: list[ServerProfile] = field(default_factory=list)
+    """What each side answered (baseline, candidate), as asked now or as stored: `to_record` keeps them."""
 
     @property
     def ok(self) -> bool:
@@ -86,11 +112,12 @@ class PreflightResult:
             model=self.model,
             checks=[PreflightCheckRecord(**asdict(c)) for c in self.checks],
             mismatches=[c.name for c in self.mismatches],
+            profiles=dict(zip(SIDES, self.profiles, strict=False)),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """`qualitycheck preflight --json`: the record's fields, without the store's format version."""
-        return self.to_record().model_dump(mode="json", exclude={"format_version"})
+        """`qualitycheck preflight --json`: the record's fields, without the store's format version and the profiles' digests."""
+        return self.to_record().model_dump(mode="json", exclude={"format_version", "profiles"})
 
 
 class _Server:
@@ -155,59 +182,87 @@ def check_served_models(targets: dict[str, Target], *, source: str, timeout_s: f
         )
 
 
-async def _model_check(b: _Server, c: _Server) -> list[Check]:
-    (mb, eb), (mc, ec) = await asyncio.gather(b.get("/models", root=False), c.get("/models", root=False))
-    entries = {}
-    for side, data, err, srv in (("baseline", mb, eb, b), ("candidate", mc, ec, c)):
-        if err:
-            return [Check("served_model", None, f"{side}: {err}")]
-        found = [m for m in (data or {}).get("data", []) if m.get("id") == srv.t.model]
-        if not found:
-            ids = [m.get("id") for m in (data or {}).get("data", [])]
-            return [Check("served_model", False, f"{side} does not serve {srv.t.model!r} (serves {ids})")]
-        entries[side] = found[0]
+async def _ask_models(srv: _Server) -> ProfileAnswer:
+    """/v1/models: the entry of the model asked for, or the ids served when it is not among them."""
+    data, err = await srv.get("/models", root=False)
+    if err:
+        return ProfileAnswer(error=err)
+    entries = data.get("data") if isinstance(data, dict) else None
+    entries = [m for m in entries if isinstance(m, dict)] if isinstance(entries, list) else []
+    found = next((m for m in entries if m.get("id") == srv.t.model), None)
+    if found is None:
+        return ProfileAnswer(value={"served": [m.get("id") for m in entries]})
+    return ProfileAnswer(value={"id": found.get("id"), "root": found.get("root"), "max_model_len": found.get("max_model_len")})
+
+
+async def _ask_version(srv: _Server) -> ProfileAnswer:
+    data, err = await srv.get("/version")
+    return ProfileAnswer(error=err) if err else ProfileAnswer(value=(data or {}).get("version") if isinstance(data, dict) else None)
+
+
+async def _ask_dict(srv: _Server, path: str, pick: Any) -> ProfileAnswer:
+    data, err = await srv.get(path)
+    return ProfileAnswer(error=err) if err else ProfileAnswer(value=pick(data if isinstance(data, dict) else {}))
+
+
+async def _ask_props(srv: _Server) -> ProfileAnswer:
+    """llama-server's /props, picked as compared; no value (and the error, if any) when the server is not a llama-server."""
+    data, err = await srv.get("/props")
+    if _is_llama_props(data):
+        srv.llama_props = data
+        return ProfileAnswer(value=_llama_props(data))
+    return ProfileAnswer(error=err)
+
+
+def _model_checks(b: ProfileAnswer, c: ProfileAnswer, models: tuple[str, str], names: tuple[str, str]) -> list[Check]:
+    """served_model, then the served entries' root and max_model_len compared."""
+    for name, ans, model in ((names[0], b, models[0]), (names[1], c, models[1])):
+        if ans.error or not isinstance(ans.value, dict):
+            return [Check("served_model", None, f"{name}: {ans.error or '/v1/models was not read'}")]
+        if "served" in ans.value:
+            return [Check("served_model", False, f"{name} does not serve {model!r} (serves {ans.value['served']})")]
     checks = [
         Check(
             "served_model",
             True,
-            f"both serve {b.t.model!r}" if b.t.model == c.t.model else f"baseline {b.t.model!r}, candidate {c.t.model!r}",
+            f"both serve {models[0]!r}" if models[0] == models[1] else f"{names[0]} {models[0]!r}, {names[1]} {models[1]!r}",
         )
     ]
     for key in ("root", "max_model_len"):
-        vb, vc = entries["baseline"].get(key), entries["candidate"].get(key)
+        vb, vc = b.value.get(key), c.value.get(key)
         if vb is None and vc is None:
             checks.append(Check(f"model_{key}", None, f"/v1/models shows no {key}"))
         else:
             same = vb == vc
-            checks.append(
-                Check(f"model_{key}", same, f"{key}: {vb!r}" if same else f"{key} differs: baseline {vb!r}, candidate {vc!r}", vb, vc)
-            )
+            detail = f"{key}: {vb!r}" if same else f"{key} differs: {names[0]} {vb!r}, {names[1]} {vc!r}"
+            checks.append(Check(f"model_{key}", same, detail, vb, vc))
     return checks
 
 
-async def _version_check(b: _Server, c: _Server) -> Check:
-    (vb, eb), (vc, ec) = await asyncio.gather(b.get("/version"), c.get("/version"))
-    if eb or ec:
-        return Check("engine_version", None, f"version not exposed: {eb or ec}")
-    vb, vc = (vb or {}).get("version"), (vc or {}).get("version")
+def _version_check(b: ProfileAnswer, c: ProfileAnswer, names: tuple[str, str]) -> Check:
+    if b.error or c.error:
+        return Check("engine_version", None, f"version not exposed: {b.error or c.error}")
+    vb, vc = b.value, c.value
     same = vb == vc
-    return Check(
-        "engine_version", same, f"both {vb}" if same else f"engine differs: baseline {vb}, candidate {vc} (numerics may differ)", vb, vc
-    )
+    detail = f"both {vb}" if same else f"engine differs: {names[0]} {vb}, {names[1]} {vc} (numerics may differ)"
+    return Check("engine_version", same, detail, vb, vc)
 
 
-async def _dict_check(b: _Server, c: _Server, name: str, path: str, pick: Any) -> Check:
-    (db, eb), (dc, ec) = await asyncio.gather(b.get(path), c.get(path))
-    if eb or ec:
-        return Check(name, None, f"not exposed ({eb or ec})")
-    pb, pc = pick(db or {}), pick(dc or {})
+def _dict_check(name: str, path: str, b: ProfileAnswer, c: ProfileAnswer, names: tuple[str, str]) -> Check:
+    if b.error or c.error:
+        return Check(name, None, f"not exposed ({b.error or c.error})")
+    pb, pc = b.value or {}, c.value or {}
     keys = sorted(set(pb) | set(pc))
     if not keys:
         return Check(name, None, f"{path} shows none of the compared fields")
+    return _fields_check(name, pb, pc, keys, names)
+
+
+def _fields_check(name: str, pb: dict[str, Any], pc: dict[str, Any], keys: list[str], names: tuple[str, str]) -> Check:
     diff = [k for k in keys if pb.get(k) != pc.get(k)]
     if not diff:
         return Check(name, True, f"identical: {', '.join(keys)}")
-    parts = [f"{k}: baseline {_short(pb.get(k))}, candidate {_short(pc.get(k))}" for k in diff]
+    parts = [f"{k}: {names[0]} {_short(pb.get(k))}, {names[1]} {_short(pc.get(k))}" for k in diff]
     return Check(name, False, "; ".join(parts), {k: pb.get(k) for k in diff}, {k: pc.get(k) for k in diff})
 
 
@@ -220,6 +275,10 @@ def _model_config(d: dict[str, Any]) -> dict[str, Any]:
     cfg = d.get("vllm_config")
     mc = cfg.get("model_config") if isinstance(cfg, dict) else None
     return {k: mc[k] for k in _MODEL_CONFIG_KEYS if isinstance(mc, dict) and k in mc}
+
+
+def _tokenizer_fields(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: d[k] for k in _TOKENIZER_KEYS if k in d}
 
 
 _LLAMA_PROPS = ("chat_template", "chat_template_tool_use", "bos_token", "eos_token", "model_ftype")
@@ -248,28 +307,17 @@ def _llama_props(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def _props_check(b: _Server, c: _Server) -> Check | None:
+def _props_check(b: ProfileAnswer, c: ProfileAnswer, names: tuple[str, str]) -> Check | None:
     """llama-server's /props compared; None when neither side is a llama-server (vLLM has no /props)."""
-    (db, eb), (dc, ec) = await asyncio.gather(b.get("/props"), c.get("/props"))
-    llama_b, llama_c = _is_llama_props(db), _is_llama_props(dc)
-    if llama_b:
-        b.llama_props = db
-    if llama_c:
-        c.llama_props = dc
+    llama_b, llama_c = b.value is not None, c.value is not None
     if not llama_b and not llama_c:
         return None
     if not (llama_b and llama_c):
-        other = "candidate" if llama_b else "baseline"
-        return Check(
-            "server_props", None, f"only one side is a llama-server; the {other} has no llama.cpp /props ({eb or ec or 'other fields'})"
-        )
-    pb, pc = _llama_props(db), _llama_props(dc)
-    keys = sorted(set(pb) | set(pc))
-    diff = [k for k in keys if pb.get(k) != pc.get(k)]
-    if not diff:
-        return Check("server_props", True, f"identical: {', '.join(keys)}")
-    parts = [f"{k}: baseline {_short(pb.get(k))}, candidate {_short(pc.get(k))}" for k in diff]
-    return Check("server_props", False, "; ".join(parts), {k: pb.get(k) for k in diff}, {k: pc.get(k) for k in diff})
+        other = names[1] if llama_b else names[0]
+        reason = b.error or c.error or "other fields"
+        return Check("server_props", None, f"only one side is a llama-server; the {other} has no llama.cpp /props ({reason})")
+    pb, pc = b.value, c.value
+    return _fields_check("server_props", pb, pc, sorted(set(pb) | set(pc)), names)
 
 
 async def _tokens(srv: _Server, case: Case) -> tuple[Any, str | None]:
@@ -288,51 +336,109 @@ async def _tokens(srv: _Server, case: Case) -> tuple[Any, str | None]:
     return await srv.post("/tokenize", {"content": case.prompt, "add_special": True, "parse_special": True})
 
 
-async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurrency: int) -> Check:
-    """Same token ids for every distinct input; lists the first few cases that differ.
+def _token_digest(ids: list[int]) -> tuple[int, str]:
+    """What a profile keeps of an input's token ids: their count, and a digest that differs when any id does."""
+    return len(ids), hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
+
+
+async def _side_tokens(side: _Server | ServerProfile, case: Case, key: str) -> tuple[list[int] | tuple[int, str] | None, str | None]:
+    """One side's tokens for an input: the ids a live server answers, or the (count, digest) a stored profile kept."""
+    if isinstance(side, ServerProfile):
+        kept = side.tokens.get(key)
+        if kept is None:
+            why = side.token_error or "its server could not tokenize it"
+            return None, f"{side.url}: no token ids stored for this input ({why})"
+        return kept, None
+    r, err = await _tokens(side, case)
+    if err:
+        return None, err
+    if not (isinstance(r, dict) or r is None):
+        return None, "/tokenize answered something other than a JSON object"
+    toks = r.get("tokens") if isinstance(r, dict) else None
+    if not toks or not isinstance(toks, list):  # llama-server's /tokenize returns [] for a body it does not read
+        return None, None
+    return toks, None
+
+
+@dataclass
+class _Tokens:
+    """One side's tokenized inputs, as a profile keeps them."""
+
+    kept: dict[str, tuple[int, str]] = field(default_factory=dict)
+    errors: int = 0
+    first_error: str = ""
+
+
+def input_key(case: Case, extra_body: dict[str, Any]) -> str:
+    """The key a case's input is tokenized and kept under: a digest of its `/tokenize` body under the baseline's `extra_body`
+    (cases with the same input share it)."""
+    return hashlib.sha256(json.dumps(case.tokenize_body("", extra_body), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+async def _tokenize_check(
+    b: _Server | ServerProfile,
+    c: _Server | ServerProfile,
+    cases: Iterable[Case],
+    concurrency: int,
+    names: tuple[str, str],
+    key_extra: dict[str, Any],
+) -> tuple[Check, tuple[_Tokens, _Tokens]]:
+    """Same token ids for every distinct input; lists the first few cases that differ. Each side is a server asked now
+    or a stored profile: two servers' ids are compared whole (the first differing token named), a stored profile's by
+    count and digest.
 
     Streams the cases: each new input is tokenized as it is met, at most
     `concurrency` at a time. What stays is a 16-byte digest per distinct
-    input, and the case ids of inputs still being tokenized or found to
-    differ (the ones the check names), so a 100,000-case suite is never held.
+    input and what each side's profile keeps of it, and the case ids of
+    inputs still being tokenized or found to differ (the ones the check
+    names), so a 100,000-case suite is never held.
     """
-    seen: set[bytes] = set()
-    pending: dict[bytes, tuple[int, list[str]]] = {}  # digest → (order of first appearance, cases sharing it)
-    differing: dict[bytes, tuple[int, dict[str, Any]]] = {}
+    seen: set[str] = set()
+    pending: dict[str, tuple[int, list[str]]] = {}  # input key → (order of first appearance, cases sharing it)
+    differing: dict[str, tuple[int, dict[str, Any]]] = {}
     first_error: tuple[int, str] | None = None
     n_errors = 0
+    sides = (_Tokens(), _Tokens())
     window = asyncio.Semaphore(concurrency)
     tasks: set[asyncio.Task[None]] = set()
 
-    async def one(key: bytes, case: Case) -> None:
+    async def one(key: str, case: Case) -> None:
         nonlocal first_error, n_errors
+        answers: Sequence[tuple[list[int] | tuple[int, str] | None, str | None]]
         try:
             try:
-                (rb, eb), (rc, ec) = await asyncio.gather(_tokens(b, case), _tokens(c, case))
+                answers = await asyncio.gather(_side_tokens(b, case, key), _side_tokens(c, case, key))
             finally:
                 window.release()
-            shaped = all(isinstance(r, dict) or r is None for r in (rb, rc))
-            tb = rb.get("tokens") if isinstance(rb, dict) else None
-            tc = rc.get("tokens") if isinstance(rc, dict) else None
-            err = eb or ec or (None if shaped else "/tokenize answered something other than a JSON object")
         except Exception as exc:  # this input's error: a finished task's exception would otherwise go unseen
-            tb = tc = None
-            err = f"{type(exc).__name__}: {exc}"
+            answers = [(None, f"{type(exc).__name__}: {exc}")] * 2
+        got: list[tuple[int, str] | None] = []
+        for tally, (toks, err) in zip(sides, answers, strict=True):
+            if toks is None:
+                tally.errors += 1
+                tally.first_error = tally.first_error or f"{case.id}: {err or 'no tokens in answer'}"
+                got.append(None)
+            else:
+                kept = toks if isinstance(toks, tuple) else _token_digest(toks)
+                tally.kept[key] = kept
+                got.append(kept)
         order, users = pending.pop(key)
-        if err or not tb or not tc:
-            # an empty list is no answer: llama-server's /tokenize returns [] for a body it does not read
+        (tb, eb), (tc, ec) = answers
+        if got[0] is None or got[1] is None:
             n_errors += 1
             if first_error is None or order < first_error[0]:
-                first_error = (order, f"{case.id}: {err or 'no tokens in answer'}")
-        elif tb != tc:
-            first = next((i for i, (x, y) in enumerate(zip(tb, tc, strict=False)) if x != y), min(len(tb), len(tc)))
-            differing[key] = (order, {"cases": users, "baseline_count": len(tb), "candidate_count": len(tc), "first_difference": first})
+                first_error = (order, f"{case.id}: {eb or ec or 'no tokens in answer'}")
+        elif got[0] != got[1]:
+            found: dict[str, Any] = {"cases": users, "baseline_count": got[0][0], "candidate_count": got[1][0]}
+            if isinstance(tb, list) and isinstance(tc, list):
+                found["first_difference"] = next((i for i, (x, y) in enumerate(zip(tb, tc, strict=False)) if x != y), min(len(tb), len(tc)))
+            differing[key] = (order, found)
 
     n = 0
     try:
         for case in cases:
             n += 1
-            key = hashlib.sha256(json.dumps(case.tokenize_body("", b.t.extra_body), sort_keys=True, default=str).encode()).digest()[:16]
+            key = input_key(case, key_extra)
             if key in pending:
                 pending[key][1].append(case.id)
             elif key in differing:
@@ -353,11 +459,14 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
     found = [d for _, d in sorted(differing.values(), key=lambda x: x[0])]
     error = first_error[1] if first_error else ""
     if n_errors and not found and n_errors == distinct:
-        return Check("tokenize", None, f"/tokenize not usable: {error}")
+        return Check("tokenize", None, f"/tokenize not usable: {error}"), sides
     if found:
         n_ids = sum(len(d["cases"]) for d in found)
         shown = ", ".join(
-            f"{d['cases'][0]} (token {d['first_difference']}: {d['baseline_count']} vs {d['candidate_count']} tokens)" for d in found[:5]
+            f"{d['cases'][0]} ("
+            + (f"token {d['first_difference']}: " if "first_difference" in d else "")
+            + f"{d['baseline_count']} vs {d['candidate_count']} tokens)"
+            for d in found[:5]
         )
         more = f" and {len(found) - 5} more inputs" if len(found) > 5 else ""
         return Check(
@@ -365,10 +474,81 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
             False,
             f"{n_ids}/{n} cases tokenize differently (chat template, system prompt or tokenizer drift): {shown}{more}",
             candidate={"differing": found},
-        )
+        ), sides
     if n_errors:
-        return Check("tokenize", None, f"{n_errors}/{distinct} inputs could not be tokenized: {error}")
-    return Check("tokenize", True, f"identical token ids for all {n} cases ({distinct} distinct inputs)")
+        return Check("tokenize", None, f"{n_errors}/{distinct} inputs could not be tokenized: {error}"), sides
+    return Check("tokenize", True, f"identical token ids for all {n} cases ({distinct} distinct inputs)"), sides
+
+
+async def _answers(side: _Server | ServerProfile) -> tuple[ProfileAnswer, ProfileAnswer, ProfileAnswer, ProfileAnswer]:
+    """models, version, tokenizer, generation defaults: asked of a live server, or as a stored profile kept them."""
+    if isinstance(side, ServerProfile):
+        return side.models, side.version, side.tokenizer, side.generation_defaults
+    models, version, tokenizer, defaults = await asyncio.gather(
+        _ask_models(side),
+        _ask_version(side),
+        _ask_dict(side, "/tokenizer_info", _tokenizer_fields),
+        _ask_dict(side, "/server_info?config_format=json", _model_config),
+    )
+    return models, version, tokenizer, defaults
+
+
+async def _props(side: _Server | ServerProfile) -> ProfileAnswer:
+    return side.props if isinstance(side, ServerProfile) else await _ask_props(side)
+
+
+def _identity(side: _Server | ServerProfile) -> tuple[str, str]:
+    return (side.url, side.model) if isinstance(side, ServerProfile) else (side.t.url, side.t.model)
+
+
+async def _compare_sides(
+    b: _Server | ServerProfile,
+    c: _Server | ServerProfile,
+    cases: Iterable[Case],
+    *,
+    concurrency: int,
+    names: tuple[str, str],
+    key_extra: dict[str, Any],
+) -> PreflightResult:
+    """Every check, each side asked now (at the same time) or read from what it answered before."""
+    (b_url, b_model), (c_url, c_model) = _identity(b), _identity(c)
+    result = PreflightResult(b_url, c_url, b_model if b_model == c_model else f"{b_model} / {c_model}")
+    pb, pc = await asyncio.gather(_props(b), _props(c))  # first: it decides how each server is asked to tokenize
+    (mb, vb, tb, gb), (mc, vc, tc, gc), (tokenize, tallies) = await asyncio.gather(
+        _answers(b), _answers(c), _tokenize_check(b, c, cases, concurrency, names, key_extra)
+    )
+    props = _props_check(pb, pc, names)
+    result.checks = [
+        *_model_checks(mb, mc, (b_model, c_model), names),
+        tokenize,
+        *([props] if props else []),
+        _dict_check("tokenizer_and_stop_tokens", "/tokenizer_info", tb, tc, names),
+        _dict_check("generation_defaults", "/server_info?config_format=json", gb, gc, names),
+        _version_check(vb, vc, names),
+    ]
+    for side, model, answers, prop, tally in (
+        (b, b_model, (mb, vb, tb, gb), pb, tallies[0]),
+        (c, c_model, (mc, vc, tc, gc), pc, tallies[1]),
+    ):
+        if isinstance(side, ServerProfile):
+            result.profiles.append(side)
+            continue
+        result.profiles.append(
+            ServerProfile(
+                url=side.t.public_url,
+                model=model,
+                models=answers[0],
+                version=answers[1],
+                tokenizer=answers[2],
+                generation_defaults=answers[3],
+                props=prop,
+                tokens=tally.kept,
+                token_inputs=len(tally.kept) + tally.errors,
+                token_errors=tally.errors,
+                token_error=tally.first_error,
+            )
+        )
+    return result
 
 
 PREFLIGHT_TIMEOUT_S = 30.0
@@ -389,23 +569,40 @@ async def preflight(
 
     Calls are retried and their errors read like generation's (`core._http`);
     `session` may be shared with other callers, otherwise one is opened here.
+    The result keeps what each server answered (`profiles`), so another
+    server can be checked against either later without asking it again.
     """
-    concurrency, timeout_s = http.concurrency, http.timeout_s
-    result = PreflightResult(
-        baseline.url, candidate.url, baseline.model if baseline.model == candidate.model else f"{baseline.model} / {candidate.model}"
-    )
-    async with shared_session(session, 2 * concurrency + 8, timeout_s) as shared:
+    async with shared_session(session, 2 * http.concurrency + 8, http.timeout_s) as shared:
         b, c = (_Server(HttpClient(t, http, session=shared)) for t in (baseline, candidate))
-        props = await _props_check(b, c)  # first: it decides how each server is asked to tokenize
-        models, version, tok_info, server_info, tokenize = await asyncio.gather(
-            _model_check(b, c),
-            _version_check(b, c),
-            _dict_check(b, c, "tokenizer_and_stop_tokens", "/tokenizer_info", lambda d: {k: d[k] for k in _TOKENIZER_KEYS if k in d}),
-            _dict_check(b, c, "generation_defaults", "/server_info?config_format=json", _model_config),
-            _tokenize_check(b, c, cases, concurrency),
-        )
-    result.checks = [*models, tokenize, *([props] if props else []), tok_info, server_info, version]
-    return result
+        return await _compare_sides(b, c, cases, concurrency=http.concurrency, names=SIDES, key_extra=baseline.extra_body)
+
+
+async def check_against_profile(
+    stored: ServerProfile,
+    target: Target,
+    cases: Iterable[Case],
+    *,
+    key_extra: dict[str, Any],
+    names: tuple[str, str] = SIDES,
+    http: HttpPolicy = PREFLIGHT_HTTP,
+) -> PreflightResult:
+    """`target` asked the preflight's questions and checked against what another server answered before (`stored`).
+
+    A stored run's baseline is never asked again: the candidate (or a live
+    baseline) is compared with the profile the stored run kept of it.
+    `key_extra` is the `extra_body` the stored profile's inputs were keyed
+    under (its run's baseline's).
+    """
+    async with shared_session(None, http.concurrency + 8, http.timeout_s) as shared:
+        live = _Server(HttpClient(target, http, session=shared))
+        return await _compare_sides(stored, live, cases, concurrency=http.concurrency, names=names, key_extra=key_extra)
+
+
+def compare_profiles(
+    baseline: ServerProfile, candidate: ServerProfile, cases: Iterable[Case], *, key_extra: dict[str, Any], names: tuple[str, str] = SIDES
+) -> PreflightResult:
+    """Two stored profiles checked against each other, nothing asked (`compare` of two stored runs' candidates)."""
+    return asyncio.run(_compare_sides(baseline, candidate, cases, concurrency=64, names=names, key_extra=key_extra))
 
 
 def run_preflight(baseline: Target, candidate: Target, cases: Iterable[Case], *, http: HttpPolicy = PREFLIGHT_HTTP) -> PreflightResult:
@@ -415,6 +612,14 @@ def run_preflight(baseline: Target, candidate: Target, cases: Iterable[Case], *,
 def preflight_http(opts: RunOptions) -> HttpPolicy:
     """The preflight's calls in a run: the run's policy, its timeout capped at `PREFLIGHT_TIMEOUT_S`."""
     return replace(opts.http, timeout_s=min(opts.timeout_s, PREFLIGHT_TIMEOUT_S))
+
+
+def identity_problems(result: PreflightResult) -> list[str]:
+    """Why the two sides cannot be taken for the same model fed the same prompt: each identity check that failed, and
+    each essential one that could not be made (a stored side is then never compared with a guess)."""
+    out = [f"{c.name}: {c.detail}" for c in result.checks if c.name in IDENTITY_CHECKS and c.passed is False]
+    out += [f"{c.name} could not be checked: {c.detail}" for c in result.checks if c.name in ESSENTIAL_CHECKS and c.passed is None]
+    return out
 
 
 def format_preflight(result: PreflightResult) -> str:

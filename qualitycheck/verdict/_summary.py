@@ -546,7 +546,7 @@ def build_summary(store: RunStore, settings: VerdictSettings | None = None, *, a
         errors=errors,
         latency=Latency.model_validate(latency),
         acceptance=Acceptance.model_validate(acceptance),
-        preflight=Preflight.model_validate(preflight.model_dump(mode="json", exclude={"format_version"}))
+        preflight=Preflight.model_validate(preflight.model_dump(mode="json", exclude={"format_version", "profiles"}))
         if preflight is not None
         else None,
         slices={dim: {label: Slice.model_validate(v) for label, v in buckets.items()} for dim, buckets in tallies.slices.summary().items()},

@@ -11,8 +11,9 @@ from aiohttp import web
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Target
+from qualitycheck.core._records import PreflightRecord
 from qualitycheck.generation import format_preflight, preflight, run_preflight
-from qualitycheck.generation._preflight import PREFLIGHT_HTTP
+from qualitycheck.generation._preflight import PREFLIGHT_HTTP, check_against_profile, compare_profiles, identity_problems
 from qualitycheck.testserver import TestServer
 from tests.helpers import raw_server
 
@@ -168,3 +169,44 @@ def test_a_tokenize_answer_of_the_wrong_shape_is_an_error_never_a_silent_pass():
     tok = _by_name(res)["tokenize"]
     assert tok.passed is not True
     assert "c0" in tok.detail and "JSON object" in tok.detail
+
+
+def test_a_server_is_checked_against_a_stored_profile_without_asking_the_server_the_profile_came_from():
+    """What the baseline answered is kept (a digest per input), so a later candidate is checked against it alone."""
+    with TestServer() as b, TestServer() as c:
+        res = run_preflight(*_targets(b, c), CASES)
+    stored = res.to_record().profiles["baseline"]
+    assert stored.url == b.url and stored.token_inputs == 3 and len(stored.tokens) == 3 and stored.token_errors == 0
+    assert stored.models.value == {"id": "test-model", "root": "/models/test-model", "max_model_len": 2048}
+    # the baseline's server is gone: only the candidate is asked
+    with TestServer() as same, TestServer(chat_template="[{role}] {content}\n", max_model_len=1024) as drifted:
+        ok = asyncio.run(check_against_profile(stored, Target(url=same.url, model="test-model"), CASES, key_extra={}))
+        bad = asyncio.run(check_against_profile(stored, Target(url=drifted.url, model="test-model"), CASES, key_extra={}))
+    assert ok.ok and _by_name(ok)["tokenize"].passed is True and identity_problems(ok) == []
+    tok = _by_name(bad)["tokenize"]
+    assert tok.passed is False and tok.detail.startswith("3/4 cases tokenize differently") and "chat-1" in tok.detail
+    assert "first_difference" not in tok.candidate["differing"][0], "a digest says that the ids differ, not where"
+    assert _by_name(bad)["model_max_model_len"].passed is False
+    assert [p.split(":")[0] for p in identity_problems(bad)] == ["tokenize"], "a context length is gated, not refused"
+    # two stored profiles, nothing asked at all
+    both = compare_profiles(stored, bad.to_record().profiles["candidate"], CASES, key_extra={})
+    assert _by_name(both)["tokenize"].passed is False and both.baseline == b.url
+
+
+def test_a_profile_that_could_not_tokenize_an_input_never_passes_the_check():
+    with TestServer() as b, TestServer() as c:
+        stored = run_preflight(*_targets(b, c), CASES[:2]).to_record().profiles["baseline"]
+        res = asyncio.run(check_against_profile(stored, Target(url=c.url, model="test-model"), CASES, key_extra={}))
+    tok = _by_name(res)["tokenize"]
+    assert tok.passed is None and "no token ids stored for this input" in tok.detail
+    assert identity_problems(res) == [f"tokenize could not be checked: {tok.detail}"]
+
+
+def test_merged_shards_keep_every_shards_inputs_in_each_profile():
+    with TestServer() as b, TestServer() as c:
+        one = run_preflight(*_targets(b, c), CASES[:2]).to_record()
+        two = run_preflight(*_targets(b, c), CASES[2:]).to_record()
+    merged = PreflightRecord.merged([one, two])
+    assert len(merged.profiles["baseline"].tokens) == 3 and merged.profiles["candidate"].token_inputs == 3, (
+        "the input both shards asked counts once"
+    )
