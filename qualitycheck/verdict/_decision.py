@@ -16,7 +16,12 @@ module says what that means for the release, and nothing else decides it:
   that measured no disagreement explains nothing, so it tolerates nothing:
   its regressions either fail the route or leave it undecided, and the
   words "explained by the measured noise floor" appear only beside the
-  regressions its measured disagreements explain;
+  regressions its measured disagreements explain. A floor the run needed
+  and could not measure (`QualityEvidence.floor_missing`: a stored
+  baseline with nothing to ask again) weighs nothing either way: a route
+  whose regressions it would have to weigh is undecided, never passed or
+  failed on a guess (a decisive divergence still fails it: no floor
+  explains a token the baseline would not write);
 - **a category** fails on a counted regression in a failed route, a sampled
   drop or an inferior check; it is inconclusive when the evidence cannot
   decide; otherwise it passes;
@@ -80,7 +85,7 @@ _LISTED = 20
 """Regression cases a route's message names; the rest are counted."""
 
 Verdict = Literal["pass", "fail", "inconclusive"]
-GreedyOutcome = Literal["fail", "thin_floor", "pass"]
+GreedyOutcome = Literal["fail", "thin_floor", "no_floor", "pass"]
 
 
 # ------------------------------------------------------------------ the evidence
@@ -106,6 +111,9 @@ class QualityEvidence:
     divergences: Mapping[str, tuple[DivergenceFacts, ...]] = field(default_factory=dict)
     """greedy case → its divergences from the baseline's answer under the baseline model (one per repeat that differs)."""
     divergence_rule: DivergenceRule = field(default_factory=DivergenceRule)
+    floor_missing: str = ""
+    """Why the noise floor the run needs could not be measured (empty when it was, or when none was asked for):
+    a route whose regressions it would have to weigh is then undecided (`decide_quality`)."""
 
     def divergence_class(self, case_id: str) -> DivergenceClass | None:
         """decisive when any repeat's divergence is; near_tie when every one is; else unclear; None without a divergence."""
@@ -162,6 +170,7 @@ def quality_evidence(
     divergences: Sequence[DivergenceFacts] = (),
     divergence_rule: DivergenceRule | None = None,
     detectable_shift: float = DEFAULT_SHIFT_NATS,
+    floor_missing: str = "",
 ) -> QualityEvidence:
     """The one builder of the decision's evidence, from the cases' outcomes (category → check → outcomes).
 
@@ -180,6 +189,10 @@ def quality_evidence(
     greedy case with a divergence fails it when the divergence is decisive
     (`divergence_rule`), with no allowance: the floor never explains a
     token the baseline would not write.
+
+    `floor_missing` says why a floor the run needs could not be measured (a
+    stored baseline with nothing to ask again, `pipeline._stored`): the
+    decision then leaves undecided what only a floor could weigh.
     """
     stats = quality_stats(
         outcomes,
@@ -217,6 +230,7 @@ def quality_evidence(
         shifts=stats.shifts,
         divergences=by_case,
         divergence_rule=divergence_rule or DivergenceRule(),
+        floor_missing=floor_missing,
     )
     per_category: dict[str, list[CaseOutcome]] = {}
     for case_id, facts in by_case.items():
@@ -321,7 +335,7 @@ def decide_quality(evidence: QualityEvidence, thresholds: Mapping[str, int]) -> 
     every = set().union(*evidence.category_routes.values()) if evidence.category_routes else set()
     counted: dict[str, GreedyOutcome] = {}
     for d in routes.values():
-        if d.greedy in ("fail", "thin_floor"):
+        if d.greedy in ("fail", "thin_floor", "no_floor"):
             for r in every if d.route == ALL_ROUTES else {d.route}:
                 if counted.get(r) != "fail":
                     counted[r] = d.greedy
@@ -480,13 +494,17 @@ def _decide_route(
     explains = min(supported, allowance)  # what the floor's measured disagreements explain, at most
     explained = min(explains, weighed)
     # the floor may tolerate up to `allowance` of the weighed ones (its exact test), and explains `explained` of them
-    greedy: GreedyOutcome = (
-        "fail"
-        if len(decisive) + max(0, weighed - allowance) > threshold
-        else "thin_floor"
-        if len(decisive) + max(0, weighed - supported) > threshold
-        else "pass"
-    )
+    greedy: GreedyOutcome
+    if ev.floor_missing:  # no floor weighs them: beyond the threshold they are neither noise nor proven regressions
+        greedy = "fail" if len(decisive) > threshold else "no_floor" if len(decisive) + weighed > threshold else "pass"
+    else:
+        greedy = (
+            "fail"
+            if len(decisive) + max(0, weighed - allowance) > threshold
+            else "thin_floor"
+            if len(decisive) + max(0, weighed - supported) > threshold
+            else "pass"
+        )
     unique: dict[tuple[str, str], SampledFinding] = {}
     for r in name:
         for f in findings.get(r, []):
@@ -521,6 +539,13 @@ def _decide_route(
                 noise = ""
             parts.append(f"{beyond} case(s) regressed beyond the noise floor{noise} (max {threshold}): {listed}{more}")
         return decided(False, beyond + len({c for f in drops for c in f.cases}), "; ".join(parts))
+    if greedy == "no_floor":
+        return decided(
+            None,
+            None,
+            f"undecided: {weighed} regression case(s) beyond the maximum {threshold} that no noise floor could weigh "
+            f"({ev.floor_missing}): {listed}",
+        )
     if greedy == "thin_floor":
         measured = f"its measured disagreements explain {explained}" if explained else "it measured no disagreement to explain them"
         return decided(
@@ -597,7 +622,8 @@ def _decide_category(
     for name, s in cells.items():
         in_failed = [i for r, ids in s.routes.items() if counted.get(r) == "fail" for i in ids if i not in explained]
         in_thin = [i for r, ids in s.routes.items() if counted.get(r) == "thin_floor" for i in ids if i not in explained]
-        count = set(in_failed) | set(in_thin)
+        in_unweighed = [i for r, ids in s.routes.items() if counted.get(r) == "no_floor" for i in ids if i not in explained]
+        count = set(in_failed) | set(in_thin) | set(in_unweighed)
         drops = _drop_cases(s)
         finding = sampled_finding(s) if s.sampled is not None else None
         weighed = [i for i in s.regressions if i not in explained]
@@ -621,6 +647,10 @@ def _decide_category(
             thin.append(
                 f"{s.check}: regression(s) {', '.join(dict.fromkeys(in_thin))} not explained by the measured noise floor, "
                 "which has too few pairs to tell them from noise"
+            )
+        if in_unweighed and not in_failed:
+            thin.append(
+                f"{s.check}: regression(s) {', '.join(dict.fromkeys(in_unweighed))} that no noise floor could weigh ({ev.floor_missing})"
             )
     shift = ev.shifts.get(category)
     likelihood = shift_finding(shift) if shift is not None else None
@@ -754,6 +784,8 @@ def _would_decide(cells: Mapping[str, CheckStats], why: str, shift: ShiftStats |
             out.append(f"{s.check}: more cases, until the CI lies wholly above −{s.margin} or below it")
     if "too few pairs" in why:
         out.append("the noise floor's pairs: more cases, --control URL (a second baseline replica asked every case) or --repeats N")
+    if "no noise floor could weigh" in why:
+        out.append("a measured noise floor: a live baseline asked alongside (--baseline URL with --baseline-run), or runs with --repeats N")
     if "no check decides" in why:
         out.append("a check on these cases (exact: true for greedy ones, or a format or reference check)")
     return "; ".join(out)
