@@ -22,7 +22,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from _pytest._code.code import TerminalRepr
 
-from qualitycheck.cli._options import LIKELIHOOD_OPTIONS, REPORT_OPTIONS, RUN_OPTIONS, TARGET_OPTIONS, add_options, config_overrides, dest
+from qualitycheck.cli._options import (
+    LIKELIHOOD_OPTIONS,
+    REPORT_OPTIONS,
+    RUN_OPTIONS,
+    STORED_BASELINE_OPTIONS,
+    TARGET_OPTIONS,
+    add_options,
+    config_overrides,
+    dest,
+)
 
 __all__ = ["QualitycheckItem", "pytest_addoption", "pytest_configure"]
 
@@ -32,7 +41,7 @@ if TYPE_CHECKING:
 SUMMARY_KEY = pytest.StashKey["Summary"]()
 SUMMARY_PATH_KEY = pytest.StashKey[str]()
 _PREFIX = "--qc-"
-_GATE_OPTIONS = (*TARGET_OPTIONS, *RUN_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS)
+_GATE_OPTIONS = (*TARGET_OPTIONS, *RUN_OPTIONS, *STORED_BASELINE_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS)
 """The `qualitycheck run` flags, declared once in the CLI and added here with the `--qc-` prefix."""
 
 
@@ -66,19 +75,20 @@ def _run_or_regate(config: pytest.Config) -> Path:
             raise ConfigError(
                 [Problem(cfg.source or "command line", None, "--qc-suite", "no suite given (--qc-suite PATH or `suites:` in --qc-config)")]
             )
-        if cfg.baseline is None or cfg.candidate is None:
+        stored = Path(opt("qc_baseline_run")) if opt("qc_baseline_run") else None
+        if (cfg.baseline is None and stored is None) or cfg.candidate is None:
             raise ConfigError(
                 [
                     Problem(
                         cfg.source or "command line",
                         None,
                         "--qc-baseline/--qc-candidate",
-                        "both endpoints are needed to run a suite (or give --qc-run DIR)",
+                        "both endpoints are needed to run a suite (or --qc-baseline-run DIR and a candidate, or --qc-run DIR)",
                     )
                 ]
             )
         out = Path(opt("qc_out")) if opt("qc_out") else Path("reports") / time.strftime("pytest-%Y%m%d-%H%M%S")
-        run(cfg, suites, out)
+        run(cfg, suites, out, baseline_run=stored)
         return out
     except QualitycheckError as exc:
         raise pytest.UsageError(f"qualitycheck: {exc}") from None

@@ -125,6 +125,9 @@ class TestServer:
     engine: str = "vllm"
     """`vllm`; `llama`: answers /props as llama-server does (it cannot score a given answer); `hosted`: no /tokenize."""
     log: list[dict[str, Any]] = field(default_factory=list)
+    received: dict[str, int] = field(default_factory=dict)
+    """Requests received per path, every endpoint counted (`log` holds only generation and /tokenize bodies): what a
+    test counts to show a server was asked nothing."""
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -161,7 +164,7 @@ class TestServer:
             loop = asyncio.new_event_loop()
             self._loop = loop
             asyncio.set_event_loop(loop)
-            app = web.Application()
+            app = web.Application(middlewares=[self._count])
             app.router.add_post("/v1/chat/completions", self._chat)
             app.router.add_post("/v1/completions", self._completions)
             app.router.add_get("/v1/models", self._models)
@@ -193,6 +196,13 @@ class TestServer:
             self._thread.join(10)
 
     # ------------------------------------------------------------ helpers
+    @web.middleware
+    async def _count(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        with self._lock:
+            self.received[request.path] = self.received.get(request.path, 0) + 1
+        response: web.StreamResponse = await handler(request)
+        return response
+
     def requests(self, path: str = "") -> list[dict[str, Any]]:
         with self._lock:
             return [e for e in self.log if e["path"].endswith(path)]

@@ -57,14 +57,16 @@ def cmd_run(a: argparse.Namespace) -> int:
     from qualitycheck.pipeline._run import run
 
     cfg = load_config(a.config, config_overrides(vars(a), (*TARGET_OPTIONS, *RUN_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS)))
-    missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
+    stored = Path(a.baseline_run) if a.baseline_run else None
+    # with a stored baseline, --baseline is a live one asked alongside, and may be left out
+    missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None and not (n == "baseline" and stored)]
     if missing:
         raise ConfigError(
             [Problem(cfg.source or "command line", None, n, f"no {n} target (--{n} URL or `{n}:` in the config)") for n in missing]
         )
     suites = _suites(a, cfg)
     out = Path(a.out) if a.out else Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    return run(cfg, suites, out)
+    return run(cfg, suites, out, baseline_run=stored)
 
 
 def cmd_stage(a: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from qualitycheck.cli._options import (
     RUN_OPTIONS,
     SHADOW_OPTIONS,
     SHADOW_TARGET_OPTIONS,
+    STORED_BASELINE_OPTIONS,
     SWEEP_OPTIONS,
     TARGET_OPTIONS,
     add_options,
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", help="generate, score, compare, gate and report")
-    add_options(p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS))
+    add_options(p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *STORED_BASELINE_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS))
 
     p = sub.add_parser("validate", help="check suite files; lists every problem as path:line: field: message")
     p.add_argument("paths", nargs="+", metavar="PATH")

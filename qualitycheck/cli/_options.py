@@ -29,6 +29,7 @@ __all__ = [
     "RUN_OPTIONS",
     "SHADOW_OPTIONS",
     "SHADOW_TARGET_OPTIONS",
+    "STORED_BASELINE_OPTIONS",
     "SWEEP_OPTIONS",
     "TARGET_OPTIONS",
     "Option",
@@ -107,6 +108,17 @@ RUN_OPTIONS = (
     ),
 )
 """How a run generates: `run` and the pytest gate."""
+
+STORED_BASELINE_OPTIONS = (
+    Option(
+        "baseline-run",
+        "take the baseline's answers and samples from this stored run folder and ask only the candidate (the suite, "
+        "request options and the candidate's preflight must match the stored run's; --baseline URL is then a live baseline "
+        "asked alongside, for the noise floor, latency and samples the stored run lacks)",
+        metavar="DIR",
+    ),
+)
+"""`run` only: a stored baseline (`pipeline._stored`)."""
 
 LIKELIHOOD_OPTIONS = (
     Option(

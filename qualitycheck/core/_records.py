@@ -43,6 +43,8 @@ __all__ = [
     "ShadowPeriod",
     "ShadowPeriods",
     "SpecCounters",
+    "StoredAnswers",
+    "StoredSide",
     "TokenLogprob",
     "ToolCall",
     "Usage",
@@ -367,6 +369,61 @@ class PreflightRecord(ArtifactRecord):
                 }
             )
         return first.model_copy(update={"profiles": profiles})
+
+
+class StoredSide(_Frozen):
+    """A side of a run whose answers were copied from a stored run rather than asked in this one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    folder: str
+    """The stored run's folder, as given."""
+    created_at: float
+    """The stored run's start (epoch seconds): which run it was, wherever its folder is now."""
+    side: Literal["baseline", "candidate"]
+    """The side of the stored run whose answers were taken (`compare` takes each run's candidate)."""
+    url: str
+    model: str
+
+
+class StoredAnswers(ArtifactRecord):
+    """Where a run's answers came from when a side was not asked in it (`run --baseline-run`, `compare`), and what
+    that leaves unmeasured.
+
+    Written by the pipeline (`pipeline._stored`) before generation and kept
+    current after it; the summary's `stored` block and the decision's
+    evidence read it. A stored side cannot give what depends on asking it
+    now: an A/A floor where this run's candidate diverged, latency under
+    this run's load, more samples than it holds. Each is said here rather
+    than guessed.
+    """
+
+    ARTIFACT: ClassVar[str] = "stored_answers"
+    baseline: StoredSide
+    """Where the baseline side's answers came from."""
+    candidate: StoredSide | None = None
+    """`compare`: where the candidate side's came from (None: the candidate was asked in this run)."""
+    live_baseline: str | None = None
+    """A live baseline asked alongside the candidate (its URL), stored as the `control` target; None without one."""
+    floor: str = ""
+    """How the A/A noise floor was measured, in a sentence."""
+    floor_missing: str = ""
+    """Why the floor the run needs could not be measured (empty when it was, or none was asked for): a route whose
+    regressions it would have to weigh is then undecided, never passed."""
+    latency_missing: str = ""
+    """Why latency is not gated (empty when a live baseline answered alongside the candidate)."""
+    short: dict[str, int] = Field(default_factory=dict)
+    """Sampled category → the samples per case the stored baseline holds, where a round needed more and no live
+    baseline could give them: the category's test stopped there."""
+
+    @classmethod
+    def merged(cls, parts: Sequence[Self]) -> Self:
+        """Shards of one run took their answers from the same stored runs: the first's record, with every shard's short categories."""
+        short: dict[str, int] = {}
+        for p in parts:
+            for cat, n in p.short.items():
+                short[cat] = min(n, short.get(cat, n))
+        missing = next((p.floor_missing for p in parts if p.floor_missing), "")
+        return parts[0].model_copy(update={"short": short, "floor_missing": missing})
 
 
 class SpecCounters(_Frozen):

@@ -349,6 +349,19 @@ class RunStore:
     def _response_groups(self, where: str = "", args: tuple[str, ...] = ()) -> Iterator[tuple[str, list[str]]]:
         return _grouped(self._db.execute(f"SELECT case_id, body FROM responses{where} ORDER BY case_id, target, repeat", args))
 
+    def answered_repeats(self, target: str) -> dict[str, int]:
+        """case id → how many of its first repeats hold a success of `target` (repeats 0, 1, ... up to the first gap).
+
+        What a stored side can give a later run of each case: the samples it
+        holds without a hole (`pipeline._stored`). One int per case.
+        """
+        out: dict[str, int] = {}
+        q = "SELECT case_id, repeat FROM responses WHERE target=? AND ok=1 ORDER BY case_id, repeat"
+        for cid, rep in self._db.execute(q, (target,)):
+            if out.get(cid, 0) == rep:
+                out[cid] = rep + 1
+        return out
+
     def count_responses(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
         for t, ok, n in self._db.execute("SELECT target, ok, COUNT(*) FROM responses GROUP BY target, ok"):
@@ -747,6 +760,8 @@ def _manifest_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         diff.append(f"repeats differ: stored {old.get('repeats')}, now {new.get('repeats')}")
     if "sampling" in old and "sampling" in new and old["sampling"] != new["sampling"]:  # folders written before it have none
         diff.append(f"sampling settings differ: stored {old['sampling']}, now {new['sampling']}")
+    if old.get("stored") != new.get("stored"):  # the stored runs a side's answers were copied from (`pipeline._stored`)
+        diff.append(f"the stored runs answers were taken from differ: stored {old.get('stored')}, now {new.get('stored')}")
     return diff
 
 

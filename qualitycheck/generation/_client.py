@@ -41,7 +41,7 @@ from qualitycheck.core._http import (
 )
 from qualitycheck.core._records import ErrorInfo, Response, ToolCall, Usage
 
-__all__ = ["AnswerReader", "Endpoint", "RequestPlan", "build_request"]
+__all__ = ["REQUEST_OPTIONS", "AnswerReader", "Endpoint", "RequestPlan", "build_request"]
 
 _DRAIN_S = 0.25
 
@@ -53,6 +53,10 @@ class RequestPlan:
     kind: str  # "chat" | "completions"
     body: dict[str, Any]
     fingerprint: str
+
+
+REQUEST_OPTIONS = ("max_tokens", "stream", "return_token_ids")
+"""The run options that enter every request body (`build_request`): two runs whose answers are compared must agree on them."""
 
 
 def build_request(case: Case, target: Target, opts: RunOptions, repeat: int = 0) -> RequestPlan:

@@ -106,6 +106,7 @@ def measured_generate(
     http_clients: dict[str, Any] | None = None,
     samples: Samples | None = None,
     preflight: bool = True,
+    keep_stored: frozenset[str] = frozenset(),
 ) -> RunStats:
     """Preflight (unless `preflight=False`: a later sampling round), then generation in windows bracketed by
     /metrics scrapes of every target.
@@ -114,7 +115,8 @@ def measured_generate(
     window): a list, or a re-iterable such as `cases.SuiteCases`. `targets`
     and `opts` are the runner's (`generate`). `dcgm_url` is a DCGM exporter's
     /metrics, sampled with the targets' KV-cache usage while they generate.
-    `samples` gives each case its number of repeats (the sampling rounds' plan).
+    `samples` gives each case its number of repeats (the sampling rounds' plan);
+    `keep_stored` the targets whose stored answers stand (`generate`).
     """
     # read before anything is sent, and kept here as windows are added (a resumed run's earlier windows are kept):
     # a damaged record (a StoreError) must not cost the preflight's and a window's requests first
@@ -144,6 +146,7 @@ def measured_generate(
                         on_response=tally,
                         done=done,
                         samples=samples,
+                        keep_stored=keep_stored,
                     )
                 finally:
                     sampler.cancel()

@@ -69,12 +69,16 @@ def work_items(
     opts: RunOptions,
     done: StoredOutcomes | dict[tuple[str, str, int], tuple[str, bool]],
     samples: Samples | None = None,
+    keep_stored: frozenset[str] = frozenset(),
 ) -> Iterable[tuple[Case, int, list[str]]]:
     """(case, repeat, targets still needing an answer) for everything not stored yet.
 
     A sampled case is not sent to the control: the control measures the
     greedy noise floor, and a sampled case is judged by its own samples on
-    both sides (`verdict._sequential`).
+    both sides (`verdict._sequential`). A stored success of a target in
+    `keep_stored` is kept whatever request it answered: a stored baseline's
+    answers were made by another endpoint and checked when they were copied
+    (`pipeline._stored`), and only what they lack is asked of a live one.
     """
     greedy_only = {n: t for n, t in targets.items() if n != "control"}
     for case in cases:
@@ -84,7 +88,7 @@ def work_items(
             for name, t in asked.items():
                 prev = done.get((case.id, name, rep))
                 # the fingerprint is only needed to compare with a stored answer (resume)
-                if prev is None or not prev[1] or prev[0] != build_request(case, t, opts, rep).fingerprint:
+                if prev is None or not prev[1] or (name not in keep_stored and prev[0] != build_request(case, t, opts, rep).fingerprint):
                     need.append(name)
             if need:
                 yield case, rep, need
@@ -150,6 +154,7 @@ async def generate(
     on_response: Callable[[Response], None] | None = None,
     done: StoredOutcomes | None = None,
     samples: Samples | None = None,
+    keep_stored: frozenset[str] = frozenset(),
 ) -> RunStats:
     """Send every missing (case, target, repeat) and store each outcome as it arrives.
 
@@ -161,13 +166,15 @@ async def generate(
     `done` is `store.stored_outcomes()` (opened here when not given, and
     then closed here): windows over disjoint cases share one. `samples`
     gives each case its number of repeats (the sampling rounds' plan).
+    `keep_stored`: targets whose stored successes stand whatever request
+    they answered (`work_items`).
     """
     progress = progress or Progress()
     stats = RunStats()
     own_done = done is None
     done = store.stored_outcomes() if done is None else done
     try:
-        return await _generate(store, cases, targets, opts, progress, http_clients, on_response, done, stats, samples)
+        return await _generate(store, cases, targets, opts, progress, http_clients, on_response, done, stats, samples, keep_stored)
     finally:
         if own_done:
             done.close()
@@ -184,6 +191,7 @@ async def _generate(
     done: StoredOutcomes,
     stats: RunStats,
     samples: Samples | None,
+    keep_stored: frozenset[str],
 ) -> RunStats:
     totals: dict[str, int] = {}
     wanted = 0
@@ -196,7 +204,7 @@ async def _generate(
         for case in cases:  # a counting pass: neither the cases nor the work are ever listed
             n = samples(case) if samples is not None else opts.repeats
             wanted += n * (len(targets) - ("control" in targets and case.sampled))
-            for _, _, need in work_items((case,), targets, opts, done, samples):
+            for _, _, need in work_items((case,), targets, opts, done, samples, keep_stored):
                 for name in need:
                     totals[name] = totals.get(name, 0) + 1
     stats.skipped = wanted - sum(totals.values())
@@ -232,7 +240,7 @@ async def _generate(
     window = asyncio.Semaphore(opts.concurrency)
     tasks: set[asyncio.Task[None]] = set()
     try:
-        for case, rep, need in work_items(cases, targets, opts, done, samples):
+        for case, rep, need in work_items(cases, targets, opts, done, samples, keep_stored):
             await window.acquire()
             while writer.backlog() > MAX_UNWRITTEN:  # the store is behind: wait for it rather than queue without bound
                 await asyncio.sleep(0.002)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from qualitycheck.core._config import Target
 from qualitycheck.core._config_file import Config
 from qualitycheck.core._store import RunStore
 
@@ -19,8 +20,14 @@ if TYPE_CHECKING:
 __all__ = ["likelihood_pass", "likelihood_settings"]
 
 
-def likelihood_settings(cfg: Config) -> LikelihoodSettings | None:
-    """What the stage reads of a run's config; None when it has nothing to score with (no baseline and no scorer)."""
+def likelihood_settings(cfg: Config, baseline: Target | None = None) -> LikelihoodSettings | None:
+    """What the stage reads of a run's config; None when it has nothing to score with (no baseline and no scorer).
+
+    `baseline` is the target the baseline's answers were asked of, when not
+    the config's (a stored baseline, `pipeline._stored`): the prompt is
+    rendered with its `extra_body`. It is never the scorer: a stored
+    baseline is not asked anything.
+    """
     import dataclasses
 
     from qualitycheck.likelihood import LikelihoodSettings
@@ -29,9 +36,10 @@ def likelihood_settings(cfg: Config) -> LikelihoodSettings | None:
     scorer = opts.scorer or cfg.baseline
     if scorer is None:
         return None
+    template = baseline or cfg.baseline
     return LikelihoodSettings(
         scorer=scorer,
-        template_extra=dict(cfg.baseline.extra_body) if cfg.baseline is not None else {},
+        template_extra=dict(template.extra_body) if template is not None else {},
         enabled=opts.enabled,
         top_k=opts.top_k,
         least_likely=opts.least_likely,
@@ -40,15 +48,21 @@ def likelihood_settings(cfg: Config) -> LikelihoodSettings | None:
 
 
 def likelihood_pass(
-    store: RunStore, cfg: Config, *, case_ids: Iterable[str] | None = None, progress: Callable[[], Any] | None = None
+    store: RunStore,
+    cfg: Config,
+    *,
+    case_ids: Iterable[str] | None = None,
+    progress: Callable[[], Any] | None = None,
+    baseline: Target | None = None,
 ) -> None:
     """Score the answers of `case_ids` (all cases: None) that have no current record; nothing without a baseline.
 
     Switched off (`--no-likelihood`), it records the evidence as not
-    evaluated. `progress` makes the progress display (generation's bars).
+    evaluated. `progress` makes the progress display (generation's bars);
+    `baseline` is a stored baseline's target (`likelihood_settings`).
     """
     from qualitycheck.likelihood import score_likelihoods
 
-    settings = likelihood_settings(cfg)
+    settings = likelihood_settings(cfg, baseline)
     if settings is not None:
         score_likelihoods(store, settings, case_ids=case_ids, progress=progress() if progress else None)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from qualitycheck.verdict._model import Summary
     from qualitycheck.verdict._settings import VerdictSettings
 
-__all__ = ["finish", "manifest_for", "redo", "run", "summarize", "verdict_settings"]
+__all__ = ["finish", "manifest_for", "manifest_of", "redacted_config", "redo", "run", "summarize", "verdict_settings"]
 
 WALK_YOUNG_COLLECTION = 20_000
 """Containers between young collections while the store is walked: its records die by reference count (`few_collections`)."""
@@ -39,11 +39,12 @@ def manifest_for(cases: Iterable[Case], cfg: Config, suites: list[str], *, targe
     the config's (a shadow's control is its baseline asked again).
     """
     pairs = [(c.id, c.content_hash()) for c in cases]
-    return _manifest(suite_fingerprint(pairs), len(pairs), cfg, suites, cfg.targets() if targets is None else targets)
+    return manifest_of(suite_fingerprint(pairs), len(pairs), cfg, suites, cfg.targets() if targets is None else targets)
 
 
-def _manifest(fingerprint: str, count: int, cfg: Config, suites: list[str], targets: Mapping[str, Target]) -> dict[str, Any]:
-    """What decides whether `--out` may be resumed (see store._manifest_diff)."""
+def manifest_of(fingerprint: str, count: int, cfg: Config, suites: list[str], targets: Mapping[str, Target]) -> dict[str, Any]:
+    """What decides whether `--out` may be resumed (see store._manifest_diff): the suite's fingerprint, the targets the
+    answers come from, and how many answers a case has."""
     return {
         "suite_fingerprint": fingerprint,
         "suite_files": [str(s) for s in suites],
@@ -66,7 +67,7 @@ def redacted_config(cfg: Config) -> dict[str, Any]:
     return d
 
 
-def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, Any] | None = None) -> int:
+def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, Any] | None = None, baseline_run: Path | None = None) -> int:
     """Generate into `out` and finish the run there.
 
     The suite is never held: `scan_suite` validates it in one streaming pass
@@ -74,6 +75,10 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
     (judge checks, then into the store) reads it again lazily; generation
     reads the cases back from the store. Memory does not grow with the
     number of cases.
+
+    `baseline_run` takes the baseline's answers from that stored run folder
+    and asks only the candidate (`cfg.baseline`, if any, is a live baseline
+    asked alongside it): see `pipeline._stored`.
     """
     from qualitycheck.generation._noise import (  # the HTTP stack: only a run that generates pays for it
         ask_baseline_again,
@@ -96,16 +101,38 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
             validate_judge_checks(cases, load_judges(dirs))
     if cfg.run.preflight:  # a model name a target does not serve: exit 2 before anything is sent
         check_served_models(cfg.targets(), source=cfg.source or "command line")
-    store = RunStore.create(out, _manifest(scan.fingerprint, scan.count, cfg, suites, cfg.targets()), cases)
+    stored = None
+    targets = cfg.targets()
+    if baseline_run is not None:  # refused (exit 2) before anything is generated, unless its answers compare with this run's
+        from qualitycheck.pipeline._stored import open_baseline_run
+
+        stored = open_baseline_run(baseline_run, cfg, scan.fingerprint, cases, out)
+        targets = stored.manifest_targets
+    manifest = manifest_of(scan.fingerprint, scan.count, cfg, suites, targets)
+    if stored is not None:
+        manifest["stored"] = stored.manifest_entry
+    try:
+        store = RunStore.create(out, manifest, cases)
+    except BaseException:
+        if stored is not None:
+            stored.close()
+        raise
     try:
         store.put_artifact("config", redacted_config(cfg))
         if cfg.run.repeats > 1:
             each = f"{cfg.run.repeats} repeats"
         else:
             each = f"1 answer per greedy case, sampled cases in rounds of {cfg.run.sample_round} up to {cfg.run.max_samples_per_case}"
-        print(f"qualitycheck: {scan.count} cases × {len(cfg.targets())} targets, {each} → {out}", file=sys.stderr)
-        stats = sample_in_rounds(store, cfg, progress=RichProgress, http_clients=http_clients)
-        if not stats.interrupted and cfg.baseline is not None and noise_floor_source(cfg.targets(), cfg.run) == "baseline_again":
+        sides = f"{len(targets)} targets"
+        if stored is not None:
+            stored.begin(store, cfg)
+            sides = f"{len(stored.targets)} target(s) asked, the baseline's answers from {baseline_run}"
+        print(f"qualitycheck: {scan.count} cases × {sides}, {each} → {out}", file=sys.stderr)
+        stats = sample_in_rounds(store, cfg, progress=RichProgress, http_clients=http_clients, stored=stored)
+        if stored is not None:
+            if not stats.interrupted:
+                stored.settle_floor(store, cfg)
+        elif not stats.interrupted and cfg.baseline is not None and noise_floor_source(cfg.targets(), cfg.run) == "baseline_again":
             stats = ask_baseline_again(store, cfg.baseline, cfg.run, progress=RichProgress())
             if not stats.interrupted:
                 likelihood_pass(store, cfg, progress=RichProgress)  # the baseline asked again: its divergences explained too
@@ -116,6 +143,8 @@ def run(cfg: Config, suites: list[str], out: Path, *, http_clients: dict[str, An
         raise RunIncompleteError(f"interrupted; everything received is stored in {out}. Run the same command again to resume.") from None
     finally:
         store.close()
+        if stored is not None:
+            stored.close()
 
 
 def finish(store: RunStore, cfg: Config | None = None, *, score: bool = True, report: bool = True) -> int:

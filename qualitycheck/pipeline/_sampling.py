@@ -14,13 +14,21 @@ Each round's decisions are a pure function of the samples stored up to it
 (scored here in memory with the deterministic checks; the judge decides
 afterwards), so a resumed run takes the same rounds, and the summary replays
 the same looks. `--repeats N` fixes the number instead: one round of N.
+
+With a stored baseline (`run --baseline-run`, `pipeline._stored`) each round
+copies the baseline's samples from the stored run instead of asking for
+them, as many as the round asks of the candidate: both sides then hold the
+same samples of a case, as in a live run. A round that needs more samples
+than the stored run holds takes the rest from a live baseline when one is
+given; without one its category stops where the stored samples end, and
+stays undecided if it is (said in the summary, never guessed).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config_file import Config
@@ -36,7 +44,10 @@ from qualitycheck.verdict._likelihood import LikelihoodTally, ShiftCase
 from qualitycheck.verdict._outcomes import CaseOutcome, add_case_outcomes
 from qualitycheck.verdict._sequential import Design, design_for
 
-__all__ = ["first_round", "sample_in_rounds"]
+if TYPE_CHECKING:
+    from qualitycheck.pipeline._stored import StoredBaseline
+
+__all__ = ["first_round", "sample_in_rounds", "sampled_ids", "undecided_after"]
 
 
 def first_round(cfg: Config) -> Callable[[Case], int]:
@@ -73,6 +84,26 @@ def _outcomes(
     return outcomes, ids, likelihood.sampled if likelihood is not None else None
 
 
+def undecided_after(store: RunStore, cfg: Config, design: Design, samples: int) -> tuple[dict[str, tuple[str, ...]], dict[str, set[str]]]:
+    """The sampled categories still undecided on their first `samples` repeats (category → its undecided checks, before
+    Holm: the rounds' rule), and each category's sampled case ids."""
+    outcomes, ids, likelihood = _outcomes(store, samples)
+    evidence = quality_evidence(
+        outcomes,
+        margins=cfg.non_inferiority_margin,
+        design=design,
+        describe=False,
+        likelihood=likelihood,
+        detectable_shift=cfg.likelihood.detectable_shift,
+    )
+    return dict(decide_quality(evidence, {}).undecided), ids
+
+
+def sampled_ids(store: RunStore) -> set[str]:
+    """The ids of the run's sampled cases."""
+    return {c.id for c in store.iter_cases() if c.sampled}
+
+
 def _record(cfg: Config, design: Design, sampled: int, rounds: list[SamplingRoundRecord]) -> SamplingRecord:
     return SamplingRecord(
         mode="fixed" if cfg.run.repeats > 1 else "adaptive",
@@ -90,16 +121,22 @@ def sample_in_rounds(
     *,
     progress: Callable[[], Progress] | None = None,
     http_clients: dict[str, Any] | None = None,
+    stored: StoredBaseline | None = None,
 ) -> RunStats:
     """Generate the first round for every case, then further rounds for the undecided sampled categories.
 
     Records the rounds (artifact `sampling`) after each one and prints what
     each costs. Returns the generation's counts; `interrupted` stops the
-    rounds where they are (a rerun resumes them).
+    rounds where they are (a rerun resumes them). With `stored`, the
+    baseline's answers are copied from a stored run (see the module's
+    docstring) and only the candidate (and a live baseline) is asked.
     """
     design = design_for(cfg.run)
-    sides = 2  # a sampled case is asked of the baseline and the candidate, never of the control (`generation.work_items`)
-    targets = cfg.targets()
+    targets = cfg.targets() if stored is None else stored.targets
+    keep = frozenset({"baseline"}) if stored is not None else frozenset()  # a stored baseline's answers stand
+    template = stored.target if stored is not None else None
+    if stored is not None:
+        stored.copy(store, None, first_round(cfg))
     stats = measured_generate(
         store,
         StoredCases(store),
@@ -109,9 +146,11 @@ def sample_in_rounds(
         progress=progress() if progress else None,
         http_clients=http_clients,
         samples=first_round(cfg),
+        preflight=stored is None,  # a stored baseline's candidate was checked against its stored profile instead
+        keep_stored=keep,
     )
     if not stats.interrupted:
-        likelihood_pass(store, cfg, progress=progress)
+        likelihood_pass(store, cfg, progress=progress, baseline=template)
     by_category: dict[str, int] = {}
     for c in store.iter_cases():
         if c.sampled:
@@ -120,31 +159,31 @@ def sample_in_rounds(
     if not sampled:
         return stats
     first = design.looks[0]
+    sides = 2 if stored is None else 1  # a sampled case is asked of the baseline and the candidate, never of the control
     rounds = [
         SamplingRoundRecord(
-            round=1, samples_per_case=first, cases=sampled, categories=tuple(sorted(by_category)), requests=sampled * first * sides
+            round=1,
+            samples_per_case=first,
+            cases=sampled,
+            categories=tuple(sorted(by_category)),
+            requests=sampled * first * sides + (stored.to_ask(sampled_ids(store), 0, first) if stored is not None else 0),
         )
     ]
     store.put_record(_record(cfg, design, sampled, rounds))
     for k in range(1, len(design.looks)):
         if stats.interrupted:
             break
-        outcomes, ids, likelihood = _outcomes(store, design.looks[k - 1])
-        evidence = quality_evidence(
-            outcomes,
-            margins=cfg.non_inferiority_margin,
-            design=design,
-            describe=False,
-            likelihood=likelihood,
-            detectable_shift=cfg.likelihood.detectable_shift,
-        )
-        undecided = decide_quality(evidence, {}).undecided  # the cells still undecided before Holm: the rounds' rule
+        undecided, ids = undecided_after(store, cfg, design, design.looks[k - 1])
         if not undecided:
             print(f"qualitycheck: sampling: every sampled category decided after {design.looks[k - 1]} samples per case", file=sys.stderr)
             break
+        if stored is not None:  # without a live baseline, a category goes on only as far as the stored samples reach
+            undecided = stored.can_sample(store, undecided, ids, design.looks[k])
+            if not undecided:
+                break
         asked = set().union(*(ids.get(cat, set()) for cat in undecided))
         more = design.looks[k] - design.looks[k - 1]
-        requests = len(asked) * more * sides
+        requests = len(asked) * more * sides + (stored.to_ask(asked, design.looks[k - 1], design.looks[k]) if stored is not None else 0)
         names = ", ".join(f"{cat} ({', '.join(checks)})" for cat, checks in sorted(undecided.items()))
         print(
             f"qualitycheck: sampling round {k + 1} of up to {len(design.looks)}: {len(asked)} of {sampled} sampled cases, "
@@ -157,6 +196,8 @@ def sample_in_rounds(
             )
         )
         store.put_record(_record(cfg, design, sampled, rounds))
+        if stored is not None:
+            stored.copy(store, asked, _all_to(design.looks[k]))
         more_stats = measured_generate(
             store,
             StoredCases(store, asked),
@@ -167,8 +208,9 @@ def sample_in_rounds(
             http_clients=http_clients,
             samples=_all_to(design.looks[k]),
             preflight=False,
+            keep_stored=keep,
         )
         stats.add(more_stats)
         if not more_stats.interrupted:
-            likelihood_pass(store, cfg, case_ids=asked, progress=progress)
+            likelihood_pass(store, cfg, case_ids=asked, progress=progress, baseline=template)
     return stats

@@ -345,17 +345,23 @@ class LatencyTally:
     this stage's memory.
     """
 
-    def __init__(self, sizes: dict[str, int], gpu_hour_usd: float | None = None):
+    def __init__(self, sizes: dict[str, int], gpu_hour_usd: float | None = None, *, alongside: str | None = None):
         self._sizes = sizes
         self._price = gpu_hour_usd
         self._per_cat: dict[str, dict[str, LatencySamples]] = {}
         self._held: dict[str, int] = {}
+        self._alongside = alongside
+        """A side measured alongside the candidate in place of a baseline measured elsewhere (a stored one's `control`)."""
+        self._paired: dict[str, Samples] = {}
+        """TPOT of that side and of the candidate, on the (case, repeat)s both answered (`paired_tpot`)."""
 
     @classmethod
-    def for_store(cls, store: RunStore) -> LatencyTally:
-        return cls({t: c["requests"] for t, c in store.count_responses().items()}, _gpu_hour_usd(store))
+    def for_store(cls, store: RunStore, *, alongside: str | None = None) -> LatencyTally:
+        return cls({t: c["requests"] for t, c in store.count_responses().items()}, _gpu_hour_usd(store), alongside=alongside)
 
     def add(self, rec: CaseRecords) -> None:
+        if self._alongside is not None:
+            self._add_paired(rec, self._alongside)
         per_cat, held = self._per_cat, self._held
         sides = per_cat.setdefault(rec.case.category, {})
         for r in rec.responses:
@@ -372,6 +378,31 @@ class LatencyTally:
                         if r.target in cat_sides:
                             cat_sides[r.target].bucket()
 
+    def _add_paired(self, rec: CaseRecords, side: str) -> None:
+        """The TPOT of `side` and of the candidate at the repeats both answered: one request set, one period and load.
+
+        A live baseline asked alongside a stored one answers the greedy cases
+        (as the control does), the candidate every case: comparing all of
+        each side's requests would weigh different answers. Only TPOT is
+        kept (8 bytes a request): it is what the latency guardrail reads.
+        """
+        theirs = {r.repeat: r for r in rec.responses if r.target == side and r.ok}
+        if not theirs:
+            return
+        for r in rec.responses:
+            if r.target == "candidate" and r.ok and r.repeat in theirs:
+                a, c = tpot_s(theirs[r.repeat]), tpot_s(r)
+                if a is not None and c is not None:
+                    self._paired.setdefault("baseline", Samples()).append(a)
+                    self._paired.setdefault("candidate", Samples()).append(c)
+
+    def paired_tpot(self) -> dict[str, dict[str, Any]]:
+        """{baseline: {tpot_ms, requests}, candidate: {...}} over the requests both the `alongside` side and the candidate answered."""
+        return {
+            side: {"tpot_ms": self._paired.get(side, Samples()).percentiles_ms(), "requests": self._paired.get(side, Samples()).n}
+            for side in ("baseline", "candidate")
+        }
+
     def merge(self, later: LatencyTally) -> None:
         """Fold in the tally of the cases after this one's: samples pooled per (category, side).
 
@@ -380,6 +411,9 @@ class LatencyTally:
         of all the cases would have bucketed it. Percentiles do not depend
         on the order of the samples, and bucket counts add up.
         """
+        for side, samples in later._paired.items():
+            held = self._paired.get(side)
+            self._paired[side] = samples if held is None else Samples.merged([held, samples])
         per_cat = self._per_cat
         for cat, sides in later._per_cat.items():
             mine = per_cat.setdefault(cat, {})

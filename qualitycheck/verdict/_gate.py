@@ -74,6 +74,10 @@ class Evidence:
     route_errors: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     """route → target → {count, requests}."""
     latency: dict[str, Any] | None = None
+    """side → its latency figures (`serving.LatencyTally`): `baseline` and `candidate` are what the latency rules compare."""
+    latency_missing: str = ""
+    """Why the baseline's latency cannot be compared with the candidate's (a stored baseline measured at another time
+    and load); the latency rules are then not evaluated."""
     acceptance: dict[str, Any] | None = None
     quality: QualityDecision | None = None
     """Every route's quality guardrail, decided; the rule renders its route's decision."""
@@ -123,6 +127,8 @@ class MaxTpotP95Regression:
     name: str = "max_tpot_p95_regression"
 
     def evaluate(self, ev: Evidence) -> GuardrailResult:
+        if ev.latency_missing:
+            return GuardrailResult(self.name, _pct(self.threshold), None, None, f"not evaluated: {ev.latency_missing}", self.route)
         lat = ev.latency or {}
         b = ((lat.get("baseline") or {}).get("tpot_ms") or {}).get("p95")
         c = ((lat.get("candidate") or {}).get("tpot_ms") or {}).get("p95")

@@ -67,6 +67,8 @@ __all__ = [
     "SamplingSummary",
     "Slice",
     "SliceCheck",
+    "StoredRunSide",
+    "StoredSummary",
     "Summary",
     "TargetInfo",
     "read_summary",
@@ -555,6 +557,9 @@ class Latency(_Open):
     candidate: LatencySide | None = None
     control: LatencySide | None = None
     per_category: dict[str, dict[str, LatencySide]] = Field(default_factory=dict)
+    alongside: dict[str, LatencySide] = Field(default_factory=dict)
+    """Written when a live baseline answered alongside a stored one (`run --baseline-run DIR --baseline URL`): the live
+    baseline's TPOT (`baseline`) and the candidate's over the requests both answered, which the TPOT guardrail compares."""
 
 
 class AcceptanceFigures(_Open):
@@ -695,6 +700,34 @@ class SamplingSummary(_Closed):
     rounds: list[SamplingRound] = Field(default_factory=list)
 
 
+class StoredRunSide(_Closed):
+    """A side whose answers were copied from a stored run."""
+
+    folder: str
+    side: Literal["baseline", "candidate"]
+    """The stored run's side that was taken."""
+    url: str
+    model: str
+
+
+class StoredSummary(_Closed):
+    """Where the answers of a side not asked in this run came from, and what that leaves unmeasured (never guessed)."""
+
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"candidate", "live_baseline", "short"})
+
+    baseline: StoredRunSide
+    candidate: StoredRunSide | None = None
+    """`compare`: the stored run whose candidate is this run's candidate."""
+    live_baseline: str | None = None
+    """A live baseline asked alongside the candidate (stored as `control`): the floor's pairs and the latency compared."""
+    floor: str
+    """How the A/A noise floor was measured, or why it could not be (a route that needs it is then undecided)."""
+    latency: str
+    """What the latency guardrail compared, or why it was not evaluated."""
+    short: dict[str, int] = Field(default_factory=dict)
+    """Sampled category → samples per case the stored baseline holds, where a round needed more: its test stopped there."""
+
+
 class HumanReview(_Closed):
     """The run's human spot-checks: who labelled, how much, and how noisy the reviewers are."""
 
@@ -729,7 +762,9 @@ class Summary(_Closed):
 
     model_config = ConfigDict(title="qualitycheck summary.json")
 
-    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review", "judge_position_bias", "gpu", "sampling", "likelihood"})
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset(
+        {"human_review", "judge_position_bias", "gpu", "sampling", "likelihood", "stored"}
+    )
 
     format_version: int
     verdict: Verdict
@@ -766,6 +801,8 @@ class Summary(_Closed):
     """Written when the run has sampled cases: the sampling rounds and their cost."""
     likelihood: LikelihoodSummary | None = None
     """Written when the likelihood stage ran (or was asked to and could not): the baseline model as referee."""
+    stored: StoredSummary | None = None
+    """Written when a side's answers came from a stored run (`run --baseline-run`, `compare`)."""
 
     def to_json_text(self) -> str:
         """The file's text: indented JSON of what was written, keys in the contract's order."""

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qualitycheck.core._records import FORMAT_VERSION, LikelihoodStage, NoiseFloorRecord, PreflightRecord, SamplingRecord
+from qualitycheck.core._records import (
+    FORMAT_VERSION,
+    LikelihoodStage,
+    NoiseFloorRecord,
+    PreflightRecord,
+    SamplingRecord,
+    StoredAnswers,
+)
 from qualitycheck.core._store import CaseRecords, RunStore
 from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary, gpu_summary
 from qualitycheck.serving._errors import ErrorTally
@@ -64,6 +71,8 @@ from qualitycheck.verdict._model import (
     SamplingSummary,
     ShiftCaseSummary,
     Slice,
+    StoredRunSide,
+    StoredSummary,
     Summary,
     TargetInfo,
 )
@@ -127,9 +136,11 @@ class _Errors:
 class _Tallies:
     """The summary's share of the walk: the digest and the latency, slice, judge, error and likelihood tallies (a `SplitTally`)."""
 
-    def __init__(self, store: RunStore):
+    def __init__(self, store: RunStore, stored: StoredAnswers | None = None):
         self.digest = RunDigest()
-        self.latency, self.slices, self.judge = LatencyTally.for_store(store), SliceTally(), JudgeTally.for_store(store)
+        alongside = "control" if stored is not None and stored.live_baseline else None  # a live baseline's latency, paired
+        self.latency = LatencyTally.for_store(store, alongside=alongside)
+        self.slices, self.judge = SliceTally(), JudgeTally.for_store(store)
         self.errors = _Errors()
         self.likelihood = LikelihoodTally.for_stage(store.record(LikelihoodStage))
 
@@ -242,8 +253,23 @@ def _category_noise(t: TextTally, cells: Mapping[str, CheckStats]) -> CategoryNo
     return floor
 
 
-def _noise_floor(store: RunStore, text: Mapping[str, TextTally]) -> NoiseFloorSummary:
-    """How this run measured its A/A floor, from what generation stored (`generation._noise`) and the text tallies."""
+def _noise_floor(store: RunStore, text: Mapping[str, TextTally], stored: StoredAnswers | None = None) -> NoiseFloorSummary:
+    """How this run measured its A/A floor, from what generation stored (`generation._noise`) and the text tallies.
+
+    With a side taken from a stored run (`stored`), its record says where
+    the floor's pairs came from, or why there are none.
+    """
+    floor = _measured_floor(store, text)
+    if stored is None:
+        return floor
+    if stored.floor_missing and floor.source == "none":
+        floor.note = f"not measured: {stored.floor_missing}; a route whose regressions it would have to weigh is undecided"
+    elif stored.floor:
+        floor.note = f"{stored.floor} ({floor.note})" if floor.note else stored.floor
+    return floor
+
+
+def _measured_floor(store: RunStore, text: Mapping[str, TextTally]) -> NoiseFloorSummary:
     asked = store.record(NoiseFloorRecord)
     aa_pairs = sum(t.aa_pairs for t in text.values())
     if aa_pairs:
@@ -354,11 +380,14 @@ class _Gathered:
     judge: dict[str, dict[str, Any]]
     category_noise: dict[str, CategoryNoiseFloor]
     divergence: dict[str, float | None]
+    stored: StoredAnswers | None
+    """Where a side's answers came from when it was not asked in this run."""
 
 
 def _gather(store: RunStore, settings: VerdictSettings, also: Sequence[CaseConsumer | SplitTally]) -> _Gathered:
     """Walk the store once (`compare_run`) and compute the statistics, with the run's memo of what scipy computed before."""
-    tallies = _Tallies(store)
+    stored = store.record(StoredAnswers)
+    tallies = _Tallies(store, stored)
     humans = human_tally(store)  # None unless reviewers' labels were imported
     each: list[CaseConsumer | SplitTally] = [tallies, *also]
     if humans is not None:  # reviewers' labels fold in walk order only: a run with them is walked by one process
@@ -370,7 +399,7 @@ def _gather(store: RunStore, settings: VerdictSettings, also: Sequence[CaseConsu
         each.append(add_humans)
     compare_run(store, each=each)
     digest = tallies.digest
-    noise = _noise_floor(store, digest.text)
+    noise = _noise_floor(store, digest.text, stored)
     taken = max((len(o.baseline) for cells in digest.outcomes.values() for outs in cells.values() for o in outs if o.sampled), default=1)
     design = design_of(store.record(SamplingRecord), settings.detectable_drop, taken)
     category_routes = {cat: set(routes) for cat, routes in store.category_routes().items()}
@@ -394,6 +423,7 @@ def _gather(store: RunStore, settings: VerdictSettings, also: Sequence[CaseConsu
             divergences=tallies.likelihood.divergences if tallies.likelihood is not None else (),
             divergence_rule=settings.divergence_rule,
             detectable_shift=settings.detectable_shift,
+            floor_missing=stored.floor_missing if stored is not None else "",
         )
         drift = format_drift(digest.drift_samples())
         judge = tallies.judge.summary()
@@ -402,7 +432,7 @@ def _gather(store: RunStore, settings: VerdictSettings, also: Sequence[CaseConsu
         divergence = {cat: divergence_upper(t.greedy_pairs, t.greedy_pairs - t.greedy_identical) for cat, t in text.items()}
     if memo.added:
         store.put_artifact(STATS_MEMO_ARTIFACT, memo.to_json())
-    return _Gathered(tallies, humans, noise, evidence, drift, judge, category_noise, divergence)
+    return _Gathered(tallies, humans, noise, evidence, drift, judge, category_noise, divergence, stored)
 
 
 def run_evidence(store: RunStore, settings: VerdictSettings | None = None) -> QualityEvidence:
@@ -438,10 +468,15 @@ def build_summary(store: RunStore, settings: VerdictSettings | None = None, *, a
     preflight = store.record(PreflightRecord)
     rules = build_rules(guard, routes_in_run, preflight_ran=preflight is not None)
     decision = decide_quality(evidence, quality_thresholds(rules))
+    stored = g.stored
+    compared = latency
+    if stored is not None and stored.live_baseline:  # the live baseline's requests, and the candidate's on the same ones
+        latency["alongside"] = compared = tallies.latency.paired_tpot()
     ev = Evidence(
         errors={t: e.model_dump() for t, e in errors.items()},
         route_errors=digest.route_errors,
-        latency=latency,
+        latency=compared,
+        latency_missing=stored.latency_missing if stored is not None else "",
         acceptance=acceptance,
         quality=decision,
         preflight=preflight,
@@ -531,11 +566,24 @@ def build_summary(store: RunStore, settings: VerdictSettings | None = None, *, a
             f"likelihood evidence: {stage.too_long} answer(s) too long for the scorer's context were not scored "
             "(each is named in the run store's likelihoods table)"
         )
-    if noise.source == "none":
+    if stored is not None and stored.floor_missing and noise.source == "none":
+        not_evaluated.append(
+            f"noise floor: not measured ({stored.floor_missing}), so a route whose regressions it would have to weigh is "
+            "undecided, never passed"
+        )
+    elif noise.source == "none":
         not_evaluated.append(
             "noise floor: not measured (--no-noise-floor, or no baseline answers to compare), so every "
             "pass→fail flip counts as a regression (leave the default on, or add --control or --repeats)"
         )
+    if stored is not None:
+        if stored.latency_missing and "max_tpot_p95_regression" not in guard.thresholds:
+            not_evaluated.append(f"latency: not compared ({stored.latency_missing})")
+        not_evaluated += [
+            f"sampled category {cat}: the stored baseline holds {n} sample(s) per case and no live baseline gave more, "
+            "so its test stopped there"
+            for cat, n in sorted(stored.short.items())
+        ]
     summary = Summary(
         format_version=FORMAT_VERSION,
         verdict=verdict,  # type: ignore[arg-type]
@@ -568,6 +616,8 @@ def build_summary(store: RunStore, settings: VerdictSettings | None = None, *, a
     sampling = _sampling(store, digest)
     if sampling is not None:
         summary.sampling = sampling
+    if stored is not None:
+        summary.stored = _stored_summary(stored, noise)
     if stage is not None:
         summary.likelihood = LikelihoodSummary(
             evaluated=stage.evaluated,
@@ -582,6 +632,31 @@ def build_summary(store: RunStore, settings: VerdictSettings | None = None, *, a
             seconds=round(sum(p.seconds for p in stage.passes), 3),
         )
     return summary
+
+
+def _stored_summary(stored: StoredAnswers, noise: NoiseFloorSummary) -> StoredSummary:
+    """summary.json `stored`: which stored runs gave which side, and what the floor and latency are then."""
+
+    def side(s: object) -> StoredRunSide:
+        return StoredRunSide.model_validate(s, from_attributes=True)
+
+    out = StoredSummary(
+        baseline=side(stored.baseline),
+        floor=noise.note,
+        latency=(
+            "the live baseline's TPOT compared with the candidate's over the requests both answered, alongside each other "
+            f"(latency.alongside); the baseline's answers are the stored ones, {stored.live_baseline} answered as the control"
+            if stored.live_baseline
+            else f"not compared: {stored.latency_missing}"
+        ),
+    )
+    if stored.candidate is not None:
+        out.candidate = side(stored.candidate)
+    if stored.live_baseline:
+        out.live_baseline = stored.live_baseline
+    if stored.short:
+        out.short = dict(stored.short)
+    return out
 
 
 def _likelihood_cell(sh: ShiftStats, outcome: str) -> LikelihoodCell:
