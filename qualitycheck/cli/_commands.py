@@ -69,6 +69,15 @@ def cmd_run(a: argparse.Namespace) -> int:
     return run(cfg, suites, out, baseline_run=stored)
 
 
+def cmd_compare(a: argparse.Namespace) -> int:
+    """Two stored runs gated against each other, in a new run folder; nothing is asked of any target."""
+    from qualitycheck.pipeline._compare import compare_runs
+
+    if not a.out:
+        raise ConfigError([Problem("command line", None, "--out", "required: the folder to write the comparison to")])
+    return compare_runs(a.run_a, a.run_b, a.out, a.config)
+
+
 def cmd_stage(a: argparse.Namespace) -> int:
     from qualitycheck.pipeline._run import redo
 
@@ -242,6 +251,7 @@ def cmd_shadow(a: argparse.Namespace) -> int:
 
 COMMANDS = {
     "run": cmd_run,
+    "compare": cmd_compare,
     "validate": cmd_validate,
     "score": cmd_stage,
     "report": cmd_stage,

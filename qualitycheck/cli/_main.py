@@ -14,6 +14,7 @@ from qualitycheck.cli._canary import cmd_canary
 from qualitycheck.cli._commands import COMMANDS, EXIT_INCOMPLETE, EXIT_INPUT
 from qualitycheck.cli._options import (
     CANARY_COMMAND_OPTIONS,
+    COMPARE_OPTIONS,
     LIKELIHOOD_OPTIONS,
     PREFLIGHT_OPTIONS,
     REPLAY_OPTIONS,
@@ -47,6 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="generate, score, compare, gate and report")
     add_options(p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *STORED_BASELINE_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS))
+
+    p = sub.add_parser(
+        "compare",
+        help="gate two stored runs: RUN_A's candidate as the baseline side, RUN_B's as the candidate (nothing is asked)",
+    )
+    p.add_argument("run_a", metavar="RUN_A")
+    p.add_argument("run_b", metavar="RUN_B")
+    add_options(p.add_argument, COMPARE_OPTIONS)
 
     p = sub.add_parser("validate", help="check suite files; lists every problem as path:line: field: message")
     p.add_argument("paths", nargs="+", metavar="PATH")

@@ -21,6 +21,7 @@ from qualitycheck.core._errors import ConfigError, Problem
 __all__ = [
     "CANARY_COMMAND_OPTIONS",
     "CANARY_OPTIONS",
+    "COMPARE_OPTIONS",
     "LIKELIHOOD_OPTIONS",
     "PREFLIGHT_OPTIONS",
     "REPLAY_OPTIONS",
@@ -119,6 +120,12 @@ STORED_BASELINE_OPTIONS = (
     ),
 )
 """`run` only: a stored baseline (`pipeline._stored`)."""
+
+COMPARE_OPTIONS = (
+    Option("config", "config with guardrails and a judge (default: RUN_B's own)", metavar="FILE", short="-c"),
+    Option("out", "folder for the comparison (a run folder: `report`, `gate` and `score` work on it)", metavar="DIR"),
+)
+"""`compare RUN_A RUN_B`: two stored runs gated against each other."""
 
 LIKELIHOOD_OPTIONS = (
     Option(
