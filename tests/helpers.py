@@ -8,7 +8,31 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a thread of its own, its result or exception handed back.
+
+    For the runs the browser tests load: the session's browser (tests/unit/conftest.py) keeps an event loop
+    running in the main thread, where `asyncio.run` (the CLI's `run`) then fails.
+    """
+    out: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            out["value"] = fn(*args)
+        except BaseException as exc:
+            out["error"] = exc
+
+    t = threading.Thread(target=call, name=f"in_thread:{getattr(fn, '__name__', fn)}")
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
 
 
 def write_suite(path: Path, cases: list[dict[str, Any]]) -> Path:

@@ -20,7 +20,7 @@ from qualitycheck.report import write_report
 from qualitycheck.testserver import Fault, TestServer
 from qualitycheck.verdict._model import Summary
 from qualitycheck.verdict._summary import build_summary, write_summary
-from tests.helpers import write_suite
+from tests.helpers import in_thread, write_suite
 
 RIGHT = "The answer is 42."
 XSS_SCRIPT = "<script>alert(1)</script>"
@@ -105,4 +105,5 @@ def build_run(folder: Path) -> tuple[Path, Summary]:
 
 @pytest.fixture(scope="module")
 def stored_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Summary]:
-    return build_run(tmp_path_factory.mktemp("report"))
+    """Built in a thread of its own: the browser tests load it while the session's browser holds this thread's event loop."""
+    return in_thread(build_run, tmp_path_factory.mktemp("report"))
