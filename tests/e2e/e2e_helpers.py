@@ -27,6 +27,19 @@ RELAXED_GUARDRAILS = {
 }
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def checkout_env(**extra: str) -> dict[str, str]:
+    """The environment for a subprocess that imports qualitycheck: this checkout's package first, whatever the cwd.
+
+    From another folder, `python -m qualitycheck` would import the package the venv's editable install points at:
+    the checkout scripts/dev.sh last set up, which in a second worktree is not the code under test.
+    """
+    path = os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def qc(*args: str, cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     """Run the real `qualitycheck` CLI in a subprocess, as users and CI do."""
     return subprocess.run(
@@ -35,7 +48,7 @@ def qc(*args: str, cwd: Path | None = None, timeout: float = 900) -> subprocess.
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+        env=checkout_env(NO_COLOR="1", COLUMNS="200"),
     )
 
 
