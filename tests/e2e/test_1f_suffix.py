@@ -2,9 +2,10 @@
 
 vLLM imports arctic-inference for it; scripts/dev.sh builds its wheel
 once and installs it (docs/ENGINE.md says why it is built). A Python
-without it skips this test and says why; in CI (env CI set) that is a
-failure, as a missing engine is. Verified like ngram: greedy answers
-identical, acceptance read from the real counters and gated.
+without it skips this test and says why (a skip the pool sees, so it never
+starts that server); in CI (env CI set) that is a failure, as a missing
+engine is. Verified like ngram: greedy answers identical, acceptance read
+from the real counters and gated.
 """
 
 from __future__ import annotations
@@ -16,43 +17,42 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.engines._launcher import launch, suffix_config
 from tests.e2e.e2e_helpers import MODEL, RELAXED_GUARDRAILS, SUITES, explain, qc, summary_of, write_config
 
-pytestmark = pytest.mark.e2e
-
 MISSING = "arctic-inference is not installed in this Python (suffix decoding needs it; bash scripts/dev.sh setup installs it)"
+ARCTIC = importlib.util.find_spec("arctic_inference") is not None
+
+pytestmark = [pytest.mark.e2e, pytest.mark.engines("fp32", "fp32-suffix")]
+if not ARCTIC and not os.environ.get("CI"):
+    pytestmark.append(pytest.mark.skip(reason=MISSING))
 
 
 @pytest.fixture(autouse=True)
 def _arctic_inference() -> None:
-    if importlib.util.find_spec("arctic_inference") is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but {MISSING}")
-        pytest.skip(MISSING)
+    if not ARCTIC:
+        pytest.fail(f"CI is set but {MISSING}")
 
 
-def test_suffix_decoding_candidate_keeps_greedy_answers_and_reports_acceptance(engines: Any, model_dir: Path, tmp_path: Path) -> None:
-    base = engines.use("fp32")["fp32"]
-    with launch(model_dir, served_name=MODEL, name="fp32-suffix", core=1, speculative_config=suffix_config(), log_dir=tmp_path) as cand:
-        out = tmp_path / "run"
-        proc = qc(
-            "run",
-            "-c",
-            str(write_config(tmp_path / "qc.yaml", {**RELAXED_GUARDRAILS, "min_acceptance_rate": 0.05})),
-            "--baseline",
-            base.url,
-            "--candidate",
-            cand.url,
-            "--model",
-            MODEL,
-            "--suite",
-            str(SUITES / "fp32.jsonl"),
-            "--out",
-            str(out),
-            "--concurrency",
-            "4",
-        )
+def test_suffix_decoding_candidate_keeps_greedy_answers_and_reports_acceptance(engines: Any, tmp_path: Path) -> None:
+    servers = engines.use("fp32", "fp32-suffix")
+    out = tmp_path / "run"
+    proc = qc(
+        "run",
+        "-c",
+        str(write_config(tmp_path / "qc.yaml", {**RELAXED_GUARDRAILS, "min_acceptance_rate": 0.05})),
+        "--baseline",
+        servers["fp32"].url,
+        "--candidate",
+        servers["fp32-suffix"].url,
+        "--model",
+        MODEL,
+        "--suite",
+        str(SUITES / "fp32.jsonl"),
+        "--out",
+        str(out),
+        "--concurrency",
+        "4",
+    )
     s = summary_of(out)
     assert proc.returncode == 0 and s["verdict"] == "pass", explain(proc)
     assert all(c["identical_rate"] == 1.0 for c in s["categories"].values())

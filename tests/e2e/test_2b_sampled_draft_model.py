@@ -23,7 +23,7 @@ import pytest
 from tests.e2e.e2e_helpers import explain
 from tests.e2e.test_1d_sampled_ngram import SAMPLED, _run, one_category
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.engines("fp32", "fp32-draft")]
 
 
 SAMPLES = 6

@@ -31,7 +31,7 @@ import pytest
 from qualitycheck.core._store import RunStore
 from tests.e2e.e2e_helpers import MODEL, SUITES, explain, qc, summary_of, write_config
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.engines("bf16", "bf16-ngram", "bf16-control")]
 
 
 @pytest.fixture(scope="module")

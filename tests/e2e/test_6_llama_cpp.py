@@ -5,7 +5,8 @@ acceptance read from llama-server's own `llamacpp:spec_decode_*` counters
 (checked against deltas of its /metrics page taken around the run) and
 gated, preflight made of what llama-server exposes (`/props`,
 `/apply-template` + `/tokenize`), the verdict the engine's measured
-behaviour calls for (docs/ENGINE.md), and `demo --engine llama.cpp` whole.
+behaviour calls for (docs/ENGINE.md), `demo --engine llama.cpp` whole, and
+`qualitycheck canary` watching the draft candidate from its own counters.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from tests.e2e.e2e_helpers import (
     summary_of,
     write_config,
 )
+from tests.e2e.machine import Span
+from tests.e2e.test_1e_canary import _watch, open_ended_load
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llama_cpp]
 
@@ -188,3 +191,27 @@ def test_demo_on_llama_cpp_runs_the_whole_job_and_cleans_up(tmp_path: Path) -> N
     for cat, j in judged.items():  # no judge: nothing decided, so nothing counted as a pass
         assert j["n"] == 0 and j["baseline_pass_rate"] is None and j["candidate_pass_rate"] is None, (cat, j)
     assert_demo_servers_gone(out, "llama")
+
+
+def test_a_llama_server_candidate_is_watched_from_its_own_counters(llama_servers: dict[str, Any], tmp_path: Path, machine: Span) -> None:
+    """llama-server's draft-model candidate (the demo GGUF drafting for itself): acceptance read from its
+    `llamacpp:spec_decode_*` counters window by window, above the minimum, so nothing trips."""
+    cand = llama_servers["draft"]
+
+    def three_evaluated_or_unread(recs: list[dict[str, Any]]) -> bool:
+        unread = any("exposes no speculative-decoding metrics" in (g["result"]["message"] or "") for r in recs for g in r["guardrails"])
+        return unread or sum(1 for r in recs if r["guardrails"] and r["guardrails"][0]["result"]["passed"] is not None) >= 3
+
+    with open_ended_load(cand.url) as sent:
+        code, recs, ran, err = _watch(
+            tmp_path, machine, cand.url + "/metrics", 0.55, three_evaluated_or_unread, limit_s=180, min_drafts=20, window="10s"
+        )
+    seen = [(g["result"]["observed"], g["result"]["message"], g["evidence"]) for r in recs for g in r["guardrails"]]
+    evaluated = [r for r in recs if r["guardrails"][0]["result"]["passed"] is not None]
+    assert len(evaluated) >= 3, f"windows (acceptance, message, evidence): {seen}; sent {sent}\n{err[-3000:]}\n{machine.describe()}"
+    for r in evaluated:
+        g = r["guardrails"][0]
+        assert r["sources"][0]["engine"] == "llamacpp", r["sources"]
+        assert g["result"]["passed"] is True and 0.55 <= g["result"]["observed"] <= 1.0, seen
+    assert not any(r["tripped_now"] for r in recs) and ran == []
+    assert code == 0, err[-3000:] + "\n" + machine.describe()
