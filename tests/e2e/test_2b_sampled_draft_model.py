@@ -21,18 +21,26 @@ from typing import Any
 import pytest
 
 from tests.e2e.e2e_helpers import explain
-from tests.e2e.test_1d_sampled_ngram import SAMPLED, _run, one_category
+from tests.e2e.test_1d_sampled_ngram import SAMPLED, _run, of_categories
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines("fp32", "fp32-draft")]
 
 
-SAMPLES = 6
-"""Samples per side at most: a large loss shows by the second look, and this candidate answers slowly on a CPU."""
+SAMPLES = 2
+"""Samples per case and side: one look. The loss this candidate shows differs between machines and between runs,
+and the test holds the verdict to whatever its run shows, so the budget decides only which losses are found rather
+than named undecided. Replaying the gate's test on the per-case rates measured (tests/e2e/sizing.py, 2,000 runs):
+one look of 2 samples finds a loss of 40 points or more (both JSON checks) in 99% of runs (4 samples: 35 points;
+6: 25), which covers the 56 and 72 points measured on an AMD EPYC (docs/ENGINE.md) and the 47 points of one run
+here (75% → 28% valid JSON, found at Holm p 3e-4). Another run here lost 9 points of valid JSON and 6 to the schema
+(67% → 57%, 55% → 49%): no budget the test could afford decides that reliably (10 samples in 33% of runs, 6 in
+23%, 2 in 9%), so most runs name it undecided with what would decide it, at any budget; 2 samples do so for a third
+of the 6-sample run's requests."""
 
 
 def test_the_draft_model_candidates_json_loss_at_temperature_is_found_or_named_undecided(engines: Any, tmp_path: Path) -> None:
     servers = engines.use("fp32", "fp32-draft")
-    proc, s = _run(servers, "fp32-draft", one_category(SAMPLED, tmp_path, "json"), tmp_path, "sampled", max_samples_per_case=SAMPLES)
+    proc, s = _run(servers, "fp32-draft", of_categories(SAMPLED, tmp_path, "json"), tmp_path, "sampled", max_samples_per_case=SAMPLES)
     cat = s["categories"]["json"]
     cells = {check: cat["checks"][check]["sampled"] for check in ("json_parse", "json_schema")}
     decided = {check: c["decision"] for check, c in cells.items()}
