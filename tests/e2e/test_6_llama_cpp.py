@@ -12,6 +12,7 @@ behaviour calls for (docs/ENGINE.md), `demo --engine llama.cpp` whole, and
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from tests.e2e.machine import Span
 from tests.e2e.test_1e_canary import _watch, open_ended_load
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llama_cpp]
+
+REPO = Path(__file__).resolve().parents[2]
 
 UNTIMED = {k: v for k, v in RELAXED_GUARDRAILS.items() if k != "max_tpot_p95_regression"}
 """Quality, errors and acceptance are gated; speed is not: a draft as large as the target makes the candidate 2-3x
@@ -173,7 +176,15 @@ def test_preflight_on_llama_cpp_names_a_drifted_chat_template(llama_servers: dic
 
 def test_demo_on_llama_cpp_runs_the_whole_job_and_cleans_up(tmp_path: Path) -> None:
     """`qualitycheck demo --engine llama.cpp` from an unrelated folder: its own two servers, the whole run folder, acceptance
-    read from llama-server, judged checks left undecided (it runs without a judge), and both servers gone afterwards."""
+    read from llama-server, judged checks left undecided (it runs without a judge), and both servers gone afterwards.
+
+    The folder holds the repository's suites but the sampled ones (suites/json_sampled.jsonl), so the demo runs its 26
+    greedy cases (a folder's own suites/ is what the demo takes, `pipeline._demo.default_suites`): the sampled path on
+    llama-server is `test_sampled_pair_on_llama_cpp_stays_faithful_and_reads_acceptance`'s, and here its rounds cost
+    most of the demo's time on one thread per server without a finding of their own. test_5_demo runs the whole
+    demo suite on vLLM.
+    """
+    shutil.copytree(REPO / "suites", tmp_path / "suites", ignore=shutil.ignore_patterns("json_sampled.jsonl"))
     out = tmp_path / "demo"
     proc = qc("demo", "--engine", "llama.cpp", "--out", str(out), cwd=tmp_path)
     assert proc.returncode == 0, explain(proc)
