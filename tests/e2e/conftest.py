@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ import pytest
 
 from qualitycheck.engines._launcher import LaunchError, LlamaServer, launch_llama, llama_server_binary, start_together
 from tests.e2e.e2e_helpers import MODEL
-from tests.e2e.machine import MachineWatch, Span
+from tests.e2e.machine import FileCosts, MachineWatch, Span, tree_cpu_s
 from tests.e2e.pool import SCHEDULE, EnginePool, Schedule
 
 
@@ -70,6 +71,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 
 WATCH: MachineWatch | None = None
+COSTS = FileCosts()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -81,6 +83,19 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if WATCH is not None:
         for line in WATCH.report():
             terminalreporter.write_line(line)
+    for line in COSTS.report():
+        terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Each e2e test's wall and CPU time, setup and teardown included (where its servers start and stop)."""
+    if item.get_closest_marker("e2e") is None:
+        yield
+        return
+    wall, cpu = time.monotonic(), tree_cpu_s()
+    yield
+    COSTS.add(item.nodeid, time.monotonic() - wall, tree_cpu_s() - cpu)
 
 
 @pytest.fixture(scope="session")
