@@ -34,7 +34,7 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -345,15 +345,17 @@ class _Pass:
                 other.record = other.record.model_copy(update={"divergence": _divergence(base, other)})
         self._write(answers)
 
-    async def _tokens(self, call: Any) -> list[int] | _Failed:
-        async with self._requests:
-            try:
+    async def _tokens(self, call: Coroutine[Any, Any, list[int]]) -> list[int] | _Failed:
+        try:
+            async with self._requests:
                 ids: list[int] = await call
                 return ids
-            except ScoreFailed as exc:
-                return _Failed("error", exc.info.message)
-            except TooLong as exc:
-                return _Failed("too_long", f"the scorer refused it as too long: {exc}")
+        except ScoreFailed as exc:
+            return _Failed("error", exc.info.message)
+        except TooLong as exc:
+            return _Failed("too_long", f"the scorer refused it as too long: {exc}")
+        finally:
+            call.close()  # cancelled while waiting for a request slot: the call never started, and is closed unstarted
 
     async def _score_answer(self, case: Case, a: _Answer, prompt: list[int]) -> None:
         """Score one answer, or wait for the prefill of an identical one in this pass (its top tokens come with it)."""
