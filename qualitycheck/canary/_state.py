@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from qualitycheck.canary._record import ActionRecord, RouteState
 from qualitycheck.core._errors import StoreError
 
-__all__ = ["CanaryState", "locked_state", "state_path"]
+__all__ = ["CanaryState", "locked_state", "read_state", "state_path"]
 
 STATE_VERSION = 1
 
@@ -65,6 +65,19 @@ def locked_state(out: Path, dry_run: bool = False) -> Iterator[CanaryState]:
             tmp = path.with_suffix(".tmp")
             tmp.write_text(state.model_dump_json(indent=2), encoding="utf-8")
             os.replace(tmp, path)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def read_state(out: Path, dry_run: bool = False) -> CanaryState:
+    """The state as it is now, read under the folder's lock and never written (a fresh state when there is none yet)."""
+    path = state_path(out, dry_run)
+    if not out.is_dir():
+        return CanaryState()
+    with open(out / "canary.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        try:
+            return _read(path)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
