@@ -1,5 +1,5 @@
-"""The watcher's HTTP face on `--listen`: `/qc/metrics` for alerting, `/qc/status` and `/qc/ready` for rollout
-controllers; one aiohttp server on the watcher's own event loop.
+"""The watcher's HTTP face on `--listen`: `/qc/metrics` for alerting, `/qc/status`, `/qc/ready` and Flagger's webhooks
+for rollout controllers; one aiohttp server on the watcher's own event loop.
 
 Gauges are replaced at every window, so a series disappears when its route
 or guardrail is no longer watched. A guardrail's `passed` is 1, 0, or -1
@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
+from qualitycheck.canary._flagger import BAD_PAYLOAD, HOOKS, UNKNOWN, answer_hook, parse_payload
 from qualitycheck.canary._record import CanaryRecord
 from qualitycheck.canary._status import CanaryStatus
 from qualitycheck.core._errors import ConfigError, Problem
@@ -89,7 +90,9 @@ class CanaryMetrics:
         return generate_latest(self.registry)
 
 
-async def serve(metrics: CanaryMetrics, status: Callable[[], CanaryStatus], listen: str) -> tuple[web.AppRunner, str]:
+async def serve(
+    metrics: CanaryMetrics, status: Callable[[], CanaryStatus], listen: str, log: Callable[[str], None]
+) -> tuple[web.AppRunner, str]:
     """Serve the watcher on HOST:PORT inside the running loop; returns the runner (to clean up) and the base URL.
 
     A port in use or an address not on this host is bad input (exit 2), said as such.
@@ -107,12 +110,26 @@ async def serve(metrics: CanaryMetrics, status: Callable[[], CanaryStatus], list
             return web.json_response({"status": "ready", "windows": s.window.decided})
         return web.json_response({"status": "waiting for the first window", "interval_s": s.window.interval_s}, status=503)
 
+    async def post_flagger(request: web.Request) -> web.Response:
+        hook = request.match_info["hook"]
+        if hook not in HOOKS:
+            known = ", ".join(HOOKS)
+            return web.json_response({"ok": False, "reason": f"no Flagger webhook type {hook!r} (known: {known})"}, status=UNKNOWN)
+        payload = parse_payload(await request.read())
+        if isinstance(payload, str):
+            return web.json_response({"hook": hook, "ok": False, "reason": payload}, status=BAD_PAYLOAD)
+        answer = answer_hook(hook, payload, status())
+        if answer.log is not None:
+            log(answer.log)
+        return web.json_response(answer.body, status=answer.status)
+
     bracketed, _, port = listen.rpartition(":")
     host = bracketed.strip("[]")  # an IPv6 address is written [::1]:PORT
     app = web.Application()
     app.router.add_get("/qc/metrics", get_metrics)
     app.router.add_get("/qc/status", get_status)
     app.router.add_get("/qc/ready", get_ready)
+    app.router.add_post("/qc/flagger/{hook}", post_flagger)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, int(port))

@@ -88,11 +88,11 @@ async def _watch(watcher: Watcher, listen: str) -> CanaryRecord | None:
 
     metrics = CanaryMetrics()
     watcher.metrics = metrics
-    runner, url = await serve(metrics, watcher.status, listen)
+    runner, url = await serve(metrics, watcher.status, listen, watcher.log)
     print(
         f"qualitycheck canary: watching every {watcher.c.interval} over {watcher.c.window}, trip after {watcher.c.trip_after}; "
-        f"routes {', '.join(watcher.routes)}; state on {url}/qc/metrics, decision on {url}/qc/status; "
-        f"records in {watcher.out / 'canary.jsonl'}",
+        f"routes {', '.join(watcher.routes)}; state on {url}/qc/metrics, decision on {url}/qc/status "
+        f"(Flagger's webhooks on {url}/qc/flagger/<type>); records in {watcher.out / 'canary.jsonl'}",
         file=sys.stderr,
         flush=True,
     )

@@ -161,7 +161,8 @@ CANARY_OPTIONS = (
     ),
     Option(
         "listen",
-        "serve /qc/metrics, /qc/status and /qc/ready on HOST:PORT (default 127.0.0.1:0; 0.0.0.0:PORT for a controller in the cluster)",
+        "serve /qc/metrics, /qc/status, /qc/ready and Flagger's webhooks (/qc/flagger/TYPE) on HOST:PORT "
+        "(default 127.0.0.1:0; 0.0.0.0:PORT for a controller in the cluster)",
         key="canary.listen",
         metavar="HOST:PORT",
     ),

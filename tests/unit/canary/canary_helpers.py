@@ -222,7 +222,7 @@ def live_watcher(out: Path, *, dry_run: bool = False, run_dir: Path | None = Non
                 log=logs.append,
             )
             w.metrics = CanaryMetrics()
-            runner, url = run(serve(w.metrics, w.status, "127.0.0.1:0"))
+            runner, url = run(serve(w.metrics, w.status, "127.0.0.1:0", logs.append))
             try:
                 run(w.scrape())
                 yield Live(url, w, clock, page, logs, run, submit)

@@ -214,7 +214,7 @@ def test_qc_metrics_serves_the_watchers_state(tmp_path: Path) -> None:
     metrics.update(rec)
 
     async def fetch() -> str:
-        runner, url = await serve(metrics, lambda: pytest.fail("/qc/status not asked here"), "127.0.0.1:0")
+        runner, url = await serve(metrics, lambda: pytest.fail("/qc/status not asked here"), "127.0.0.1:0", lambda _: None)
         try:
             return await asyncio.to_thread(lambda: urllib.request.urlopen(url + "/qc/metrics", timeout=10).read().decode())
         finally:

@@ -113,5 +113,5 @@ def test_listen_on_an_address_in_use_is_bad_input(tmp_path: Path) -> None:
     with live_watcher(tmp_path / "out") as live:
         taken = f"127.0.0.1:{live.url.rsplit(':', 1)[1]}"
         with pytest.raises(ConfigError) as refused:
-            live.run(serve(CanaryMetrics(), live.watcher.status, taken))
+            live.run(serve(CanaryMetrics(), live.watcher.status, taken, live.logs.append))
     assert refused.value.exit_code == 2 and f"command line: --listen: cannot listen on {taken}" in str(refused.value)
