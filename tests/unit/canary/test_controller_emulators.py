@@ -27,6 +27,7 @@ from tests.unit.canary.controllers import (
     flagger_call,
     json_path,
     substitute,
+    web_measure,
 )
 
 
@@ -150,3 +151,13 @@ def test_flagger_call_reads_200_to_202_as_yes_and_retries_as_retryablehttp() -> 
         assert flagger_call(url, {"name": "x"}, retries=2) == "said 501"  # 501 is not retried
         assert flagger_call(url, {"name": "x"}, retries=1) is None  # 429 is
     assert hits == [202, 203, 500, 500, 500, 501, 429, 200]
+
+
+def test_argo_web_takes_a_2xx_body_that_is_not_json_as_successful_without_conditions() -> None:
+    async def text(request: web.Request) -> web.Response:
+        return web.Response(text="qc_canary_guardrail_passed 0\n")
+
+    metric = {"successCondition": "result.passed == true", "failureCondition": "result.passed == false"}
+    with raw_server(text) as url:
+        m = web_measure({**metric, "provider": {"web": {"url": url + "/qc/metrics", "jsonPath": "{$.routes.chat}"}}}, {})
+    assert m.phase == SUCCESSFUL and m.value.startswith("qc_canary_guardrail_passed")  # why the URL must be /qc/status
