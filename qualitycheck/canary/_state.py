@@ -70,16 +70,14 @@ def locked_state(out: Path, dry_run: bool = False) -> Iterator[CanaryState]:
 
 
 def read_state(out: Path, dry_run: bool = False) -> CanaryState:
-    """The state as it is now, read under the folder's lock and never written (a fresh state when there is none yet)."""
-    path = state_path(out, dry_run)
-    if not out.is_dir():
-        return CanaryState()
-    with open(out / "canary.lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_SH)
-        try:
-            return _read(path)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    """The state as it is now, for a reader that must not wait (the HTTP answers); never written.
+
+    Read without the lock: the file is only ever replaced whole (`os.replace`),
+    so a reader sees the state before or after a window, never half of one. A
+    window holds the lock while its fallback action runs, on the same event
+    loop as the answers, so waiting for the lock there would wait for ever.
+    """
+    return _read(state_path(out, dry_run))
 
 
 def _read(path: Path) -> CanaryState:

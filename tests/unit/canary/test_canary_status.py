@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from qualitycheck.canary._serve import CanaryMetrics, serve
+from qualitycheck.canary._state import locked_state
 from qualitycheck.cli._main import main
 from qualitycheck.core._errors import ConfigError
 from tests.unit.canary.canary_helpers import STATUS_SCHEMA, WITH_QUALITY, get_json, live_watcher, status_of
@@ -60,6 +61,14 @@ def test_a_route_tripped_before_a_restart_is_tripped_before_the_first_window(tmp
     with live_watcher(tmp_path / "out", trip_after=1) as live:
         route = status_of(live)["routes"]["default"]
     assert route["state"] == "tripped" and route["tripped_by"] == "min_acceptance_rate" and route["passed"] is None
+
+
+def test_status_never_waits_for_the_state_lock(tmp_path: Path) -> None:
+    with live_watcher(tmp_path / "out", trip_after=1) as live:
+        live.window(0.2)
+    with live_watcher(tmp_path / "out", trip_after=1) as live, locked_state(tmp_path / "out"):  # a window, or a re-arm, holds it
+        code, body = get_json(live.url + "/qc/status")
+    assert code == 200 and body["routes"]["default"]["state"] == "tripped"
 
 
 def test_a_window_older_than_three_intervals_and_a_scrape_is_stale_and_answers_nothing(tmp_path: Path) -> None:
