@@ -79,3 +79,31 @@ def raw_server(handler: Callable[[Any], Awaitable[Any]], method: str = "*", path
     finally:
         state["loop"].call_soon_threadsafe(state["loop"].stop)
         t.join(5)
+
+
+def need_extra(module: str, extra: str) -> Any:
+    """Import an optional extra's module for a test: skipped without it, but a failure in CI (env CI set), as the e2e tests do."""
+    import importlib
+    import os
+
+    import pytest
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        message = f"{module} is not installed (pip install 'qualitycheck[{extra}]', or scripts/dev.sh setup)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}; CI is set, so a missing extra is a failure")
+        pytest.skip(message)
+
+
+def answer_statuses(case: Any, answers: dict[str, str]) -> dict[str, dict[str, str]]:
+    """answer text → check → status, each answer scored alone as the candidate against no baseline."""
+    from qualitycheck.core._records import Response
+    from qualitycheck.scoring import score_case
+
+    out: dict[str, dict[str, str]] = {}
+    for text in answers:
+        r = Response(case_id=case.id, target="candidate", repeat=0, fingerprint="f", text=text)
+        out[text] = {s.check: s.status for s in score_case(case, [r])}
+    return out

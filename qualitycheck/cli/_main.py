@@ -12,6 +12,7 @@ import sys
 
 from qualitycheck.cli._canary import cmd_canary
 from qualitycheck.cli._commands import COMMANDS, EXIT_INCOMPLETE, EXIT_INPUT
+from qualitycheck.cli._import import add_import_command, cmd_import
 from qualitycheck.cli._options import (
     CANARY_COMMAND_OPTIONS,
     PREFLIGHT_OPTIONS,
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(p.add_argument, CANARY_COMMAND_OPTIONS)
 
     add_review_command(sub)
+    add_import_command(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema (Draft 2020-12) of a file qualitycheck writes")
     p.add_argument(
@@ -142,6 +144,7 @@ def cmd_schema(a: argparse.Namespace) -> int:
 COMMANDS["schema"] = cmd_schema
 COMMANDS["review"] = cmd_review
 COMMANDS["canary"] = cmd_canary
+COMMANDS["import"] = cmd_import
 
 
 def main(argv: list[str] | None = None) -> int:
