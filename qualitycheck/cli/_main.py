@@ -15,6 +15,7 @@ from qualitycheck.cli._commands import COMMANDS, EXIT_INCOMPLETE, EXIT_INPUT
 from qualitycheck.cli._import import add_import_command, cmd_import
 from qualitycheck.cli._options import (
     CANARY_COMMAND_OPTIONS,
+    CI_OPTIONS,
     PREFLIGHT_OPTIONS,
     REPLAY_OPTIONS,
     REPORT_OPTIONS,
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", help="generate, score, compare, gate and report")
-    add_options(p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS))
+    add_options(p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS, *CI_OPTIONS))
 
     p = sub.add_parser("validate", help="check suite files; lists every problem as path:line: field: message")
     p.add_argument("paths", nargs="+", metavar="PATH")
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("dir", metavar="DIR")
         p.add_argument("-c", "--config", help="config with guardrails (default: the run's own)")
-        add_options(p.add_argument, REPORT_OPTIONS)
+        add_options(p.add_argument, (*REPORT_OPTIONS, *CI_OPTIONS))
 
     p = sub.add_parser("preflight", help="same model, chat template (/tokenize) and stop tokens on both servers? exit 0 yes, 1 no")
     add_options(p.add_argument, PREFLIGHT_OPTIONS)
