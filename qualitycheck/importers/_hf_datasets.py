@@ -24,10 +24,12 @@ __all__ = ["CHECKS", "read_hf_datasets"]
 
 CHECKS = ("exact", "contains", "icontains")
 """How `--check` checks a row's reference."""
+_OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
 
 
 def _datasets() -> Any:
-    os.environ["HF_DATASETS_OFFLINE"] = os.environ["HF_HUB_OFFLINE"] = "1"  # before the first import, which reads them
+    saved = {k: os.environ.get(k) for k in _OFFLINE}
+    os.environ.update(dict.fromkeys(_OFFLINE, "1"))  # read once, when datasets and huggingface_hub are first imported
     try:
         import datasets
     except ImportError:
@@ -41,6 +43,12 @@ def _datasets() -> Any:
                 )
             ]
         ) from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return datasets
 
 

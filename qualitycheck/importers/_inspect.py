@@ -116,13 +116,21 @@ def _scorer_check(name: str, opts: dict[str, Any], targets: list[str]) -> tuple[
     return "regex", {"pattern": pattern, "mode": "fullmatch"} if location == "exact" else pattern
 
 
+def _generated(m: Any) -> bool:
+    """An answer of the model under evaluation (`source: generate`), not an assistant turn of the input (few-shot)."""
+    source = getattr(m, "source", None)
+    if source is not None:
+        return bool(m.role == "assistant" and source == "generate")
+    return bool(m.role == "assistant")  # logs written before messages had a source: every assistant turn
+
+
 def _messages(sample: Any) -> list[dict[str, Any]]:
     """The messages the model was sent for the sample's answer; ValueError names why there is no single request."""
     sent = list(sample.messages or [])
-    answers = [i for i, m in enumerate(sent) if m.role == "assistant"]
-    if len(answers) > 1 or any(m.role == "tool" for m in sent):
+    answers = [i for i, m in enumerate(sent) if _generated(m)]
+    if len(answers) > 1 or (answers and any(m.role == "tool" for m in sent[answers[0] :])):
         raise ValueError(
-            f"the model was called {len(answers)} times for this sample (tools or a multi-turn solver): only one request per case is imported"
+            f"the model was called {max(len(answers), 2)} times for this sample (tools or a multi-turn solver): only one request per case is imported"
         )
     if answers:
         sent = sent[: answers[0]]

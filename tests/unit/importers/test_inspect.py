@@ -18,7 +18,9 @@ def inspect_ai() -> Any:
     return need_extra("inspect_ai", "inspect")
 
 
-def _eval_log(tmp_path: Path, scorers: list[Any], solver: list[Any] | None = None, **eval_args: Any) -> Path:
+def _eval_log(
+    tmp_path: Path, scorers: list[Any], solver: list[Any] | None = None, dataset: list[Any] | None = None, **eval_args: Any
+) -> Path:
     """Run a two-sample task on mockllm and return the log Inspect wrote.
 
     mockllm's answers carry their token usage: without it mockllm counts tokens with
@@ -36,7 +38,8 @@ def _eval_log(tmp_path: Path, scorers: list[Any], solver: list[Any] | None = Non
 
     model = get_model("mockllm/model", custom_outputs=[answer(t) for t in ["It is Paris.", "four", "It is Paris.", "4"] * 2])
     task = Task(
-        dataset=[
+        dataset=dataset
+        or [
             Sample(input="What is the capital of France?", target="Paris", id="q1", metadata={"topic": "geo"}),
             Sample(input="2+2?", target=["4", "four"], id=2),
         ],
@@ -114,6 +117,26 @@ def test_a_sample_that_called_the_model_twice_is_refused(inspect_ai: Any, capsys
     code, _, err = run_import(capsys, "inspect", str(log), "--out", str(tmp_path / "i.jsonl"))
     assert code == 2
     assert f"{log}: samples[id=q1]: the model was called 2 times for this sample" in err
+
+
+def test_few_shot_assistant_turns_of_the_input_are_part_of_the_request(
+    inspect_ai: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser
+    from inspect_ai.scorer import includes
+    from inspect_ai.solver import generate
+
+    shots = [ChatMessageUser(content="1+1?"), ChatMessageAssistant(content="2"), ChatMessageUser(content="2+2?")]
+    log = _eval_log(tmp_path, [includes()], solver=[generate()], dataset=[Sample(input=shots, target="4", id="few")])
+    out = tmp_path / "i.jsonl"
+    code, _, err = run_import(capsys, "inspect", str(log), "--out", str(out))
+    assert code == 0, err
+    assert imported(out)["few"].messages == [
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": "2"},
+        {"role": "user", "content": "2+2?"},
+    ]
 
 
 def test_without_the_extra_the_command_says_what_to_install(
