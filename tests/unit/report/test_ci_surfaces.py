@@ -139,6 +139,24 @@ def test_mlflow_logs_the_figures_and_files_to_a_real_sqlite_tracking_store(
     assert len(client.search_runs([experiment.experiment_id])) == 2
 
 
+pytest_plugins = ["pytester"]
+
+
+def test_the_pytest_gate_logs_to_mlflow_with_qc_mlflow(tmp_path: Path, pytester: pytest.Pytester) -> None:
+    need_extra("mlflow", "mlflow")
+    from mlflow.tracking import MlflowClient
+
+    suite, run = write_suite(tmp_path / "s.jsonl", qa_cases(2, checks={"contains": ["42"]})), tmp_path / "run"
+    with TestServer(default="42") as b, TestServer(default="42") as c:
+        assert main(run_argv(b.url, c.url, suite, run, model="m")) == 0
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    res = pytester.runpytest("--qc-run", str(run), "--qc-mlflow", uri)
+    res.assert_outcomes(passed=len(json.loads((run / "summary.json").read_text())["guardrails"]) + 1)
+    client = MlflowClient(tracking_uri=uri)
+    (logged,) = client.search_runs([client.get_experiment_by_name("qualitycheck").experiment_id])
+    assert logged.data.metrics["verdict.pass"] == 1.0
+
+
 def test_mlflow_problems_are_said_before_and_after_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
