@@ -389,43 +389,55 @@ class _Prompt:
     raw: str
     where: str
     """`prompts[0]`, `prompts.txt` (first of 2), or `--prompt`: named in problems."""
+    path: str
+    """The file the template is in (the config, a prompt file), or `--prompt`."""
+    line: int | None = None
+    """Where the template starts in that file."""
+
+    @property
+    def label(self) -> str:
+        """How a problem of one test with this prompt names it."""
+        return "--prompt" if self.path == "--prompt" else f"the prompt at {self.path}" + (f":{self.line}" if self.line else "")
 
 
-def _prompts_of(value: Any, base: Path, doc_path: str, where: str) -> Iterator[_Prompt | Problem | Unmapped]:
+def _prompts_of(value: Any, base: Path, doc: _Doc | None, where: str) -> Iterator[_Prompt | Problem | Unmapped]:
+    """The prompts of a config's `prompts` (`doc` the config) or of `--prompt` (`doc` None)."""
+    doc_path = str(doc.path) if doc is not None else where
     entries = value if isinstance(value, list) else [value]
     if isinstance(value, dict):  # the legacy {path: label} form
         entries = list(value)
     for i, entry in enumerate(entries):
         at = f"{where}[{i}]" if isinstance(value, list) else where
+        line = doc.line(where, i) if doc is not None and isinstance(value, list) else None
         if isinstance(entry, dict):
             if entry.get("config"):
                 yield Unmapped(
-                    Problem(doc_path, None, f"{at}.config", "a prompt's own provider config is not imported (set params in the suite)")
+                    Problem(doc_path, line, f"{at}.config", "a prompt's own provider config is not imported (set params in the suite)")
                 )
                 continue
             if entry.get("function") or ("raw" not in entry and "id" not in entry):
-                yield Unmapped(Problem(doc_path, None, at, "a prompt without `raw` text (a function) is not imported"))
+                yield Unmapped(Problem(doc_path, line, at, "a prompt without `raw` text (a function) is not imported"))
                 continue
             entry = entry.get("raw", entry.get("id"))
         if not isinstance(entry, str):
-            yield Problem(doc_path, None, at, f"expected a prompt (text or file://PATH), got {type(entry).__name__}")
+            yield Problem(doc_path, line, at, f"expected a prompt (text or file://PATH), got {type(entry).__name__}")
             continue
         if not entry.startswith("file://"):
-            yield _Prompt(entry, at)
+            yield _Prompt(entry, at, doc_path, line)
             continue
-        yield from _prompt_files(entry, base, doc_path, at)
+        yield from _prompt_files(entry, base, doc_path, at, line)
 
 
-def _prompt_files(entry: str, base: Path, doc_path: str, at: str) -> Iterator[_Prompt | Problem | Unmapped]:
+def _prompt_files(entry: str, base: Path, doc_path: str, at: str, line: int | None) -> Iterator[_Prompt | Problem | Unmapped]:
     ref = entry.removeprefix("file://")
     if ref.split(":")[0].endswith(_SCRIPT_SUFFIXES):
         yield Unmapped(
-            Problem(doc_path, None, at, f"the prompt {entry!r} is a function: its text is made by code, which qualitycheck does not run")
+            Problem(doc_path, line, at, f"the prompt {entry!r} is a function: its text is made by code, which qualitycheck does not run")
         )
         return
     files = sorted(glob.glob(str(base / ref))) if glob.has_magic(ref) else [str(base / ref)]
     if not files or not Path(files[0]).is_file():
-        yield Problem(doc_path, None, at, f"no prompt file matches {entry!r}")
+        yield Problem(doc_path, line, at, f"no prompt file matches {entry!r}")
         return
     for name in files:
         path = Path(name)
@@ -435,33 +447,35 @@ def _prompt_files(entry: str, base: Path, doc_path: str, at: str) -> Iterator[_P
             yield Problem(str(path), None, "", f"cannot read: {getattr(exc, 'strerror', None) or exc}")
             continue
         if path.suffix == ".jsonl":
-            for n, line in enumerate(text.split("\n"), 1):
-                if line:
-                    yield _Prompt(line, f"{path}:{n}")
+            for n, raw in enumerate(text.split("\n"), 1):
+                if raw:
+                    yield _Prompt(raw, f"line {n}", str(path), n)
         elif path.suffix in (".yaml", ".yml"):
             try:
-                yield _Prompt(json.dumps(yaml.safe_load(text), ensure_ascii=False, separators=(",", ":")), str(path))
+                yield _Prompt(json.dumps(yaml.safe_load(text), ensure_ascii=False, separators=(",", ":")), "prompt", str(path), 1)
             except yaml.YAMLError:
-                yield _Prompt(text, str(path))
+                yield _Prompt(text, "prompt", str(path), 1)
         elif path.suffix in (".json", ".md"):
-            yield _Prompt(text, str(path))
+            yield _Prompt(text, "prompt", str(path), 1)
         else:  # .txt and the rest: prompts separated by `---` lines
             parts = _split_prompts(text)
-            for k, part in enumerate(parts):
-                yield _Prompt(part, f"{path} (prompt {k + 1} of {len(parts)})" if len(parts) > 1 else str(path))
+            for k, (start, part) in enumerate(parts):
+                yield _Prompt(part, f"prompt {k + 1} of {len(parts)}" if len(parts) > 1 else "prompt", str(path), start)
 
 
-def _split_prompts(text: str) -> list[str]:
-    out: list[str] = []
+def _split_prompts(text: str) -> list[tuple[int, str]]:
+    """promptfoo's `processTxtFile`: prompts separated by `---` lines, each stripped, with the line it starts on."""
+    out: list[tuple[int, str]] = []
     buf: list[str] = []
-    for line in re.split(r"\r?\n", text):
+    start = 1
+    for n, line in enumerate(re.split(r"\r?\n", text), 1):
         if line.strip() == "---":
-            out.append("\n".join(buf).strip())
-            buf = []
+            out.append((start, "\n".join(buf).strip()))
+            buf, start = [], n + 1
         else:
             buf.append(line)
-    out.append("\n".join(buf).strip())
-    return [p for p in out if p]
+    out.append((start, "\n".join(buf).strip()))
+    return [(n, p) for n, p in out if p]
 
 
 # ------------------------------------------------------------------ rendering
@@ -540,22 +554,20 @@ def _request(prompt: _Prompt, variables: dict[str, str]) -> list[dict[str, Any]]
         parsed = None
     else:
         if isinstance(parsed, (list, dict)):  # a JSON prompt: vars rendered inside its strings
-            parsed = _render_value(parsed, variables, f"prompt {prompt.where}")
+            parsed = _render_value(parsed, variables, prompt.label)
             return _messages(parsed, prompt)
-    text = _render(prompt.raw, variables, f"prompt {prompt.where}")
+    text = _render(prompt.raw, variables, prompt.label)
     stripped = text.strip()
     if stripped.startswith("- role:"):
         try:
             return _messages(yaml.safe_load(text), prompt)
         except yaml.YAMLError as exc:
-            raise _Refused(f"prompt {prompt.where}", f"renders as chat messages in YAML that do not parse ({exc})") from None
+            raise _Refused(prompt.label, f"renders as chat messages in YAML that do not parse ({exc})") from None
     try:
         as_json = json.loads(text)
     except json.JSONDecodeError:
         if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
-            raise _Refused(
-                f"prompt {prompt.where}", "renders as text that looks like JSON but does not parse (promptfoo refuses it too)"
-            ) from None
+            raise _Refused(prompt.label, "renders as text that looks like JSON but does not parse (promptfoo refuses it too)") from None
         return [{"role": "user", "content": text}]
     return _messages(as_json, prompt)
 
@@ -567,15 +579,15 @@ def _check_template(prompt: _Prompt) -> None:
     except json.JSONDecodeError:
         parsed = None
     if isinstance(parsed, (list, dict)):
-        _render_value(parsed, {}, f"prompt {prompt.where}")
+        _render_value(parsed, {}, prompt.label)
     else:
-        _render(prompt.raw, {}, f"prompt {prompt.where}")
+        _render(prompt.raw, {}, prompt.label)
 
 
 def _messages(value: Any, prompt: _Prompt) -> list[dict[str, Any]]:
     if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m for m in value):
         return value
-    raise _Refused(f"prompt {prompt.where}", "renders as JSON that is not a list of chat messages ({role, content})")
+    raise _Refused(prompt.label, "renders as JSON that is not a list of chat messages ({role, content})")
 
 
 # ------------------------------------------------------------------ asserts
@@ -816,7 +828,7 @@ def read_promptfoo(src: Path, options: ImportOptions) -> Iterator[Item]:
         cfg = config.data
         if options.prompt is not None:
             raise ConfigError([Problem("command line", None, "--prompt", f"{src} is a promptfoo config: its own `prompts` are used")])
-        for p in _prompts_of(cfg.get("prompts"), src.parent, str(src), "prompts"):
+        for p in _prompts_of(cfg.get("prompts"), src.parent, config, "prompts"):
             if isinstance(p, _Prompt):
                 prompts.append(p)
             else:
@@ -846,7 +858,7 @@ def read_promptfoo(src: Path, options: ImportOptions) -> Iterator[Item]:
             raise ConfigError(
                 [Problem("command line", None, "--prompt", f"{src} is a tests file: give the prompt template (text, or file://PATH)")]
             )
-        for p in _prompts_of(options.prompt, Path.cwd(), "--prompt", "--prompt"):
+        for p in _prompts_of(options.prompt, Path.cwd(), None, "--prompt"):
             if isinstance(p, _Prompt):
                 prompts.append(p)
             else:
@@ -858,7 +870,7 @@ def read_promptfoo(src: Path, options: ImportOptions) -> Iterator[Item]:
         try:
             _check_template(prompt)
         except _Refused as r:
-            yield Unmapped(Problem(str(src) if config is not None else "--prompt", None, r.field, r.message))
+            yield Unmapped(Problem(prompt.path, prompt.line, prompt.where, r.message))
             continue
         usable.append(prompt)
     prompts = usable
@@ -880,7 +892,7 @@ def _draft(
     path = str(test.path)
 
     def refused(r: _Refused) -> Problem:
-        fld = r.field if r.field.startswith(("prompt ", "defaultTest")) else _join(test.at, r.field)
+        fld = r.field if r.field.startswith(("the prompt at ", "--prompt", "defaultTest")) else _join(test.at, r.field)
         return Problem(path, test.line, fld, r.message)
 
     try:

@@ -66,7 +66,9 @@ def test_simple_csv_refuses_the_nunjucks_filter_prompt_once_and_renders_the_othe
     out = tmp_path / "pf.jsonl"
     code, _, err = run_import(capsys, "promptfoo", str(src), "--out", str(out))
     assert code == 2
-    refusal = "prompts.txt (prompt 1 of 2): uses nunjucks beyond {{ var }} ('{{ (style_config | load).tone }}')"
+    refusal = (
+        f"{PF / 'simple-csv' / 'prompts.txt'}:1: prompt 1 of 2: uses nunjucks beyond {{{{ var }}}} ('{{{{ (style_config | load).tone }}}}')"
+    )
     assert err.count(refusal) == 1
 
     code, _, err = run_import(capsys, "promptfoo", str(src), "--out", str(out), "--skip-unmapped")
