@@ -14,12 +14,14 @@ their reader alone.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from qualitycheck.core._errors import ConfigError, Problem
 from qualitycheck.importers._common import ImportOptions, ImportReport, Item, write_suite
 
-__all__ = ["FORMATS", "ImportOptions", "ImportReport", "import_suite"]
+__all__ = ["FORMATS", "READS", "ImportOptions", "ImportReport", "import_suite"]
 
 
 def _promptfoo(src: Path, options: ImportOptions) -> Iterator[Item]:
@@ -54,9 +56,27 @@ FORMATS: dict[str, Callable[[Path, ImportOptions], Iterator[Item]]] = {
 }
 """FORMAT of `qualitycheck import` → its reader (imported on first use: `datasets` and `inspect_ai` are extras)."""
 
+READS: dict[str, frozenset[str]] = {
+    "promptfoo": frozenset({"prompt"}),
+    "openai-evals": frozenset({"registry", "eval_name"}),
+    "hf-datasets": frozenset({"split", "prompt_field", "reference_field", "id_field", "category_field", "check"}),
+    "inspect": frozenset(),
+}
+"""The format-specific options each reader reads (`category` and `skip_unmapped` are every format's); another is refused."""
+_COMMON = frozenset({"category", "skip_unmapped"})
+
+
+def _refuse_foreign(fmt: str, options: ImportOptions) -> None:
+    given = [f.name for f in dataclasses.fields(options) if getattr(options, f.name) not in (None, False)]
+    foreign = [name for name in given if name not in READS[fmt] | _COMMON]
+    if foreign:
+        flags = ["--" + ("eval" if n == "eval_name" else n.replace("_", "-")) for n in foreign]
+        raise ConfigError([Problem("command line", None, flag, f"is not read by the {fmt} format") for flag in flags])
+
 
 def import_suite(fmt: str, src: str | Path, out: str | Path, options: ImportOptions | None = None) -> ImportReport:
     """Read `src` in `fmt` and write the suite `out` (.jsonl); `InputError` names everything refused."""
     options = options or ImportOptions()
+    _refuse_foreign(fmt, options)
     reader = FORMATS[fmt]
     return write_suite(reader(Path(src), options), Path(out), str(src), options)

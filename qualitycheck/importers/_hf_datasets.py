@@ -109,9 +109,6 @@ def _reference_check(refs: list[str], check: str) -> dict[str, Any]:
 
 def read_hf_datasets(src: Path, options: ImportOptions) -> Iterator[Item]:
     """Every row of the dataset's split (see the module doc)."""
-    for flag, value in (("--prompt", options.prompt), ("--registry", options.registry), ("--eval", options.eval_name)):
-        if value is not None:
-            raise ConfigError([Problem("command line", None, flag, "is not read by the hf-datasets format")])
     if not options.prompt_field:
         raise ConfigError([Problem("command line", None, "--prompt-field", "required: the column that holds the prompt")])
     check = options.check or "exact"

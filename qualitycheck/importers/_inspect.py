@@ -151,9 +151,6 @@ def _messages(sample: Any) -> list[dict[str, Any]]:
 
 def read_inspect_log(src: Path, options: ImportOptions) -> Iterator[Item]:
     """Every sample of an inspect eval log (see the module doc)."""
-    for flag, value in (("--prompt", options.prompt), ("--registry", options.registry), ("--prompt-field", options.prompt_field)):
-        if value is not None:
-            raise ConfigError([Problem("command line", None, flag, "is not read by the inspect format")])
     log_api = _inspect()
     where = str(src)
     if not src.is_file():

@@ -85,9 +85,6 @@ def _check(kind: str | None, args: dict[str, Any], ideals: list[str]) -> tuple[d
 
 def read_openai_evals(src: Path, options: ImportOptions) -> Iterator[Item]:
     """Every sample of an evals samples file (see the module doc)."""
-    for flag, value in (("--prompt", options.prompt), ("--split", options.split), ("--prompt-field", options.prompt_field)):
-        if value is not None:
-            raise ConfigError([Problem("command line", None, flag, "is not read by the openai-evals format")])
     kind: str | None = None
     args: dict[str, Any] = {}
     name = stem_of(src)

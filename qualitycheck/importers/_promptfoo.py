@@ -809,9 +809,6 @@ def js_regex(pattern: str, where: str = "regex") -> str:
 
 def read_promptfoo(src: Path, options: ImportOptions) -> Iterator[Item]:
     """Every case of a promptfoo config or tests file (see the module doc)."""
-    for flag, value in (("--registry", options.registry), ("--eval", options.eval_name), ("--split", options.split)):
-        if value is not None:
-            raise ConfigError([Problem("command line", None, flag, "is not read by the promptfoo format")])
     problems: list[Problem] = []
     config: _Doc | None = None
     if src.suffix in (".yaml", ".yml", ".json"):

@@ -172,3 +172,11 @@ def test_an_import_replaces_its_own_file_and_never_a_hand_written_one(capsys: py
     assert run_import(capsys, "promptfoo", src, "--out", str(out))[0] == 0
     assert run_import(capsys, "promptfoo", src, "--out", str(out), "--category", "translate")[0] == 0
     assert {c.category for c in imported(out).values()} == {"translate"}
+
+
+def test_a_flag_of_another_format_is_refused_not_ignored(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    src = str(PF / "getting-started" / "promptfooconfig.yaml")
+    code, _, err = run_import(capsys, "promptfoo", src, "--reference-field", "answer", "--eval", "x", "--out", str(tmp_path / "s.jsonl"))
+    assert code == 2
+    assert "command line: --eval: is not read by the promptfoo format" in err
+    assert "command line: --reference-field: is not read by the promptfoo format" in err
