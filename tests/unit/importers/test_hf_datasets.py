@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,8 +12,6 @@ import pytest
 from tests.helpers import answer_statuses, need_extra
 
 from .conftest import imported, run_import
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -92,10 +88,12 @@ def test_a_missing_column_or_a_bad_value_is_named(capsys: pytest.CaptureFixture[
     assert code == 2 and f"{saved}: [0].aliases: expected text or a list of chat messages" in err
 
 
-def test_a_hub_dataset_is_read_from_the_local_cache_and_the_hub_is_never_asked(datasets: Any, tmp_path: Path) -> None:
+def test_a_hub_dataset_is_read_from_the_local_cache_and_the_hub_is_never_asked(
+    datasets: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The cache is written by `datasets`' own JSON builder and laid out as a hub download lays it out
-    (`<org>___<name>/default/0.0.0/<revision>/<name>-<split>.arrow`), then imported by a fresh process with
-    only HF_DATASETS_CACHE pointing at it."""
+    (`<org>___<name>/default/0.0.0/<revision>/<name>-<split>.arrow`); `datasets` was imported online by
+    this process, so the import itself must keep the hub unasked."""
     import glob
     import shutil
 
@@ -109,20 +107,31 @@ def test_a_hub_dataset_is_read_from_the_local_cache_and_the_hub_is_never_asked(d
     ).download_and_prepare()
     (cache / "acme___tiny-qa").mkdir(parents=True)
     shutil.move(glob.glob(str(build / "tiny-qa" / "default*"))[0], cache / "acme___tiny-qa" / "default")
-    env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "0"}
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    import huggingface_hub
+
+    asked: list[str] = []
+
+    def ask(self: Any, *args: Any, **kwargs: Any) -> None:
+        asked.append(str(args[:1]))
+        raise OSError("the test has no hub")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "hf_hub_download", ask)
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", ask)
     out = tmp_path / "hub.jsonl"
-    argv = [sys.executable, "-m", "qualitycheck", "import", "hf-datasets", "acme/tiny-qa", "--prompt-field", "q", "--reference-field", "a"]
-    done = subprocess.run([*argv, "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    argv = ["--prompt-field", "q", "--reference-field", "a", "--out", str(out)]
+    code, _, err = run_import(capsys, "hf-datasets", "acme/tiny-qa", *argv)
+    assert code == 0, err
     cases = imported(out)
     assert sorted(cases) == ["tiny-qa-0", "tiny-qa-1", "tiny-qa-2"]
     assert cases["tiny-qa-2"].checks.exact.expected == "2" and cases["tiny-qa-2"].category == "tiny-qa"
-    missing = subprocess.run(
-        [*argv[:5], "acme/never-downloaded", *argv[6:], "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert missing.returncode == 2
-    assert "acme/never-downloaded: not a local folder, and not in the local Hugging Face cache" in missing.stderr
-    assert "the hub is not asked" in missing.stderr and "Traceback" not in missing.stderr
+    assert datasets.config.HF_HUB_OFFLINE is False  # put back as it was
+    code, _, err = run_import(capsys, "hf-datasets", "acme/never-downloaded", *argv)
+    assert code == 2
+    assert "acme/never-downloaded: not a local folder, and not in the local Hugging Face cache" in err
+    assert "the hub is not asked" in err and "Traceback" not in err
+    assert asked == []
 
 
 def test_without_the_extra_the_command_says_what_to_install(

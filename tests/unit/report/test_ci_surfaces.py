@@ -100,15 +100,25 @@ def test_annotations_stop_at_githubs_limit_and_count_the_rest(tmp_path: Path) ->
     assert lines[-1] == "::notice title=qualitycheck::7 more regressed case(s): see report.html"
 
 
-def test_mlflow_logs_the_figures_and_files_to_a_real_sqlite_tracking_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture(scope="module")
+def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One SQLite tracking store for the module: creating one migrates its schema, which takes seconds."""
     need_extra("mlflow", "mlflow")
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    MlflowClient(tracking_uri=uri).search_experiments()
+    return uri
+
+
+def test_mlflow_logs_the_figures_and_files_to_a_real_sqlite_tracking_store(
+    mlflow_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from mlflow.tracking import MlflowClient
 
     monkeypatch.chdir(tmp_path)  # MLflow's SQLite store keeps artifacts in ./mlruns
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_store
     suite, run = write_suite(tmp_path / "s.jsonl", qa_cases(3, checks={"contains": ["42"]})), tmp_path / "run"
     with TestServer(default="42") as b, TestServer(default="42") as c:
         assert main(run_argv(b.url, c.url, suite, run, "--mlflow", uri, model="m")) == 0
@@ -142,18 +152,19 @@ def test_mlflow_logs_the_figures_and_files_to_a_real_sqlite_tracking_store(
 pytest_plugins = ["pytester"]
 
 
-def test_the_pytest_gate_logs_to_mlflow_with_qc_mlflow(tmp_path: Path, pytester: pytest.Pytester) -> None:
-    need_extra("mlflow", "mlflow")
+def test_the_pytest_gate_logs_to_mlflow_with_qc_mlflow(
+    mlflow_store: str, tmp_path: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from mlflow.tracking import MlflowClient
 
     suite, run = write_suite(tmp_path / "s.jsonl", qa_cases(2, checks={"contains": ["42"]})), tmp_path / "run"
     with TestServer(default="42") as b, TestServer(default="42") as c:
         assert main(run_argv(b.url, c.url, suite, run, model="m")) == 0
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    res = pytester.runpytest("--qc-run", str(run), "--qc-mlflow", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "pytest-gate")
+    res = pytester.runpytest("--qc-run", str(run), "--qc-mlflow", mlflow_store)
     res.assert_outcomes(passed=len(json.loads((run / "summary.json").read_text())["guardrails"]) + 1)
-    client = MlflowClient(tracking_uri=uri)
-    (logged,) = client.search_runs([client.get_experiment_by_name("qualitycheck").experiment_id])
+    client = MlflowClient(tracking_uri=mlflow_store)
+    (logged,) = client.search_runs([client.get_experiment_by_name("pytest-gate").experiment_id])
     assert logged.data.metrics["verdict.pass"] == 1.0
 
 
