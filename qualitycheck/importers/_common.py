@@ -195,6 +195,8 @@ def write_suite(items: Iterable[Item], out: Path, source: str, options: ImportOp
         first_at[case.id] = f"{item.path}:{item.line}" if item.line else item.path
         lines.append(json.dumps(item.case, ensure_ascii=False, separators=(",", ":")))
         report.categories[case.category] = report.categories.get(case.category, 0) + 1
+    refused = list(dict.fromkeys(refused))  # one assert under several prompts is one refusal
+    problems = list(dict.fromkeys(problems))
     if problems or (refused and not options.skip_unmapped):
         hint = (
             []

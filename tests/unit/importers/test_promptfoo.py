@@ -180,3 +180,13 @@ def test_a_flag_of_another_format_is_refused_not_ignored(capsys: pytest.CaptureF
     assert code == 2
     assert "command line: --eval: is not read by the promptfoo format" in err
     assert "command line: --reference-field: is not read by the promptfoo format" in err
+
+
+def test_an_assert_refused_under_several_prompts_is_named_once(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cfg = tmp_path / "promptfooconfig.yaml"
+    cfg.write_text(
+        "prompts: ['A: {{q}}', 'B: {{q}}']\ntests:\n  - vars: {q: hi}\n    assert:\n      - type: llm-rubric\n        value: polite\n",
+        encoding="utf-8",
+    )
+    code, _, err = run_import(capsys, "promptfoo", str(cfg), "--out", str(tmp_path / "s.jsonl"))
+    assert code == 2 and err.count("assert type 'llm-rubric' has no qualitycheck check") == 1
