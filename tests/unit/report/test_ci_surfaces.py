@@ -106,8 +106,11 @@ def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     need_extra("mlflow", "mlflow")
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
-    MlflowClient(tracking_uri=uri).search_experiments()
+    folder = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)  # the store's artifact root is ./mlruns where it is created: never the checkout
+        MlflowClient(tracking_uri=uri).search_experiments()
     return uri
 
 
@@ -116,7 +119,6 @@ def test_mlflow_logs_the_figures_and_files_to_a_real_sqlite_tracking_store(
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    monkeypatch.chdir(tmp_path)  # MLflow's SQLite store keeps artifacts in ./mlruns
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
     uri = mlflow_store
     suite, run = write_suite(tmp_path / "s.jsonl", qa_cases(3, checks={"contains": ["42"]})), tmp_path / "run"
