@@ -190,3 +190,31 @@ def test_an_assert_refused_under_several_prompts_is_named_once(capsys: pytest.Ca
     )
     code, _, err = run_import(capsys, "promptfoo", str(cfg), "--out", str(tmp_path / "s.jsonl"))
     assert code == 2 and err.count("assert type 'llm-rubric' has no qualitycheck check") == 1
+
+
+def test_json_and_jsonl_tests_files_and_a_default_test(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """promptfoo reads a `.json` tests file as a list of tests (or one test) and a `.jsonl` as one test per line;
+    a config's `defaultTest` adds its vars and asserts to every test."""
+    (tmp_path / "tests.json").write_text(
+        '[{"vars": {"city": "Paris"}, "assert": [{"type": "contains", "value": "{{city}}"}]}]', encoding="utf-8"
+    )
+    (tmp_path / "more.jsonl").write_text(
+        '{"vars": {"city": "Rome"}}\n\n{"vars": {"city": "Oslo"}, "assert": [{"type": "regex", "value": "^[A-Z]"}]}\n', encoding="utf-8"
+    )
+    cfg = tmp_path / "promptfooconfig.yaml"
+    cfg.write_text(
+        'prompts: [\'[{"role": "system", "content": "{{style}}"}, {"role": "user", "content": "Where is {{city}}?"}]\']\n'
+        "defaultTest:\n  vars: {style: Be brief.}\n  assert:\n    - type: not-contains\n      value: sorry\n"
+        "tests:\n  - file://tests.json\n  - file://more.jsonl\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "s.jsonl"
+    code, _, err = run_import(capsys, "promptfoo", str(cfg), "--out", str(out))
+    assert code == 0, err
+    c = imported(out)
+    assert c["promptfooconfig-1"].messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Where is Paris?"}]
+    assert c["promptfooconfig-1"].checks.contains.all == ["Paris"] and c["promptfooconfig-1"].checks.contains.none == ["sorry"]
+    assert c["promptfooconfig-1"].checks.contains.ignore_case is False  # not-contains and contains: both case-sensitive
+    assert c["promptfooconfig-2"].checks.contains.none == ["sorry"] and c["promptfooconfig-2"].checks.contains.ignore_case is False
+    assert c["promptfooconfig-3"].source is not None and c["promptfooconfig-3"].source.endswith("more.jsonl:3")
+    assert answer_statuses(c["promptfooconfig-3"], {"Oslo, sorry": ""})["Oslo, sorry"] == {"regex": "pass", "contains": "fail"}
