@@ -1,5 +1,5 @@
-"""What report.html embeds of the likelihood evidence: each case's answers under the baseline model with their least likely
-tokens placed in the text, each greedy divergence with both probabilities."""
+"""What report.html shows of the likelihood evidence: each category's cell beside its verdict, each case's answers under
+the baseline model with their least likely tokens placed in the text, each greedy divergence with both probabilities."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from qualitycheck.core._cases import Case
 from qualitycheck.core._records import LikelihoodRecord, LikelihoodStage, Response, TokenLogprob, Usage
 from qualitycheck.core._store import RunStore
-from qualitycheck.report import collect
+from qualitycheck.report import collect, render_html
 from qualitycheck.report._data import sample_view
 from qualitycheck.verdict._model import Summary
 from qualitycheck.verdict._summary import build_summary
@@ -121,6 +121,71 @@ def test_the_page_of_the_run_embeds_every_sample_and_each_divergence(likelihood_
     same = written["fmt-0"]["l"]
     assert isinstance(same["baseline"][0], list) and same["candidate"] == [True], "an identical pair's view is embedded once"
     assert isinstance(written["fmt-2"]["l"]["candidate"][0], list)
+
+
+def _text(html: str) -> str:
+    """What a reader sees of a piece of the page: tags dropped, entities decoded, spaces collapsed."""
+    import html as html_lib
+
+    return re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", "", html)))
+
+
+def _card(html: str, name: str) -> str:
+    start = html.index(f"<h3>{name}</h3>")
+    end = html.find('<div class="cat"', start)
+    return html[start : end if end >= 0 else html.index('id="cases-heading"')]
+
+
+def test_the_category_card_shows_the_cell_beside_the_verdict_and_marks_what_failed_it(likelihood_run: Path) -> None:
+    with RunStore.open(likelihood_run) as store:
+        summary = Summary.model_validate_json((likelihood_run / "summary.json").read_text(encoding="utf-8"))
+        data = collect(store, summary)
+    cell = summary.categories["chat"].likelihood
+    assert cell is not None and cell.bounds is not None and cell.p_value_holm is not None and cell.decision == "shift"
+    html = render_html(data)
+    chat = _card(html, "chat")
+    head = chat[: chat.index("</div>")]
+    assert '<span class="badge fail">fail</span>' in head and f"likelihood changed {cell.shift:+.2f} nats/token" in _text(head), (
+        "the cell's decision next to the verdict"
+    )
+    block = chat[chat.index('<div class="likelihood') :]
+    assert block.startswith('<div class="likelihood failed"')
+    said = _text(block[: block.index('<table class="checks"')])
+    assert said.startswith(" ✖ This failed the category: the candidate writes text the baseline model would rarely write.")
+    assert (
+        f"mean log-probability per token: baseline samples {cell.baseline_mean_logprob:+.2f} → candidate samples "
+        f"{cell.candidate_mean_logprob:+.2f} nats, over 16 sampled cases × 2 samples per side" in said
+    )
+    assert f"shift {cell.shift:+.2f} [{cell.bounds[0]:+.2f}, {cell.bounds[1]:+.2f}] nats per token" in said
+    assert f"p {cell.p_value:.2g}, Holm p {cell.p_value_holm:.2g}" in said
+    assert f'href="#case={cell.largest_shifts[0].case_id}"' in block
+    fmt = _card(html, "fmt")
+    assert '<div class="divergences failed"' in fmt
+    said = _text(fmt[fmt.index('<div class="divergences') :])
+    assert "This failed the category: 1 greedy answer left the baseline's at a token the baseline model would not write." in said
+    assert "1 decisive, 0 unclear, 0 near ties" in said
+    assert (
+        'fmt-2 1 " zq": the baseline gives the candidate\'s token 0.012% (rank 110) " cat": 61% 8.90 (its own top two 0.30 apart) '
+        "decisive a token the baseline model would not write" in said
+    )
+    assert "test-model at " in _text(html) and "scored 73 of 73 answers" in _text(html)
+
+
+def test_a_cell_that_found_no_shift_is_not_marked_as_failing_and_missing_evidence_says_why(likelihood_run: Path) -> None:
+    with RunStore.open(likelihood_run) as store:
+        summary = Summary.model_validate_json((likelihood_run / "summary.json").read_text(encoding="utf-8"))
+        data = collect(store, summary)
+    chat = summary.categories["chat"]
+    assert chat.likelihood is not None and summary.likelihood is not None
+    chat.likelihood = chat.likelihood.model_copy(update={"decision": "no_shift", "direction": None, "meaning": ""})
+    chat.verdict = "pass"
+    summary.likelihood = summary.likelihood.model_copy(update={"evaluated": False, "reason": "llama-server cannot score a given answer"})
+    html = render_html(data)
+    block = _card(html, "chat")
+    assert "likelihood no shift" in _text(block) and "This failed the category" not in block and '<div class="likelihood"' in block
+    stage = html[html.index('id="likelihood-stage"') :]
+    stage = _text(stage[: stage.index("</p>")])
+    assert "not evaluated Likelihood under the baseline model: llama-server cannot score a given answer" in stage
 
 
 def test_records_of_another_scorer_or_of_an_answer_asked_again_are_not_shown(tmp_path: Path) -> None:
