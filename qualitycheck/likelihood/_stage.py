@@ -209,8 +209,8 @@ class _Pass:
         self.scorer: Scorer | None = None
         self.result: LikelihoodStage | None = None
         self._requests: asyncio.Semaphore
-        self._inflight: dict[str, asyncio.Task[Scored]] = {}
-        """Content digest → its scoring in this pass: identical answers wait for the one prefill."""
+        self._inflight: dict[tuple[str, bool], asyncio.Task[Scored]] = {}
+        """(content digest, with top tokens) → its scoring in this pass: identical answers wait for the one prefill."""
 
     # ------------------------------------------------------------ the pass
     async def run(self, case_ids: frozenset[str] | None) -> LikelihoodStage:
@@ -376,7 +376,9 @@ class _Pass:
                     self._store_failure(case, a, ids)
                     continue
                 a.tokens = ids
-        await asyncio.gather(*(self._score_answer(case, a, prompt) for a in answers if a.record is None and a.tokens is not None))
+        await asyncio.gather(
+            *(self._score_answer(case, a, prompt, top=id(a) in in_pair) for a in answers if a.record is None and a.tokens is not None)
+        )
         for base, other in pairs:
             if base.scored is not None and other.scored is not None and other.record is not None and other.record.status == "scored":
                 other.record = other.record.model_copy(update={"divergence": _divergence(base, other)})
@@ -392,8 +394,8 @@ class _Pass:
             except TooLong as exc:
                 return _Failed("too_long", f"the scorer refused it as too long: {exc}")
 
-    async def _score_answer(self, case: Case, a: _Answer, prompt: list[int]) -> None:
-        """Score one answer, or wait for the prefill of an identical one in this pass (its top tokens come with it)."""
+    async def _score_answer(self, case: Case, a: _Answer, prompt: list[int], *, top: bool) -> None:
+        """Score one answer, or wait for the prefill of an identical one in this pass; `top`: a divergence needs its top tokens."""
         assert self.scorer is not None and a.tokens is not None
         tokens = a.tokens
         if not self.scorer.fits(len(prompt), len(tokens)):
@@ -401,11 +403,11 @@ class _Pass:
             why = f"prompt {len(prompt)} + answer {len(tokens)} tokens do not fit the scorer's context of {limit}"
             self._store_failure(case, a, _Failed("too_long", why))
             return
-        task = self._inflight.get(a.content)
+        task = self._inflight.get((a.content, True)) or (None if top else self._inflight.get((a.content, False)))
         reused = task is not None
         if task is None:
-            task = asyncio.ensure_future(self._prefill(prompt, tokens))
-            self._inflight[a.content] = task
+            task = asyncio.ensure_future(self._prefill(prompt, tokens, top=top))
+            self._inflight[(a.content, top)] = task
         try:
             a.scored = await asyncio.shield(task)
         except TooLong as exc:
@@ -419,11 +421,11 @@ class _Pass:
         self.tally.reused += reused
         self.progress.advance(a.response.target, True)
 
-    async def _prefill(self, prompt: list[int], tokens: list[int]) -> Scored:
+    async def _prefill(self, prompt: list[int], tokens: list[int], *, top: bool) -> Scored:
         assert self.scorer is not None
         async with self._requests:
             self.tally.requests += 1
-            scored = await self.scorer.score(prompt, tokens)
+            scored = await self.scorer.score(prompt, tokens, top=top)
         self.tally.prefilled += scored.prefilled
         return scored
 

@@ -37,7 +37,7 @@ def _stage(out: Path) -> LikelihoodStage:
 
 
 def _scoring(srv: TestServer) -> list[dict[str, Any]]:
-    return [r["body"] for r in srv.requests("/v1/completions") if r["body"].get("prompt_logprobs")]
+    return [r["body"] for r in srv.requests("/v1/completions") if "prompt_logprobs" in r["body"]]
 
 
 def _suite(tmp_path: Path, greedy: int = 2, sampled: int = 1) -> Path:
@@ -70,6 +70,8 @@ def test_every_answer_is_scored_on_both_sides_greedy_and_sampled_with_what_a_rep
     prompt = tokenize_text("<|user|>question qa 0?<|end|><|assistant|>")
     assert base.prompt_tokens == len(prompt)
     assert scoring[0]["prompt"][: len(prompt)] == [token_id(p) for p in prompt] and scoring[0]["max_tokens"] == 1
+    asked = sorted(s["prompt_logprobs"] for s in scoring)
+    assert asked == [0] * 2 + [20] * 4, "top tokens only for the greedy pairs' divergences; the rank of each token comes anyway"
     stage = _stage(out)
     assert stage.evaluated and stage.engine == "vllm" and stage.top_k == 20 and stage.scored == len(answered) == stage.answers
     assert sum(p.requests for p in stage.passes) == len(scoring)
