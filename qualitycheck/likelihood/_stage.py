@@ -309,10 +309,10 @@ class _Pass:
                 base = answers.get((BASELINE, rep))
                 if target == BASELINE or base is None or _same_answer(base.response, other.response, by_ids):
                     continue
-                if base.record is not None and base.record.status != "scored":
-                    continue  # the baseline's answer cannot be scored: there is no distribution to explain the divergence with
+                if any(a.record is not None and a.record.status != "scored" for a in (base, other)):
+                    continue  # one answer cannot be scored (too long): there is no distribution to explain the divergence with
                 have = other.record.divergence if other.record is not None else None
-                if other.record is None or other.record.status != "scored" or have is None or have.baseline_answer != base.answer:
+                if other.record is None or have is None or have.baseline_answer != base.answer:
                     pairs.append((base, other))
         for base, other in pairs:  # a divergence needs both answers' top tokens: both are scored in this pass
             base.record = other.record = None

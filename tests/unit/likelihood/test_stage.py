@@ -215,23 +215,26 @@ def test_no_likelihood_switches_the_stage_off_and_says_so(tmp_path: Path) -> Non
 
 
 def test_an_answer_too_long_for_the_scorer_is_named_counted_and_not_asked_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Either side of a greedy pair too long: the other is scored, and the pair is not asked again to explain its divergence."""
     out = tmp_path / "run"
     long = "Paris" + " is" * 12
-    suite = write_suite(tmp_path / "s.jsonl", qa_cases(2))
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
     b = TestServer(default="Paris is nice.", answers={"qa 1": long}, token_logprobs=LP, max_model_len=12)
-    c = TestServer(default="Paris is nice.", answers={"qa 1": long}, token_logprobs=LP)
+    c = TestServer(default="Paris is nice.", answers={"qa 2": long}, token_logprobs=LP)
     with b, c:
         main(run_argv(b.url, c.url, suite, out, "--no-noise-floor"))
         sent = len(_scoring(b))
         assert main(["likelihood", str(out)]) == 0
-        assert len(_scoring(b)) == sent, "a too-long answer is not asked again"
+        assert main(["likelihood", str(out)]) == 0
+        assert len(_scoring(b)) == sent, "a too-long answer is not asked again, nor its pair's other answer"
     records = _records(out)
     too_long = records[("qa-1", "baseline", 0)]
     assert too_long.status == "too_long" and "do not fit the scorer's context of 12" in (too_long.reason or "")
-    assert records[("qa-0", "baseline", 0)].status == "scored"
+    assert records[("qa-1", "candidate", 0)].status == records[("qa-2", "baseline", 0)].status == "scored"
+    assert records[("qa-2", "candidate", 0)].status == "too_long" and records[("qa-1", "candidate", 0)].divergence is None
     stage = _stage(out)
-    assert stage.too_long == 2 and stage.scored == 2 and stage.answers == 4
-    assert "2 too long for the scorer's context (qa-1/baseline/0, qa-1/candidate/0)" in capsys.readouterr().err
+    assert stage.too_long == 2 and stage.scored == 4 and stage.answers == 6
+    assert "2 too long for the scorer's context (qa-1/baseline/0, qa-2/candidate/0)" in capsys.readouterr().err
 
 
 def test_a_failed_scoring_is_stored_as_an_error_and_asked_again(tmp_path: Path) -> None:
