@@ -207,7 +207,6 @@ class _Pass:
         self.identity = settings.identity
         self.tally = _Tally()
         self.scorer: Scorer | None = None
-        self.result: LikelihoodStage | None = None
         self._requests: asyncio.Semaphore
         self._inflight: dict[tuple[str, bool], asyncio.Task[Scored]] = {}
         """(content digest, with top tokens) → its scoring in this pass: identical answers wait for the one prefill."""
@@ -231,8 +230,8 @@ class _Pass:
         finally:
             self.progress.stop()
             await http.aclose()
-            self.result = self._finish(started, time.perf_counter() - t0, reason)
-        return self.result
+            stage = self._finish(started, time.perf_counter() - t0, reason)
+        return stage
 
     def _finish(self, started: float, seconds: float, reason: str) -> LikelihoodStage:
         t = self.tally
@@ -542,7 +541,8 @@ def _pass_line(stage: LikelihoodStage, this: LikelihoodPass, t: _Tally) -> str:
     if not stage.evaluated:
         return f"qualitycheck: likelihood: not evaluated: {stage.reason}"
     if not this.answers:
-        return f"qualitycheck: likelihood: every answer already scored ({stage.scored} of {stage.answers})"
+        held = f"{stage.scored} scored" + (f", {stage.too_long} too long" if stage.too_long else "")
+        return f"qualitycheck: likelihood: every answer already has a record ({held}, of {stage.answers} answers)"
     parts = [
         f"qualitycheck: likelihood: scored {this.scored} of {this.answers} answers"
         + (f" ({this.reused} identical to one already scored)" if this.reused else "")

@@ -86,4 +86,4 @@ def test_the_baseline_ranks_its_own_greedy_tokens_first_and_scores_ngrams_sample
             assert r.divergence.margin is not None and r.divergence.margin >= -1e-3, r.divergence
 
     again = qc("likelihood", str(out))
-    assert again.returncode == 0 and "every answer already scored" in again.stderr, explain(again)
+    assert again.returncode == 0 and "every answer already has a record" in again.stderr, explain(again)

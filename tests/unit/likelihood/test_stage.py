@@ -234,7 +234,9 @@ def test_an_answer_too_long_for_the_scorer_is_named_counted_and_not_asked_again(
     assert records[("qa-2", "candidate", 0)].status == "too_long" and records[("qa-1", "candidate", 0)].divergence is None
     stage = _stage(out)
     assert stage.too_long == 2 and stage.scored == 4 and stage.answers == 6
-    assert "2 too long for the scorer's context (qa-1/baseline/0, qa-2/candidate/0)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "2 too long for the scorer's context (qa-1/baseline/0, qa-2/candidate/0)" in err
+    assert "qualitycheck: likelihood: every answer already has a record (4 scored, 2 too long, of 6 answers)" in err
 
 
 def test_a_failed_scoring_is_stored_as_an_error_and_asked_again(tmp_path: Path) -> None:
