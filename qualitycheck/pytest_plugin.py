@@ -49,7 +49,7 @@ def qc_requested(config: pytest.Config) -> bool:
 
 def _run_or_regate(config: pytest.Config) -> Path:
     """Generate and gate (or re-gate a stored run); returns the run folder holding summary.json."""
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.core._errors import ConfigError, Problem, QualitycheckError
     from qualitycheck.pipeline._run import redo, run
 

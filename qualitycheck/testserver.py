@@ -116,7 +116,9 @@ class TestServer:
     """Prompt substring → a recorded response body (an SSE stream, or JSON), sent byte for byte."""
     token_logprobs: dict[str, float] = field(default_factory=dict)
     """The toy model scoring answers (`prompt_logprobs`): piece of `tokenize_text` → its log-probability at every
-    position; the most likely listed piece ranks 1. A piece not listed gets `unlisted_logprob` and a rank below them all."""
+    position; the most likely listed piece ranks 1. A piece not listed gets `unlisted_logprob` and a rank below them all.
+    Without one (empty), the server cannot score an answer and refuses `prompt_logprobs` with a 400, so a run against it
+    records the likelihood evidence as not evaluated rather than judge answers by a flat model."""
     unlisted_logprob: float = -9.0
     max_logprobs: int = 20
     """vLLM's `--max-logprobs`: a request asking for more `prompt_logprobs` is refused with vLLM's message."""
@@ -364,6 +366,8 @@ class TestServer:
 
     def _prompt_logprobs(self, body: dict[str, Any]) -> web.Response:
         """vLLM's answer to a scoring request: `choices[0].prompt_logprobs`, one entry per prompt token, the first null."""
+        if not self.token_logprobs:
+            return self._bad_request("this test server has no toy model to score prompts with (token_logprobs)", "prompt_logprobs", None)
         ids: list[int] = body["prompt"]
         k = int(body["prompt_logprobs"])
         max_tokens = int(body.get("max_tokens") or 16)

@@ -55,7 +55,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.pipeline._run import run
 
     cfg = load_config(a.config, config_overrides(vars(a), (*TARGET_OPTIONS, *RUN_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS)))
@@ -85,11 +85,13 @@ def cmd_likelihood(a: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
-    from qualitycheck.core._config import Target, load_config
+    from qualitycheck.core._config import Target
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.core._errors import first_problem
     from qualitycheck.core._store import RunStore
     from qualitycheck.generation._progress import RichProgress
-    from qualitycheck.likelihood import LikelihoodSettings, score_likelihoods
+    from qualitycheck.likelihood import score_likelihoods
+    from qualitycheck.pipeline._likelihood import likelihood_settings
 
     with RunStore.open(Path(a.dir)) as store:
         cfg = load_config(a.config) if a.config else store.config()
@@ -100,7 +102,7 @@ def cmd_likelihood(a: argparse.Namespace) -> int:
             except ValidationError as exc:
                 raise ConfigError([Problem("command line", None, "--scorer", first_problem(exc))]) from None
             cfg = cfg.model_copy(update={"likelihood": cfg.likelihood.model_copy(update={"scorer": scorer})})
-        settings = LikelihoodSettings.from_config(cfg)
+        settings = likelihood_settings(cfg)
         if settings is None:
             raise ConfigError([Problem(str(a.dir), None, "baseline", "the run has no baseline target to score with; give --scorer URL")])
         stage = score_likelihoods(store, dataclasses.replace(settings, enabled=True), progress=RichProgress())
@@ -123,8 +125,8 @@ def cmd_preflight(a: argparse.Namespace) -> int:
     import json
 
     from qualitycheck.core._cases import load_suite
-    from qualitycheck.core._config import load_config
-    from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
+    from qualitycheck.core._config_file import load_config
+    from qualitycheck.generation._preflight import format_preflight, preflight_http, run_preflight
 
     cfg = load_config(a.config, config_overrides(vars(a), TARGET_OPTIONS))
     missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
@@ -132,7 +134,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
         raise ConfigError([Problem(cfg.source or "command line", None, f"--{m}", "required (a URL, with --model)") for m in missing])
     assert cfg.baseline is not None and cfg.candidate is not None
     cases = load_suite(_suites(a, cfg))
-    result = run_preflight(cfg.baseline, cfg.candidate, cases, **preflight_options(cfg.run))
+    result = run_preflight(cfg.baseline, cfg.candidate, cases, http=preflight_http(cfg.run))
     print(json.dumps(result.to_dict(), indent=2) if a.json else format_preflight(result))
     if not result.ok:
         return EXIT_FAIL
@@ -145,7 +147,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
 
 def cmd_sweep(a: argparse.Namespace) -> int:
     from qualitycheck.core._cases import SuiteCases, scan_suite
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.pipeline._sweep import SweepCandidate, parse_candidate, parse_levels, print_table, run_sweep
 
     cfg = load_config(a.config, config_overrides(vars(a), SWEEP_OPTIONS))
@@ -215,7 +217,7 @@ def _listen(value: str | None) -> tuple[str, int]:
 
 
 def cmd_shadow(a: argparse.Namespace) -> int:
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.shadow._proxy import AS_REQUESTED
     from qualitycheck.shadow._serve import run_shadow
     from qualitycheck.traffic._rules import load_rules

@@ -115,9 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schema", help="print the JSON Schema (Draft 2020-12) of a file qualitycheck writes")
     p.add_argument(
         "name",
-        choices=("summary", "replay", "canary", "artifacts", "likelihoods"),
+        choices=("summary", "replay", "canary", "canary-status", "artifacts", "likelihoods"),
         help="summary: summary.json; replay: a replayed suite's replay.json; canary: a line of canary.jsonl; "
-        "artifacts: the typed records a run folder's run.sqlite holds; likelihoods: a row of its likelihoods table",
+        "canary-status: the canary watcher's /qc/status; artifacts: the typed records a run folder's run.sqlite holds; "
+        "likelihoods: a row of its likelihoods table",
     )
 
     return parser
@@ -146,6 +147,11 @@ def cmd_schema(a: argparse.Namespace) -> int:
         from qualitycheck.canary._record import canary_json_schema
 
         print(json.dumps(canary_json_schema(), indent=2))
+        return 0
+    if a.name == "canary-status":
+        from qualitycheck.canary._status import status_json_schema
+
+        print(json.dumps(status_json_schema(), indent=2))
         return 0
     from qualitycheck.verdict._model import summary_json_schema
 

@@ -178,7 +178,11 @@ CANARY_OPTIONS = (
         type=int,
     ),
     Option(
-        "listen", "serve the watcher's state on http://HOST:PORT/qc/metrics (default 127.0.0.1:0)", key="canary.listen", metavar="HOST:PORT"
+        "listen",
+        "serve /qc/metrics, /qc/status, /qc/ready and Flagger's webhooks (/qc/flagger/TYPE) on HOST:PORT "
+        "(default 127.0.0.1:0; 0.0.0.0:PORT for a controller in the cluster)",
+        key="canary.listen",
+        metavar="HOST:PORT",
     ),
     Option("once", "evaluate one window and exit: 0 healthy, 1 tripped, 3 not enough evidence", action="store_true"),
     Option("dry-run", "only record the decisions (canary.jsonl); run no action", action="store_true"),

@@ -15,7 +15,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import RunMismatchError, StoreError, first_problem
 from qualitycheck.core._records import FORMAT_VERSION, ArtifactRecord, LikelihoodRecord, Response, Score, _Readings
 
@@ -87,6 +87,9 @@ class CaseRecords:
     inputs: str = ""
     """A digest of the stored rows these records were read from (`by_case(inputs=True)`; else empty):
     two walks that see the same digest read the same case, responses and scores."""
+    likelihoods: list[LikelihoodRecord] = field(default_factory=list)
+    """The likelihood stage's records of the case's answers, ordered by target, then repeat (`by_case(likelihoods=True)`;
+    else empty). Current for an answer while their fingerprint and scorer are its own (`LikelihoodRecord`)."""
 
 
 class RunStore:
@@ -233,7 +236,14 @@ class RunStore:
         return out
 
     def by_case(
-        self, *, scores: bool = True, judged_only: bool = False, inputs: bool = False, start: str | None = None, stop: str | None = None
+        self,
+        *,
+        scores: bool = True,
+        judged_only: bool = False,
+        inputs: bool = False,
+        likelihoods: bool = False,
+        start: str | None = None,
+        stop: str | None = None,
     ) -> Iterator[CaseRecords]:
         """Every case with its responses (and scores), one case in memory at a time.
 
@@ -245,6 +255,9 @@ class RunStore:
         read (`CaseRecords.inputs`), for a stage that keeps what it derived
         from them (`comparisons_with_inputs`). `start` and `stop` walk only
         the cases whose id is in [start, stop) (`case_id_at` finds a split).
+        `likelihoods` adds the likelihood stage's records (a fourth read in
+        the same order); they are not part of `inputs`, which the comparisons
+        do not depend on.
         """
         where, args = _id_range("case_id", start, stop)
         resp = GroupsById(self._response_groups(where, args))
@@ -253,8 +266,14 @@ class RunStore:
             if scores
             else iter(())
         )
+        lk = GroupsById(
+            _grouped(self._db.execute(f"SELECT case_id, body FROM likelihoods{where} ORDER BY case_id, target, repeat", args))
+            if likelihoods
+            else iter(())
+        )
         # the validators themselves: `model_validate_json` adds a Python call per record to what they do
         response_of, score_of = Response.__pydantic_validator__.validate_json, Score.__pydantic_validator__.validate_json
+        likelihood_of = LikelihoodRecord.__pydantic_validator__.validate_json
         for body in self._case_bodies(by_id=True, judged_only=judged_only, start=start, stop=stop):
             case = _case_of(body)
             r_bodies, s_bodies = resp.take(case.id), sc.take(case.id)
@@ -263,6 +282,7 @@ class RunStore:
                 list(map(response_of, r_bodies)),
                 list(map(score_of, s_bodies)),
                 _digest_of(body, r_bodies, s_bodies) if inputs else "",
+                list(map(likelihood_of, lk.take(case.id))) if not lk.empty else [],
             )
 
     def put_case(self, case: Case, idx: int, responses: Iterable[Response] = ()) -> None:

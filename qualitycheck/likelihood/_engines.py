@@ -264,6 +264,8 @@ def _failure(path: str, info: ErrorInfo) -> Exception:
         return CannotScore(f"the scorer has no {path} ({info.message}): it cannot score a given answer (a hosted API or a gateway?)")
     if info.status in (400, 413, 422) and any(s in text for s in _TOO_LONG):
         return TooLong(info.message)
+    if info.status in (400, 422) and "prompt_logprobs" in text and not _MAX_ALLOWED.search(info.message):
+        return CannotScore(f"the scorer refuses prompt_logprobs ({info.message}): it cannot score a given answer")
     return ScoreFailed(info)
 
 

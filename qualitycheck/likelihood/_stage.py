@@ -34,12 +34,13 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
-from qualitycheck.core._config import Config, Target
+from qualitycheck.core._config import HttpPolicy, Target
 from qualitycheck.core._http import HttpClient
+from qualitycheck.core._progress import Progress
 from qualitycheck.core._records import (
     GreedyDivergence,
     LikelihoodPass,
@@ -58,27 +59,6 @@ __all__ = ["LikelihoodSettings", "Progress", "score_likelihoods"]
 BASELINE = "baseline"
 
 
-class Progress(Protocol):
-    """What the stage reports as answers are scored (`generation.RichProgress` draws it like generation)."""
-
-    def start(self, totals: dict[str, int]) -> None: ...
-
-    def advance(self, target: str, ok: bool) -> None: ...
-
-    def stop(self) -> None: ...
-
-
-class _Quiet:
-    def start(self, totals: dict[str, int]) -> None:
-        pass
-
-    def advance(self, target: str, ok: bool) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-
 @dataclass(frozen=True)
 class LikelihoodSettings:
     """What the stage needs to know, and nothing else of the run's config."""
@@ -90,29 +70,8 @@ class LikelihoodSettings:
     enabled: bool = True
     top_k: int = 20
     least_likely: int = 5
-    concurrency: int = 8
-    timeout_s: float = 120.0
-    retries: int = 3
-    backoff_s: float = 0.5
-
-    @classmethod
-    def from_config(cls, cfg: Config) -> LikelihoodSettings | None:
-        """The settings of a run's config; None when it has nothing to score with (no baseline and no scorer)."""
-        opts = cfg.likelihood
-        scorer = opts.scorer or cfg.baseline
-        if scorer is None:
-            return None
-        return cls(
-            scorer=scorer,
-            template_extra=dict(cfg.baseline.extra_body) if cfg.baseline is not None else {},
-            enabled=opts.enabled,
-            top_k=opts.top_k,
-            least_likely=opts.least_likely,
-            concurrency=opts.concurrency or cfg.run.concurrency,
-            timeout_s=cfg.run.timeout_s,
-            retries=cfg.run.retries,
-            backoff_s=cfg.run.backoff_s,
-        )
+    http: HttpPolicy = field(default_factory=lambda: HttpPolicy(timeout_s=120.0, retries=3, backoff_s=0.5, concurrency=8))
+    """How the scorer is called: the run's timeout, retries and backoff, and the stage's own concurrency."""
 
     @property
     def identity(self) -> str:
@@ -133,7 +92,7 @@ def score_likelihoods(
         stage = _stage(store, settings, None, evaluated=False, reason="switched off (--no-likelihood)")
         store.put_record(stage)
         return stage
-    return asyncio.run(_Pass(store, settings, progress or _Quiet()).run(None if case_ids is None else frozenset(case_ids)))
+    return asyncio.run(_Pass(store, settings, progress or Progress()).run(None if case_ids is None else frozenset(case_ids)))
 
 
 def _stage(store: RunStore, settings: LikelihoodSettings, scorer: Scorer | None, *, evaluated: bool, reason: str = "") -> LikelihoodStage:
@@ -215,8 +174,8 @@ class _Pass:
     async def run(self, case_ids: frozenset[str] | None) -> LikelihoodStage:
         t0, started = time.perf_counter(), time.time()
         s = self.settings
-        http = HttpClient(s.scorer, timeout_s=s.timeout_s, retries=s.retries, backoff_s=s.backoff_s, limit=s.concurrency)
-        self._requests = asyncio.Semaphore(s.concurrency)
+        http = HttpClient(s.scorer, s.http)
+        self._requests = asyncio.Semaphore(s.http.concurrency)
         reason = ""
         try:
             try:
@@ -322,7 +281,7 @@ class _Pass:
 
     # ------------------------------------------------------------ scoring
     async def _score_all(self, work: list[tuple[Case, list[_Answer], list[tuple[_Answer, _Answer]]]]) -> None:
-        window = asyncio.Semaphore(self.settings.concurrency)
+        window = asyncio.Semaphore(self.settings.http.concurrency)
 
         async def one(case: Case, answers: list[_Answer], pairs: list[tuple[_Answer, _Answer]]) -> None:
             try:
@@ -331,11 +290,13 @@ class _Pass:
                 window.release()
 
         tasks: set[asyncio.Task[None]] = set()
+        started: list[asyncio.Task[None]] = []
         try:
             for case, answers, pairs in work:
                 await window.acquire()
                 task = asyncio.create_task(one(case, answers, pairs))
                 tasks.add(task)
+                started.append(task)
                 task.add_done_callback(tasks.discard)
             while tasks:
                 done, _ = await asyncio.wait(set(tasks), return_when=asyncio.FIRST_COMPLETED)
@@ -345,7 +306,9 @@ class _Pass:
         finally:
             for t in tasks:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # every task's outcome is taken, those that ended before the first failure included, and every shared
+            # prefill's: an exception left in a finished task is logged at garbage collection, anywhere
+            await asyncio.gather(*started, *self._inflight.values(), return_exceptions=True)
 
     async def _score_case(self, case: Case, answers: list[_Answer], pairs: list[tuple[_Answer, _Answer]]) -> None:
         assert self.scorer is not None
@@ -383,15 +346,17 @@ class _Pass:
                 other.record = other.record.model_copy(update={"divergence": _divergence(base, other)})
         self._write(answers)
 
-    async def _tokens(self, call: Any) -> list[int] | _Failed:
-        async with self._requests:
-            try:
+    async def _tokens(self, call: Coroutine[Any, Any, list[int]]) -> list[int] | _Failed:
+        try:
+            async with self._requests:
                 ids: list[int] = await call
                 return ids
-            except ScoreFailed as exc:
-                return _Failed("error", exc.info.message)
-            except TooLong as exc:
-                return _Failed("too_long", f"the scorer refused it as too long: {exc}")
+        except ScoreFailed as exc:
+            return _Failed("error", exc.info.message)
+        except TooLong as exc:
+            return _Failed("too_long", f"the scorer refused it as too long: {exc}")
+        finally:
+            call.close()  # cancelled while waiting for a request slot: the call never started, and is closed unstarted
 
     async def _score_answer(self, case: Case, a: _Answer, prompt: list[int], *, top: bool) -> None:
         """Score one answer, or wait for the prefill of an identical one in this pass; `top`: a divergence needs its top tokens."""

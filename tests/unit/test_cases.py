@@ -182,7 +182,7 @@ def test_lines_are_numbered_across_every_line_break_and_bad_utf8_by_file_offset(
 
 def test_scan_suite_streams_with_load_suites_problems_and_the_manifests_fingerprint(tmp_path: Path) -> None:
     from qualitycheck.core._cases import SuiteCases, scan_suite
-    from qualitycheck.core._config import Config
+    from qualitycheck.core._config_file import Config
     from qualitycheck.pipeline._run import manifest_for
 
     good = write_suite(

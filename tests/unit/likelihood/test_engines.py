@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Target
+from qualitycheck.core._config import HttpPolicy, Target
 from qualitycheck.core._http import HttpClient
 from qualitycheck.core._records import LikelihoodRecord, LikelihoodStage, Response
 from qualitycheck.core._store import RunStore
@@ -105,7 +105,7 @@ def test_a_scorer_asked_to_score_past_its_context_raises_too_long() -> None:
     """vLLM refuses a prompt that leaves no room for the one token it must generate; the stage stores it as too long."""
 
     async def go(url: str) -> None:
-        http = HttpClient(Target(url=url, model="test-model"), timeout_s=5, retries=0, backoff_s=0)
+        http = HttpClient(Target(url=url, model="test-model"), HttpPolicy(timeout_s=5, retries=0, backoff_s=0))
         try:
             scorer = await detect_scorer(http, "test-model", 20)
             assert scorer.engine == "vllm" and scorer.max_model_len == 8 and not scorer.fits(5, 3)
@@ -115,7 +115,7 @@ def test_a_scorer_asked_to_score_past_its_context_raises_too_long() -> None:
         finally:
             await http.aclose()
 
-    with TestServer(max_model_len=8) as srv:
+    with TestServer(max_model_len=8, token_logprobs={"a": -0.1}) as srv:
         asyncio.run(go(srv.url))
 
 
@@ -124,3 +124,15 @@ def test_a_scorer_that_does_not_serve_the_model_is_not_evaluated(tmp_path: Path)
         stage = score_likelihoods(store, LikelihoodSettings(scorer=Target(url=srv.url, model="smol")))
     assert not stage.evaluated and stage.reason == "the scorer does not serve 'smol' (it serves 'other')"
     assert isinstance(stage, LikelihoodStage) and not stage.passes[0].requests
+
+
+def test_a_scorer_that_refuses_prompt_logprobs_is_found_out_once_and_the_evidence_is_not_evaluated(tmp_path: Path) -> None:
+    """A server that answers chat but refuses to score (a gateway, or the test server without a toy model) is asked once."""
+    from qualitycheck.core._records import LikelihoodStage
+
+    with TestServer() as srv, _one_answer_store(tmp_path) as store:
+        stage = score_likelihoods(store, LikelihoodSettings(scorer=Target(url=srv.url, model="test-model")))
+        scoring = [r for r in srv.requests("/v1/completions") if "prompt_logprobs" in r["body"]]
+        assert store.record(LikelihoodStage) == stage
+    assert not stage.evaluated and "refuses prompt_logprobs" in stage.reason and stage.errors == 0
+    assert len(scoring) == 1, "one refusal says it: the other answers are not asked"

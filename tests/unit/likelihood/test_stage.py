@@ -58,7 +58,7 @@ def test_every_answer_is_scored_on_both_sides_greedy_and_sampled_with_what_a_rep
         answered = {(r.case_id, r.target, r.repeat) for r in store.responses() if r.ok}
     records = _records(out)
     assert set(records) == answered and {t for _, t, _ in answered} == {"baseline", "candidate", "control"}
-    assert {rep for (cid, _, rep) in answered if cid == "samp-0"} == {0, 1}, "the sampled case's samples are all scored"
+    assert {0, 1} <= {rep for (cid, _, rep) in answered if cid == "samp-0"}, "the sampled case's samples are all scored"
     base, cand = records[("qa-0", "baseline", 0)], records[("qa-0", "candidate", 0)]
     assert base.status == cand.status == "scored" and base.tokens_from == "token_ids" and base.token_ids is None
     assert base.tokens == 3 and base.sum_logprob == pytest.approx(-0.6) and base.mean_logprob == pytest.approx(-0.2)
@@ -89,8 +89,10 @@ def test_identical_answers_are_prefilled_once_in_a_pass_and_across_passes(tmp_pa
         requests = len(_scoring(b))
     assert requests == 3 * 2 + 2 * 2
     stage = _stage(out)
-    assert [p.requests for p in stage.passes] == [10, 0], "the control's answers equal the baseline's: copied in the second pass"
-    assert stage.passes[1].reused == stage.passes[1].scored == 3 and stage.passes[1].tokenize_requests == 0
+    # the rounds' later passes (more samples of the sampled cases, the baseline asked again) find every answer's content scored
+    assert stage.passes[0].requests == 10 and all(p.requests == 0 for p in stage.passes[1:])
+    noise = stage.passes[-1]  # the control's answers equal the baseline's: copied in the last pass
+    assert noise.reused == noise.scored == 3 and noise.tokenize_requests == 0
     assert stage.passes[0].reused == 4, "the sampled cases' second samples wait for the first one's prefill"
 
 
@@ -321,11 +323,12 @@ def test_the_record_schema_is_published_and_a_stored_record_validates(tmp_path: 
 def test_a_scorer_without_a_model_scores_with_the_baselines_and_a_bad_url_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
+    from qualitycheck.pipeline._likelihood import likelihood_settings
 
     cfg = load_config(None, {"baseline.url": "http://b", "model": "smol", "likelihood.scorer.url": "http://s"})
     assert cfg.likelihood.scorer is not None and cfg.likelihood.scorer.model == "smol"
-    settings = LikelihoodSettings.from_config(cfg)
+    settings = likelihood_settings(cfg)
     assert settings is not None and settings.scorer.url == "http://s" and settings.identity == "http://s smol"
     assert main(run_argv("http://b", "http://c", tmp_path / "none.jsonl", tmp_path / "o", "--scorer", "ftp://x")) == 2
     assert "likelihood.scorer.url: must start with http:// or https://" in capsys.readouterr().err
