@@ -12,8 +12,10 @@ import sys
 
 from qualitycheck.cli._canary import cmd_canary
 from qualitycheck.cli._commands import COMMANDS, EXIT_INCOMPLETE, EXIT_INPUT
+from qualitycheck.cli._import import add_import_command, cmd_import
 from qualitycheck.cli._options import (
     CANARY_COMMAND_OPTIONS,
+    CI_OPTIONS,
     LIKELIHOOD_OPTIONS,
     PREFLIGHT_OPTIONS,
     REPLAY_OPTIONS,
@@ -45,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", help="generate, score, compare, gate and report")
-    add_options(p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS))
+    add_options(p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS, *CI_OPTIONS))
 
     p = sub.add_parser("validate", help="check suite files; lists every problem as path:line: field: message")
     p.add_argument("paths", nargs="+", metavar="PATH")
@@ -58,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("dir", metavar="DIR")
         p.add_argument("-c", "--config", help="config with guardrails (default: the run's own)")
-        add_options(p.add_argument, REPORT_OPTIONS)
+        add_options(p.add_argument, (*REPORT_OPTIONS, *CI_OPTIONS))
 
     p = sub.add_parser(
         "likelihood",
@@ -111,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(p.add_argument, CANARY_COMMAND_OPTIONS)
 
     add_review_command(sub)
+    add_import_command(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema (Draft 2020-12) of a file qualitycheck writes")
     p.add_argument(
@@ -162,6 +165,7 @@ def cmd_schema(a: argparse.Namespace) -> int:
 COMMANDS["schema"] = cmd_schema
 COMMANDS["review"] = cmd_review
 COMMANDS["canary"] = cmd_canary
+COMMANDS["import"] = cmd_import
 
 
 def main(argv: list[str] | None = None) -> int:
