@@ -34,7 +34,7 @@ def _has(module: str) -> bool:
 
 def _store(folder: Path, cases: list[Any], answers: dict[str, tuple[str, str]]) -> Any:
     """A finished two-target run folder filled by hand (no endpoint involved)."""
-    from qualitycheck.core._config import Config
+    from qualitycheck.core._config_file import Config
     from qualitycheck.core._records import Response, Usage
     from qualitycheck.core._store import RunStore
     from qualitycheck.pipeline._run import manifest_for, redacted_config
@@ -148,8 +148,8 @@ def judge_savings(figure: Figure, skipped: Callable[[str, str], None], tmp: Path
         skipped(name, "qualitycheck/scoring/judge.py is not in this checkout yet")
         return
     from qualitycheck.core._cases import Case
-    from qualitycheck.core._config import Config
-    from qualitycheck.judge._judge import score_judge
+    from qualitycheck.core._config import JudgeTarget, RunOptions
+    from qualitycheck.judge._judge import JudgeOptions, score_judge
     from qualitycheck.testserver import TestServer
 
     n, divergent_every = (200, 10) if quick else (1000, 10)
@@ -163,15 +163,7 @@ def judge_savings(figure: Figure, skipped: Callable[[str, str], None], tmp: Path
     store = _store(tmp / "judge-run", cases, answers)
     try:
         with TestServer(default="Both are fine. [[TIE]]", model="J") as judge:
-            cfg = Config.model_validate(
-                {
-                    "baseline": {"url": "http://127.0.0.1:9", "model": "m"},
-                    "candidate": {"url": "http://127.0.0.1:9", "model": "m"},
-                    "judge": {"url": judge.url, "model": "J"},
-                    "run": {"concurrency": 32},
-                }
-            )
-            stage = score_judge(store, cfg)
+            stage = score_judge(store, JudgeTarget(url=judge.url, model="J"), JudgeOptions.of_run(RunOptions(concurrency=32)))
             calls = len(judge.requests("/chat/completions"))
     finally:
         store.close()
@@ -185,11 +177,8 @@ def judge_savings(figure: Figure, skipped: Callable[[str, str], None], tmp: Path
     )
 
 
-def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, n: int) -> None:
-    """`qualitycheck report DIR` on a 10,000-pair run: wall time and report.html size."""
-    if not _has("qualitycheck.report"):
-        skipped("report_build_s", "qualitycheck/report is not in this checkout yet")
-        return
+def build_report_run(tmp: Path, n: int) -> Path:
+    """The report figure's run: n pairs over 8 categories and two checks, 1 in 20 candidate answers different, scored."""
     from qualitycheck.core._cases import Case
 
     cases = [
@@ -207,8 +196,21 @@ def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path,
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     score = _procs.run([sys.executable, "-m", "qualitycheck", "score", str(folder)], capture_output=True, text=True, env=env)
     if score.returncode not in (0, 1):
-        skipped("report_build_s", f"qualitycheck score failed: {score.stderr[-300:]}")
+        raise RuntimeError(f"qualitycheck score failed: {score.stderr[-300:]}")
+    return folder
+
+
+def report_build(figure: Figure, skipped: Callable[[str, str], None], tmp: Path, n: int) -> None:
+    """`qualitycheck report DIR` on a 10,000-pair run: wall time and report.html size."""
+    if not _has("qualitycheck.report"):
+        skipped("report_build_s", "qualitycheck/report is not in this checkout yet")
         return
+    try:
+        folder = build_report_run(tmp, n)
+    except RuntimeError as exc:
+        skipped("report_build_s", str(exc))
+        return
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
     rep = _procs.run([sys.executable, "-m", "qualitycheck", "report", str(folder)], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
@@ -230,10 +232,10 @@ def gate_power(figure: Figure, skipped: Callable[[str, str], None], trials: int)
     fixed `--repeats 8` design on the same draws' distribution.
     """
     try:
+        from bench._simulate import simulate_gate, simulate_likelihood, simulate_routes, simulate_sampled
         from qualitycheck.core._config import RunOptions
-        from qualitycheck.verdict._simulate import simulate_gate, simulate_routes, simulate_sampled
-    except ImportError:
-        skipped("gate_false_alarm_rate", "qualitycheck.verdict._simulate is not in this checkout yet")
+    except ImportError as exc:
+        skipped("gate_false_alarm_rate", f"the decision these simulations call is not in this checkout ({exc})")
         return
     t0 = time.perf_counter()
     fa = simulate_gate(n=300, drop=0.0, trials=trials, seed=1)
@@ -272,5 +274,21 @@ def gate_power(figure: Figure, skipped: Callable[[str, str], None], trials: int)
         sum(used) / len(used) / 8,
         "ratio",
         "mean samples per case over the three cases above (no drop, 10, 30 points) against --repeats 8's 8",
+    )
+    for shift in (0.0, -0.1, -0.25, -0.5, -3.3):
+        lk = simulate_likelihood(shift=shift, trials=trials, seed=6)
+        note = (
+            f"16 sampled cases under the baseline model (levels sd 0.4, samples sd 0.35 nats/token), candidate {shift:+.2f} nats "
+            f"per token, default rounds, {trials} runs"
+        )
+        name = "gate_likelihood_false_alarm" if shift == 0 else f"gate_likelihood_power[{shift:+.2f}]"
+        figure(name, lk.shift, "", note)
+        figure(f"gate_likelihood_samples_per_case[{shift:+.2f}]", lk.mean_samples, "samples", note + "; per side")
+    less_varied = simulate_likelihood(shift=0.3, candidate_sd=0.07, trials=trials, seed=7)
+    figure(
+        "gate_likelihood_power[less_varied]",
+        less_varied.shift,
+        "",
+        f"16 sampled cases, the candidate's samples 0.3 nats per token more likely and a fifth as varied, {trials} runs",
     )
     figure("gate_simulation_s", time.perf_counter() - t0, "s")

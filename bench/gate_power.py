@@ -10,7 +10,7 @@ A category of 300 cases (80% baseline pass rate) and a share of A/A pairs
 that disagree (batching non-determinism). The false-alarm rate is measured
 on A/A data (no change); the power is the share of runs in which a
 2-percentage-point regression fails the quality guardrail. Both use the
-gate's own decision (qualitycheck.verdict._stats.classify_cases).
+gate's own decision (qualitycheck.verdict._decision.decide_quality).
 
 The default configuration asks the baseline again for the cases whose
 candidate text diverged (`baseline_again`). How many diverge besides the
@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._simulate import simulate_gate
 from bench.figures_scoring import gate_power
-from qualitycheck.verdict._simulate import simulate_gate
-from qualitycheck.verdict._stats import ALPHA
+from qualitycheck.verdict._tests import ALPHA
 
 
 def main() -> None:

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config, JudgeTarget, RunOptions
+from qualitycheck.core._config import JudgeTarget, RunOptions
 from qualitycheck.core._records import Response
 from qualitycheck.core._store import RunStore
-from qualitycheck.judge import score_judge
+from qualitycheck.judge import JudgeOptions, score_judge
 from qualitycheck.testserver import TestServer
 from qualitycheck.verdict._human import cohen_kappa
 from qualitycheck.verdict._judge_figures import JudgeTally
@@ -95,7 +95,7 @@ def main() -> None:
     for name, judge in _judges(a.seed).items():
         with tempfile.TemporaryDirectory() as tmp, TestServer(default=judge) as srv:
             store = _store(Path(tmp) / "run", pairs)
-            score_judge(store, Config(judge=JudgeTarget(url=srv.url, model="scripted"), run=RunOptions(retries=0, judge_retries=0)))
+            score_judge(store, JudgeTarget(url=srv.url, model="scripted"), JudgeOptions.of_run(RunOptions(retries=0, judge_retries=0)))
             verdicts = {s.case_id: s for s in store.scores() if s.target == "candidate"}
             tally = JudgeTally()
             for s in verdicts.values():

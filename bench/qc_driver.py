@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config
+from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._store import RunStore, StoredCases
 from qualitycheck.generation._runner import generate
 
@@ -42,17 +42,13 @@ def main() -> None:
     ap.add_argument("--timings", action="store_true")
     ap.add_argument("--no-stream", action="store_true")
     a = ap.parse_args()
-    cfg = Config.model_validate(
-        {
-            "baseline": {"url": a.url, "model": "bench"},
-            "run": {"concurrency": a.concurrency, "stream": not a.no_stream, "retries": 0, "preflight": False},
-        }
-    )
+    targets = {"baseline": Target(url=a.url, model="bench")}
+    opts = RunOptions(concurrency=a.concurrency, stream=not a.no_stream, retries=0, preflight=False)
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore.create(Path(tmp), {"cases": a.n, "targets": {}, "repeats": 1}, bench_cases(a.n))
         cases = StoredCases(store)  # as `qualitycheck run` does: read back from the store, never listed
         t0, c0 = time.perf_counter(), time.process_time()
-        stats = asyncio.run(generate(store, cases, cfg))
+        stats = asyncio.run(generate(store, cases, targets, opts))
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         timings = {}
         ok = 0

@@ -5,7 +5,8 @@ CLI or the pytest plugin. `__all__` is guarded by a test.
 """
 
 from qualitycheck.core._cases import Case, load_suite
-from qualitycheck.core._config import Config, Target, load_config
+from qualitycheck.core._config import Target
+from qualitycheck.core._config_file import Config, load_config
 from qualitycheck.core._errors import QualitycheckError
 from qualitycheck.core._records import Response, Score
 from qualitycheck.core._store import RunStore, load_run

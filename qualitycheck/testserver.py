@@ -4,7 +4,11 @@ For tests (ours and users' own gate tests) and benchmarks: it speaks enough
 of vLLM's dialect — chat and completions, SSE streaming with usage and
 `token_ids`, tool calls (streamed as OpenAI sends them: the name first,
 then the argument text in pieces), /v1/models, /tokenize, /metrics with
-`vllm:spec_decode_*` counters, /health — and replays recorded streams
+`vllm:spec_decode_*` counters, /health, and a toy model's
+`prompt_logprobs` for a completions request whose prompt is token ids
+(`token_logprobs`), refusing what vLLM refuses (a prompt that leaves no
+room for the token it must generate, more logprobs than `max_logprobs`),
+or answering as a llama-server or a hosted API would (`engine`) — and replays recorded streams
 byte for byte (`recorded`), and injects the faults vLLM cannot be made to produce
 on demand: 5xx, 429 with Retry-After, a reset mid-stream, a malformed chunk,
 latency. It runs on a loopback port in a background thread, so the client
@@ -23,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["Fault", "TestServer", "ToolReply", "tokenize_text"]
+__all__ = ["Fault", "TestServer", "ToolReply", "token_id", "tokenize_text"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,11 @@ def tokenize_text(text: str) -> list[str]:
 
 def _tok_id(piece: str) -> int:
     return int(sum(ord(c) * 31**i for i, c in enumerate(piece[:6])) % 49152)
+
+
+def token_id(piece: str) -> int:
+    """The test server's id of one piece of `tokenize_text` (what /tokenize and `token_ids` carry)."""
+    return _tok_id(piece)
 
 
 @dataclass
@@ -105,6 +114,16 @@ class TestServer:
     """Answer 404 with vLLM's error body to a request naming another model (off: any name is served)."""
     recorded: dict[str, bytes] = field(default_factory=dict)
     """Prompt substring → a recorded response body (an SSE stream, or JSON), sent byte for byte."""
+    token_logprobs: dict[str, float] = field(default_factory=dict)
+    """The toy model scoring answers (`prompt_logprobs`): piece of `tokenize_text` → its log-probability at every
+    position; the most likely listed piece ranks 1. A piece not listed gets `unlisted_logprob` and a rank below them all.
+    Without one (empty), the server cannot score an answer and refuses `prompt_logprobs` with a 400, so a run against it
+    records the likelihood evidence as not evaluated rather than judge answers by a flat model."""
+    unlisted_logprob: float = -9.0
+    max_logprobs: int = 20
+    """vLLM's `--max-logprobs`: a request asking for more `prompt_logprobs` is refused with vLLM's message."""
+    engine: str = "vllm"
+    """`vllm`; `llama`: answers /props as llama-server does (it cannot score a given answer); `hosted`: no /tokenize."""
     log: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -146,7 +165,10 @@ class TestServer:
             app.router.add_post("/v1/chat/completions", self._chat)
             app.router.add_post("/v1/completions", self._completions)
             app.router.add_get("/v1/models", self._models)
-            app.router.add_post("/tokenize", self._tokenize)
+            if self.engine != "hosted":
+                app.router.add_post("/tokenize", self._tokenize)
+            if self.engine == "llama":
+                app.router.add_get("/props", self._props)
             app.router.add_get("/metrics", self._metrics)
             app.router.add_get("/health", self._health)
             app.router.add_get("/version", self._version)
@@ -225,6 +247,13 @@ class TestServer:
                 status=404,
             )
         fault = self._fault(prompt)
+        if (
+            not chat
+            and (fault is None or fault.kind != "status")
+            and self._is_ids(body.get("prompt"))
+            and body.get("prompt_logprobs") is not None
+        ):
+            return self._prompt_logprobs(body)
         if fault and fault.kind == "status":
             headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
             return web.json_response({"error": {"message": f"injected {fault.status}"}}, status=fault.status, headers=headers)
@@ -318,6 +347,76 @@ class TestServer:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+    @staticmethod
+    def _is_ids(prompt: Any) -> bool:
+        return isinstance(prompt, list) and bool(prompt) and all(isinstance(x, int) for x in prompt)
+
+    def _pieces(self) -> dict[int, str]:
+        """Token id → piece for every piece the toy model lists and every answer or prompt piece this server has made."""
+        known = {_tok_id(p): p for p in self.token_logprobs}
+        for ans in (self.default, *self.answers.values()):
+            if isinstance(ans, str):
+                known.update((_tok_id(p), p) for p in tokenize_text(ans))
+        return known
+
+    def _scores(self) -> list[tuple[int, float, str]]:
+        """The listed pieces, most likely first: (id, logprob, piece)."""
+        return sorted(((_tok_id(p), lp, p) for p, lp in self.token_logprobs.items()), key=lambda x: -x[1])
+
+    def _prompt_logprobs(self, body: dict[str, Any]) -> web.Response:
+        """vLLM's answer to a scoring request: `choices[0].prompt_logprobs`, one entry per prompt token, the first null."""
+        if not self.token_logprobs:
+            return self._bad_request("this test server has no toy model to score prompts with (token_logprobs)", "prompt_logprobs", None)
+        ids: list[int] = body["prompt"]
+        k = int(body["prompt_logprobs"])
+        max_tokens = int(body.get("max_tokens") or 16)
+        if k > self.max_logprobs:
+            message = f"Requested prompt logprobs of {k}, which is greater than max allowed: {self.max_logprobs}"
+            return self._bad_request(message, "prompt_logprobs", k)
+        room = self.max_model_len - len(ids)
+        if room < 1:
+            return self._bad_request(f"max_tokens must be at least 1, got {room}.", "max_tokens", room)
+        ranked = self._scores()
+        rank_of = {tid: r + 1 for r, (tid, _, _) in enumerate(ranked)}
+        logprob_of = {tid: lp for tid, lp, _ in ranked}
+        pieces = self._pieces()
+        top = {str(tid): {"logprob": lp, "rank": rank_of[tid], "decoded_token": p} for tid, lp, p in ranked[:k]}
+        entries: list[Any] = [None]
+        for tid in ids[1:]:
+            entry = dict(top)
+            own = {
+                "logprob": logprob_of.get(tid, self.unlisted_logprob),
+                "rank": rank_of.get(tid, len(ranked) + 1 + tid % 1000),
+                "decoded_token": pieces.get(tid, f"<{tid}>"),
+            }
+            entry[str(tid)] = own
+            entries.append(entry)
+        with self._lock:
+            self.counters["requests"] += 1
+        choice = {"index": 0, "text": "", "finish_reason": "length", "prompt_logprobs": entries}
+        usage = {"prompt_tokens": len(ids), "completion_tokens": min(max_tokens, room), "total_tokens": len(ids) + min(max_tokens, room)}
+        return web.json_response(
+            {"id": "cmpl-score", "object": "text_completion", "model": self.model, "choices": [choice], "usage": usage}
+        )
+
+    @staticmethod
+    def _bad_request(message: str, param: str, value: Any) -> web.Response:
+        """vLLM's 400 body for a request it refuses (`VLLMValidationError`)."""
+        text = f"{message} (parameter={param}, value={value})"
+        return web.json_response({"error": {"message": text, "type": "BadRequestError", "param": param, "code": 400}}, status=400)
+
+    async def _props(self, request: web.Request) -> web.Response:
+        """llama-server's /props (the fields preflight and the likelihood stage read)."""
+        return web.json_response(
+            {
+                "default_generation_settings": {"n_ctx": self.max_model_len, "params": {"temperature": 0.8}},
+                "chat_template": self.chat_template,
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "model_path": f"/models/{self.model}.gguf",
+            }
+        )
 
     def _count_speculation(self, n_tokens: int) -> None:
         with self._lock:

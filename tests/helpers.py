@@ -103,3 +103,55 @@ def raw_server(handler: Callable[[Any], Awaitable[Any]], method: str = "*", path
     finally:
         state["loop"].call_soon_threadsafe(state["loop"].stop)
         t.join(5)
+
+
+P_TOLERANCE = 1e-12
+"""p-values of two versions agree to this (absolute): one exact test computed another way differs in the last bits only."""
+
+
+def json_diff(expected: Any, got: Any, path: str = "") -> list[str]:
+    """Where two JSON values differ, one line each: exactly (types included), except p-values (keys starting with
+    p_value) within `P_TOLERANCE`. For goldens and recordings of summary.json."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        out = [f"{path}.{k}: missing" for k in expected if k not in got]
+        out += [f"{path}.{k}: added" for k in got if k not in expected]
+        for k in expected.keys() & got.keys():
+            out += json_diff(expected[k], got[k], f"{path}.{k}")
+        return out
+    if isinstance(expected, list) and isinstance(got, list):
+        if len(expected) != len(got):
+            return [f"{path}: {len(expected)} items, now {len(got)}"]
+        return [d for i, (a, b) in enumerate(zip(expected, got, strict=True)) for d in json_diff(a, b, f"{path}[{i}]")]
+    if path.rsplit(".", 1)[-1].startswith("p_value") and isinstance(expected, float) and isinstance(got, float):
+        return [] if abs(expected - got) <= P_TOLERANCE else [f"{path}: {expected!r} → {got!r}"]
+    if expected == got and type(expected) is type(got):
+        return []
+    return [f"{path}: {str(expected)[:160]!r} → {str(got)[:160]!r}"]
+
+
+def need_extra(module: str, extra: str) -> Any:
+    """Import an optional extra's module for a test: skipped without it, but a failure in CI (env CI set), as the e2e tests do."""
+    import importlib
+    import os
+
+    import pytest
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        message = f"{module} is not installed (pip install 'qualitycheck[{extra}]', or scripts/dev.sh setup)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}; CI is set, so a missing extra is a failure")
+        pytest.skip(message)
+
+
+def answer_statuses(case: Any, answers: dict[str, str]) -> dict[str, dict[str, str]]:
+    """answer text → check → status, each answer scored alone as the candidate against no baseline."""
+    from qualitycheck.core._records import Response
+    from qualitycheck.scoring import score_case
+
+    out: dict[str, dict[str, str]] = {}
+    for text in answers:
+        r = Response(case_id=case.id, target="candidate", repeat=0, fingerprint="f", text=text)
+        out[text] = {s.check: s.status for s in score_case(case, [r])}
+    return out

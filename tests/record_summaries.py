@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import json_diff
+
 _PORT = re.compile(r"(127\.0\.0\.1|localhost):\d+")
 _TMP = re.compile(r"/tmp/pytest-of-[^/]+/pytest-\d+/[^/\"' ]+")
 _TIMING = re.compile(r"^.*(TTFT|TPOT|ITL|latency|ms\b|GPU).*\n?", re.MULTILINE)
@@ -67,22 +69,6 @@ def _record_summaries(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
         (Path(folder) / f"{name}.json").write_text(json.dumps(seen, indent=1, sort_keys=True), encoding="utf-8")
 
 
-def _diff(a: Any, b: Any, path: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = [f"{path}.{k}: only in the first" for k in a.keys() - b.keys()]
-        out += [f"{path}.{k}: only in the second" for k in b.keys() - a.keys()]
-        for k in a.keys() & b.keys():
-            out += _diff(a[k], b[k], f"{path}.{k}")
-        return out
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return [f"{path}: {len(a)} vs {len(b)} items"]
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _diff(x, y, f"{path}[{i}]")]
-    if path.rsplit(".", 1)[-1].startswith("p_value") and isinstance(a, float) and isinstance(b, float):
-        return [] if abs(a - b) <= 1e-12 else [f"{path}: {a!r} vs {b!r}"]
-    return [] if a == b else [f"{path}: {str(a)[:160]!r} vs {str(b)[:160]!r}"]
-
-
 def main(argv: list[str]) -> int:
     """Compare two recordings: every test both recorded, file by file; print what differs."""
     first, second = Path(argv[0]), Path(argv[1])
@@ -93,7 +79,7 @@ def main(argv: list[str]) -> int:
         if not a.exists() or not b.exists():
             print(f"{name}: recorded by {'the second' if b.exists() else 'the first'} only")
             continue
-        diffs = _diff(json.loads(a.read_text()), json.loads(b.read_text()))
+        diffs = json_diff(json.loads(a.read_text()), json.loads(b.read_text()))
         if diffs:
             differing += 1
             print(f"{name}:\n  " + "\n  ".join(diffs[:12]))

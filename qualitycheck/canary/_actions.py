@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from qualitycheck.core._config import Target
+from qualitycheck.core._config import HttpPolicy, Target
 from qualitycheck.core._http import TRANSPORT_ERRORS, HttpClient, status_failure, transport_error
 
 __all__ = ["ActionRunner", "event_env"]
@@ -101,7 +101,9 @@ class ActionRunner:
     async def _post(self, event: dict[str, Any]) -> tuple[int, str | None]:
         assert self.webhook is not None
         url = self.webhook
-        http = HttpClient(Target(url=url, model="webhook"), timeout_s=_WEBHOOK_TIMEOUT_S, retries=self.retries, backoff_s=self.backoff_s)
+        http = HttpClient(
+            Target(url=url, model="webhook"), HttpPolicy(timeout_s=_WEBHOOK_TIMEOUT_S, retries=self.retries, backoff_s=self.backoff_s)
+        )
         data = json.dumps(event).encode()
 
         async def once(_: int) -> int:
@@ -115,7 +117,7 @@ class ActionRunner:
                     await resp.read()
                     return resp.status
             except TRANSPORT_ERRORS as exc:
-                raise transport_error(exc, got_headers=got_headers, timeout_s=http.timeout_s) from None
+                raise transport_error(exc, got_headers=got_headers, timeout_s=http.policy.timeout_s) from None
 
         try:
             out = await http.retrying(once)

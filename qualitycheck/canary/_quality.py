@@ -1,12 +1,13 @@
 """The quality guardrail of a window, from a live shadow or canary run folder (`--run DIR`).
 
-The folder is summarised the way the offline verdict summarises any run
-(`pipeline.summarize`: the comparison, the statistics with the noise floor,
-and `verdict._status`'s decision of which cases are regressions); the window
-then keeps the pairs whose two answers were both stored inside it, and the
-regressions among them. The noise allowance of each cell is the one the
-offline verdict measured on the whole folder, as `add_regression_evidence`
-shares it out, so a window counts what the offline gate would count.
+The folder's evidence is gathered the way the offline verdict gathers any
+run's (`verdict._summary.run_evidence`: the comparison, the statistics, the
+pooled noise floor and each route's allowance against it); the window then
+keeps the pairs whose two answers were both stored inside it, and the
+regressions among them (`QualityEvidence.within`), weighed against the floor
+and allowances measured on the whole folder. The decision is the offline
+gate's own (`decide_quality`), so a window counts what the offline gate
+would count: a regression the floor tolerates offline is tolerated here too.
 
 The folder must be scored (the shadow proxy's own summaries, or
 `qualitycheck score DIR`): without scores no check is decided and the
@@ -15,13 +16,17 @@ guardrail is not evaluated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from qualitycheck.core._config import Config
 from qualitycheck.core._errors import QualitycheckError
 from qualitycheck.core._store import RunStore
 from qualitycheck.verdict._gate import Evidence
+
+if TYPE_CHECKING:
+    from qualitycheck.verdict._settings import VerdictSettings
 
 __all__ = ["QualityWindow", "quality_window"]
 
@@ -34,9 +39,10 @@ class QualityWindow:
     error: str | None = None
 
 
-def quality_window(run_dir: Path, cfg: Config, since: float, until: float) -> QualityWindow:
-    """Regressions per route among the pairs stored in [since, until]; `error` says why nothing could be read."""
-    from qualitycheck.pipeline._run import summarize
+def quality_window(run_dir: Path, settings: VerdictSettings, thresholds: Mapping[str, int], since: float, until: float) -> QualityWindow:
+    """The quality guardrail of each route in `thresholds` over the pairs stored in [since, until]; `error` says why nothing could be read."""
+    from qualitycheck.verdict._decision import decide_quality
+    from qualitycheck.verdict._summary import run_evidence
 
     if not (run_dir / "run.sqlite").is_file():
         return QualityWindow(error=f"{run_dir}: no run.sqlite (not a run folder yet)")
@@ -49,26 +55,14 @@ def quality_window(run_dir: Path, cfg: Config, since: float, until: float) -> Qu
                     sides = stored.setdefault(r.case_id, {})
                     sides[r.target] = max(sides.get(r.target, 0.0), r.started_at)
             in_window = {i for i, sides in stored.items() if len(sides) == 2 and all(since <= t <= until for t in sides.values())}
-            summary = summarize(store, cfg)
+            evidence = run_evidence(store, settings)
     except QualitycheckError as exc:
         return QualityWindow(error=f"{run_dir}: {exc}")
     out = QualityWindow()
     for i in in_window:
         route = labels.get(i, ("", "default"))[1]
         out.pairs[route] = out.pairs.get(route, 0) + 1
-    ev = out.evidence
-    for cat_name, cat in summary.categories.items():
-        if cat.checks:  # a check in the summary was decided on both sides for some case of the category
-            ev.scored_routes |= {labels[i][1] for i in in_window if labels.get(i, ("", ""))[0] == cat_name}
-        for name, check in cat.checks.items():
-            window_regs = [i for i in check.regressions if i in in_window]
-            by_route: dict[str, list[str]] = {}
-            for i in window_regs:
-                by_route.setdefault(labels[i][1], []).append(i)
-            for route, ids in by_route.items():
-                per = ev.regressions.setdefault(route, {})
-                for i in ids:
-                    per.setdefault(i, []).append(name)
-                share = check.regression_allowance if len(by_route) == 1 else check.regression_allowance * len(ids) // len(window_regs)
-                ev.allowances[route] = max(ev.allowances.get(route, 0), share)
+    decided = {cat for cat, cells in evidence.cells.items() if any(s.n for s in cells.values())}
+    scored = {labels[i][1] for i in in_window if labels.get(i, ("", ""))[0] in decided}
+    out.evidence = Evidence(quality=decide_quality(evidence.within(in_window, scored), thresholds))
     return out

@@ -42,13 +42,14 @@ from urllib.parse import urlencode
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from qualitycheck.core._config import Target
+from qualitycheck.core._config import HttpPolicy, Target
 from qualitycheck.core._http import HttpClient
 from qualitycheck.core._records import MetricsSnapshot
 from qualitycheck.generation._metrics import parse_dcgm, parse_metrics
 
 __all__ = [
     "DEFAULT_PROMQL",
+    "LONGEST_REQUEST_S",
     "Histogram",
     "PromResult",
     "Snapshot",
@@ -57,9 +58,11 @@ __all__ = [
     "scrape_page",
 ]
 
-_SCRAPE_TIMEOUT_S = 10.0
-_RETRIES = 2
-_BACKOFF_S = 0.2
+_HTTP = HttpPolicy(timeout_s=10.0, retries=2, backoff_s=0.2)
+"""A page's scrape and a PromQL query: a window waits on them, so a source that does not answer soon is down for that window."""
+
+LONGEST_REQUEST_S = _HTTP.timeout_s * (_HTTP.retries + 1) + _HTTP.backoff_s * (2**_HTTP.retries - 1)
+"""The longest one scrape or query may hold a window up: every try timing out, with the longest backoffs between."""
 
 _ENGINES = ("vllm", "sglang", "llamacpp")
 """The engines whose names `auto` recognises, by their metric prefix (`vllm:`, ...)."""
@@ -243,7 +246,7 @@ async def scrape_page(
     url: str, t: float, *, engine: str = "auto", model: str | None = None, shadow_names: tuple[str, str] | None = None
 ) -> Snapshot:
     """Scrape one page; never raises: a failure is a snapshot with `ok=False` and the reason."""
-    http = HttpClient(_target(url), timeout_s=_SCRAPE_TIMEOUT_S, retries=_RETRIES, backoff_s=_BACKOFF_S)
+    http = HttpClient(_target(url), _HTTP)
     try:
         out = await http.get_text(url)
     finally:
@@ -271,7 +274,7 @@ async def query_prometheus(base_url: str, exprs: dict[str, str], window_s: float
     series): several series are refused rather than guessed at, no series
     at all means no data in the window.
     """
-    http = HttpClient(_target(base_url), timeout_s=_SCRAPE_TIMEOUT_S, retries=_RETRIES, backoff_s=_BACKOFF_S)
+    http = HttpClient(_target(base_url), _HTTP)
     out: dict[str, PromResult] = {}
     try:
         for key, expr in exprs.items():

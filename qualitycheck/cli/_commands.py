@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from qualitycheck.cli._options import (
+    LIKELIHOOD_OPTIONS,
     REPORT_OPTIONS,
     RUN_OPTIONS,
     SHADOW_OPTIONS,
@@ -54,10 +55,10 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.pipeline._run import run
 
-    cfg = load_config(a.config, config_overrides(vars(a), (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS)))
+    cfg = load_config(a.config, config_overrides(vars(a), (*TARGET_OPTIONS, *RUN_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS)))
     missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
     if missing:
         raise ConfigError(
@@ -65,7 +66,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         )
     suites = _suites(a, cfg)
     out = Path(a.out) if a.out else Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    return run(cfg, suites, out)
+    _check_publishers(a)
+    return _published(a, out, run(cfg, suites, out))
 
 
 def cmd_stage(a: argparse.Namespace) -> int:
@@ -75,7 +77,61 @@ def cmd_stage(a: argparse.Namespace) -> int:
         raise ConfigError(
             [Problem("command line", None, "--report-max-cases", f"expected a whole number of at least 1, got {a.report_max_cases}")]
         )
-    return redo(Path(a.dir), a.command, a.config, report_max_cases=a.report_max_cases)
+    _check_publishers(a)
+    return _published(a, Path(a.dir), redo(Path(a.dir), a.command, a.config, report_max_cases=a.report_max_cases))
+
+
+def _check_publishers(a: argparse.Namespace) -> None:
+    """A publisher that cannot work is refused before the run spends GPU time (the mlflow extra missing)."""
+    if a.mlflow:
+        from qualitycheck.report._mlflow import require_mlflow
+
+        require_mlflow()
+
+
+def _published(a: argparse.Namespace, folder: Path, code: int) -> int:
+    """The run's verdict, once CI has it: under GitHub Actions the step summary and the annotations (`run`, `gate`),
+    and with `--mlflow` the MLflow run (a tracking server that fails is exit 3, the folder being complete)."""
+    if a.command in ("run", "gate"):
+        from qualitycheck.report._github import github_actions
+
+        github_actions(folder)
+    if a.mlflow:
+        from qualitycheck.report._mlflow import log_run
+
+        run_id = log_run(folder, a.mlflow)
+        print(f"qualitycheck: logged to MLflow {a.mlflow} as run {run_id}", file=sys.stderr)
+    return code
+
+
+def cmd_likelihood(a: argparse.Namespace) -> int:
+    """Score a stored run's answers under the baseline model: those without a current record (all of them for a new `--scorer`)."""
+    import dataclasses
+
+    from pydantic import ValidationError
+
+    from qualitycheck.core._config import Target
+    from qualitycheck.core._config_file import load_config
+    from qualitycheck.core._errors import first_problem
+    from qualitycheck.core._store import RunStore
+    from qualitycheck.generation._progress import RichProgress
+    from qualitycheck.likelihood import score_likelihoods
+    from qualitycheck.pipeline._likelihood import likelihood_settings
+
+    with RunStore.open(Path(a.dir)) as store:
+        cfg = load_config(a.config) if a.config else store.config()
+        if a.scorer:
+            model = cfg.likelihood.scorer.model if cfg.likelihood.scorer else cfg.baseline.model if cfg.baseline else None
+            try:
+                scorer = Target(url=a.scorer, model=model or "")
+            except ValidationError as exc:
+                raise ConfigError([Problem("command line", None, "--scorer", first_problem(exc))]) from None
+            cfg = cfg.model_copy(update={"likelihood": cfg.likelihood.model_copy(update={"scorer": scorer})})
+        settings = likelihood_settings(cfg)
+        if settings is None:
+            raise ConfigError([Problem(str(a.dir), None, "baseline", "the run has no baseline target to score with; give --scorer URL")])
+        stage = score_likelihoods(store, dataclasses.replace(settings, enabled=True), progress=RichProgress())
+    return EXIT_INCOMPLETE if not stage.evaluated or stage.errors else EXIT_PASS
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
@@ -94,8 +150,8 @@ def cmd_preflight(a: argparse.Namespace) -> int:
     import json
 
     from qualitycheck.core._cases import load_suite
-    from qualitycheck.core._config import load_config
-    from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
+    from qualitycheck.core._config_file import load_config
+    from qualitycheck.generation._preflight import format_preflight, preflight_http, run_preflight
 
     cfg = load_config(a.config, config_overrides(vars(a), TARGET_OPTIONS))
     missing = [n for n in ("baseline", "candidate") if getattr(cfg, n) is None]
@@ -103,7 +159,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
         raise ConfigError([Problem(cfg.source or "command line", None, f"--{m}", "required (a URL, with --model)") for m in missing])
     assert cfg.baseline is not None and cfg.candidate is not None
     cases = load_suite(_suites(a, cfg))
-    result = run_preflight(cfg.baseline, cfg.candidate, cases, **preflight_options(cfg.run))
+    result = run_preflight(cfg.baseline, cfg.candidate, cases, http=preflight_http(cfg.run))
     print(json.dumps(result.to_dict(), indent=2) if a.json else format_preflight(result))
     if not result.ok:
         return EXIT_FAIL
@@ -116,7 +172,7 @@ def cmd_preflight(a: argparse.Namespace) -> int:
 
 def cmd_sweep(a: argparse.Namespace) -> int:
     from qualitycheck.core._cases import SuiteCases, scan_suite
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.pipeline._sweep import SweepCandidate, parse_candidate, parse_levels, print_table, run_sweep
 
     cfg = load_config(a.config, config_overrides(vars(a), SWEEP_OPTIONS))
@@ -186,7 +242,7 @@ def _listen(value: str | None) -> tuple[str, int]:
 
 
 def cmd_shadow(a: argparse.Namespace) -> int:
-    from qualitycheck.core._config import load_config
+    from qualitycheck.core._config_file import load_config
     from qualitycheck.shadow._proxy import AS_REQUESTED
     from qualitycheck.shadow._serve import run_shadow
     from qualitycheck.traffic._rules import load_rules
@@ -221,4 +277,5 @@ COMMANDS = {
     "merge": cmd_merge,
     "shadow": cmd_shadow,
     "replay": cmd_replay,
+    "likelihood": cmd_likelihood,
 }

@@ -12,8 +12,11 @@ import sys
 
 from qualitycheck.cli._canary import cmd_canary
 from qualitycheck.cli._commands import COMMANDS, EXIT_INCOMPLETE, EXIT_INPUT
+from qualitycheck.cli._import import add_import_command, cmd_import
 from qualitycheck.cli._options import (
     CANARY_COMMAND_OPTIONS,
+    CI_OPTIONS,
+    LIKELIHOOD_OPTIONS,
     PREFLIGHT_OPTIONS,
     REPLAY_OPTIONS,
     REPORT_OPTIONS,
@@ -44,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", help="generate, score, compare, gate and report")
-    add_options(p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *REPORT_OPTIONS))
+    add_options(p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS, *CI_OPTIONS))
 
     p = sub.add_parser("validate", help="check suite files; lists every problem as path:line: field: message")
     p.add_argument("paths", nargs="+", metavar="PATH")
@@ -57,7 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("dir", metavar="DIR")
         p.add_argument("-c", "--config", help="config with guardrails (default: the run's own)")
-        add_options(p.add_argument, REPORT_OPTIONS)
+        add_options(p.add_argument, (*REPORT_OPTIONS, *CI_OPTIONS))
+
+    p = sub.add_parser(
+        "likelihood",
+        help="score a stored run's answers under the baseline model (those not scored yet); exit 3 when it could not score them all",
+    )
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("-c", "--config", help="config (default: the run's own)")
+    add_options(p.add_argument, LIKELIHOOD_OPTIONS[:1])
 
     p = sub.add_parser("preflight", help="same model, chat template (/tokenize) and stop tokens on both servers? exit 0 yes, 1 no")
     add_options(p.add_argument, PREFLIGHT_OPTIONS)
@@ -102,13 +113,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(p.add_argument, CANARY_COMMAND_OPTIONS)
 
     add_review_command(sub)
+    add_import_command(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema (Draft 2020-12) of a file qualitycheck writes")
     p.add_argument(
         "name",
-        choices=("summary", "replay", "canary", "artifacts"),
+        choices=("summary", "replay", "canary", "canary-status", "artifacts", "likelihoods"),
         help="summary: summary.json; replay: a replayed suite's replay.json; canary: a line of canary.jsonl; "
-        "artifacts: the typed records a run folder's run.sqlite holds",
+        "canary-status: the canary watcher's /qc/status; artifacts: the typed records a run folder's run.sqlite holds; "
+        "likelihoods: a row of its likelihoods table",
     )
 
     return parser
@@ -128,10 +141,20 @@ def cmd_schema(a: argparse.Namespace) -> int:
 
         print(json.dumps(artifacts_json_schema(), indent=2))
         return 0
+    if a.name == "likelihoods":
+        from qualitycheck.core._records import likelihoods_json_schema
+
+        print(json.dumps(likelihoods_json_schema(), indent=2))
+        return 0
     if a.name == "canary":
         from qualitycheck.canary._record import canary_json_schema
 
         print(json.dumps(canary_json_schema(), indent=2))
+        return 0
+    if a.name == "canary-status":
+        from qualitycheck.canary._status import status_json_schema
+
+        print(json.dumps(status_json_schema(), indent=2))
         return 0
     from qualitycheck.verdict._model import summary_json_schema
 
@@ -142,6 +165,7 @@ def cmd_schema(a: argparse.Namespace) -> int:
 COMMANDS["schema"] = cmd_schema
 COMMANDS["review"] = cmd_review
 COMMANDS["canary"] = cmd_canary
+COMMANDS["import"] = cmd_import
 
 
 def main(argv: list[str] | None = None) -> int:

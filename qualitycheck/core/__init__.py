@@ -55,12 +55,6 @@ from qualitycheck.core._checks import (
     check_registry as check_registry,
 )
 from qualitycheck.core._config import (
-    DEFAULT_CONFIG_NAME as DEFAULT_CONFIG_NAME,
-)
-from qualitycheck.core._config import (
-    Config as Config,
-)
-from qualitycheck.core._config import (
     JudgeTarget as JudgeTarget,
 )
 from qualitycheck.core._config import (
@@ -69,7 +63,13 @@ from qualitycheck.core._config import (
 from qualitycheck.core._config import (
     Target as Target,
 )
-from qualitycheck.core._config import (
+from qualitycheck.core._config_file import (
+    DEFAULT_CONFIG_NAME as DEFAULT_CONFIG_NAME,
+)
+from qualitycheck.core._config_file import (
+    Config as Config,
+)
+from qualitycheck.core._config_file import (
     load_config as load_config,
 )
 from qualitycheck.core._errors import (

@@ -2,7 +2,7 @@
 
 The thresholds themselves are not here: they are the config's
 `speculative_decoding_guardrails` and `routes` overrides, the block the
-offline gate reads (`verdict._gate.parse_guardrails`), so a canary and the
+offline gate reads (`Config.guardrails`, `core._guardrails`), so a canary and the
 run that signed it off judge by the same numbers.
 
 ```yaml
@@ -111,7 +111,7 @@ class CanaryConfig(BaseModel):
     trip_after: int = Field(default=3, ge=1)
     """Consecutive failing windows (each with enough evidence) before a route trips."""
     listen: str = "127.0.0.1:0"
-    """Where the watcher serves its own state on /qc/metrics (port 0: a free port, printed at start)."""
+    """Where the watcher serves /qc/metrics, /qc/status, /qc/ready and Flagger's webhooks (port 0: a free port, printed at start)."""
     action_retries: int = Field(default=3, ge=0, le=100)
     """Tries of a failing fallback action per window; it stays pending, and is tried again, until it succeeds."""
 

@@ -30,6 +30,7 @@ __all__ = [
     "scan_suite",
     "suite_files",
     "suite_fingerprint",
+    "validate_case",
 ]
 
 SUITE_SUFFIXES = (".jsonl", ".yaml", ".yml")
@@ -165,6 +166,26 @@ class Case(BaseModel):
     def check_names(self) -> list[str]:
         """The check names this case's scores carry (json → json_parse + json_schema, ...), as its families declare them."""
         return self.checks.names()
+
+    def tokenize_body(self, model: str, extra_body: dict[str, Any]) -> dict[str, Any]:
+        """A vLLM `/tokenize` request for this case's input: the prompt exactly as a chat or completions request renders it.
+
+        The messages go with what else the chat template reads (`tools`,
+        `chat_template_kwargs`: the case's own, else the target's
+        `extra_body`), so the server applies the same template a request
+        does, generation prompt included. The preflight compares both
+        servers' answers; the likelihood stage scores answers after it.
+        """
+        body: dict[str, Any] = {"model": model}
+        if self.is_chat:
+            body["messages"] = self.messages
+            for key in ("tools", "chat_template_kwargs"):
+                value = self.params.get(key, extra_body.get(key))
+                if value is not None:
+                    body[key] = value
+        else:
+            body["prompt"] = self.prompt
+        return body
 
 
 # ---------------------------------------------------------------- loading
@@ -487,13 +508,27 @@ def _validated(paths: Iterable[str | Path], problems: list[Problem], seen: _Seen
                     problems.append(Problem(where, line, "id", f"duplicate id {raw_id!r} (first at {first[0]}:{first[1]})"))
                 else:
                     seen.add(raw_id, file_no, line)
-            try:
-                case = Case.model_validate(obj)
-            except ValidationError as exc:
-                problems.extend(_validation_problems(exc, where, line, lines_of))
-                continue
-            case = _check_files(case, path, line, problems)
-            yield case.model_copy(update={"file": where, "line": line})
+            case = validate_case(obj, path, line, problems, lines_of)
+            if case is not None:
+                yield case
+
+
+def validate_case(obj: dict[str, Any], path: Path, line: int, problems: list[Problem], lines_of: Any = None) -> Case | None:
+    """One case object as `validate` reads it from `path:line`; its problems are appended (None: not a case at all).
+
+    What every reader of cases shares: the model's problems by field, then
+    each family's load-time check against the suite file's folder. An
+    importer hands a case it made here before writing it, so what it
+    writes is what `qualitycheck validate` accepts.
+    """
+    where = str(path)
+    try:
+        case = Case.model_validate(obj)
+    except ValidationError as exc:
+        problems.extend(_validation_problems(exc, where, line, lines_of))
+        return None
+    case = _check_files(case, path, line, problems)  # its problems are appended; the case is still read, as before
+    return case.model_copy(update={"file": where, "line": line})
 
 
 def _raise_if(problems: list[Problem]) -> None:

@@ -1,26 +1,29 @@
-"""Targets, run options and the gate's settings, from `qualitycheck.yaml` and flags.
+"""The settings blocks a stage is handed: targets, run options, shadow options.
+
+The whole file (`Config`, `load_config`) is `core._config_file`'s: the stages
+below the pipeline take these blocks, never the whole config, and an
+import-linter contract keeps them from importing it (docs/ARCHITECTURE.md,
+"Each stage takes its own settings").
 
 Secrets never live here: a target names the environment variable that holds
 its API key (`api_key_env`), and the key is read only when a request is sent.
-CLI flags override the file, field by field.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from qualitycheck.core._canary_config import CanaryConfig, parse_duration
-from qualitycheck.core._errors import ConfigError, Problem
+from qualitycheck.core._canary_config import parse_duration
+from qualitycheck.core._errors import Problem
 
-__all__ = ["DEFAULT_CONFIG_NAME", "Config", "JudgeTarget", "RunOptions", "ShadowOptions", "Target", "load_config", "parse_rotation"]
+__all__ = ["TARGET_NAMES", "HttpPolicy", "JudgeTarget", "LikelihoodOptions", "RunOptions", "ShadowOptions", "Target", "parse_rotation"]
 
-DEFAULT_CONFIG_NAME = "qualitycheck.yaml"
 TARGET_NAMES = ("baseline", "candidate", "control")
+"""The sides a run can ask, in the order every stage lists them."""
 
 
 class Target(BaseModel):
@@ -105,6 +108,25 @@ class JudgeTarget(Target):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class HttpPolicy:
+    """How one target is called: each try's bound, how many more tries and how far apart, and how many at once.
+
+    The one value every `core._http.HttpClient` is built with. A run's is
+    `RunOptions.http`; a caller with settings of its own (a /metrics scrape,
+    the preflight, a canary's webhook) makes its own.
+    """
+
+    timeout_s: float
+    """The bound of one try, from connecting to the last byte (also the session's connect and read timeouts)."""
+    retries: int
+    """Tries after the first, for a failure another try may fix (a 5xx, 429, timeout, broken stream)."""
+    backoff_s: float
+    """Base of the full-jitter exponential backoff between tries (a 429's Retry-After wins)."""
+    concurrency: int = 1
+    """Requests the client is sized for: its own session's connections (never fewer than `core._http`'s minimum)."""
+
+
 class RunOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -144,6 +166,11 @@ class RunOptions(BaseModel):
     judge_retries: int = Field(default=2, ge=0, le=10)
     report_max_cases: int = Field(default=5000, ge=1)
     """Cases report.html embeds in full, the most important first; all of them stay in the store."""
+
+    @property
+    def http(self) -> HttpPolicy:
+        """How the run calls its targets and its judge: `timeout_s`, `retries`, `backoff_s`, `concurrency`."""
+        return HttpPolicy(timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s, concurrency=self.concurrency)
 
 
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"})
@@ -217,92 +244,88 @@ class ShadowOptions(BaseModel):
         return parse_rotation(self.rotate_every) if self.rotate_every else (None, None)
 
 
-class Config(BaseModel):
+DEFAULT_SHIFT_NATS = 0.5
+"""The likelihood shift (nats per token) a sampled category must be able to detect before it passes (docs/stages/verdict.md)."""
+DEFAULT_NEAR_TIE_NATS = 0.5
+"""A greedy divergence within this many nats of the baseline model's first choice is numerics (docs/stages/verdict.md)."""
+DEFAULT_DECISIVE_NATS = 4.6
+"""A greedy divergence this many nats below the baseline model's first choice (a probability 100 times smaller) is decisive."""
+
+
+class LikelihoodOptions(BaseModel):
+    """The likelihood stage: every stored answer scored under the baseline model (`qualitycheck.likelihood`)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    baseline: Target | None = None
-    candidate: Target | None = None
-    control: Target | None = None
-    judge: JudgeTarget | None = None
-    suites: list[str] = Field(default_factory=list)
-    run: RunOptions = RunOptions()
-    speculative_decoding_guardrails: dict[str, Any] = Field(default_factory=dict)
-    """The seed's guardrail block, verbatim; gate.py interprets it."""
-    routes: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    """Per-route guardrail overrides."""
-    non_inferiority_margin: dict[str, float] = Field(default_factory=dict)
-    """Per check, the largest pass-rate drop still called non-inferior."""
-    allow_not_evaluated: bool = False
-    """Let a run pass when some guardrail could not be evaluated."""
-    judges_dir: str | None = None
-    canary: CanaryConfig = CanaryConfig()
-    """`qualitycheck canary` only: metric sources, evidence minimums, windows (core/_canary_config.py)."""
-    shadow: ShadowOptions = ShadowOptions()
-    """`qualitycheck shadow` only."""
-    source: str | None = Field(default=None, exclude=True)
-
-    def targets(self) -> dict[str, Target]:
-        return {n: t for n in TARGET_NAMES if (t := getattr(self, n)) is not None}
+    enabled: bool = True
+    """Score the answers after each sampling round; `--no-likelihood` switches it off (the evidence is then reported missing)."""
+    scorer: Target | None = None
+    """The server that scores: by default the baseline target itself. Another server must serve the baseline's weights
+    without speculation (`--scorer URL`; its model defaults to the baseline's)."""
+    top_k: int = Field(default=20, ge=1, le=1000)
+    """Most likely tokens asked for at each position: the rank and margin of a divergent token within it. vLLM refuses more
+    than its `--max-logprobs` (20 by default)."""
+    least_likely: int = Field(default=5, ge=0, le=100)
+    """Least likely tokens kept per answer, with their positions and text."""
+    concurrency: int | None = Field(default=None, ge=1, le=4096)
+    """Scoring requests in flight (default: `run.concurrency`)."""
+    detectable_shift: float = Field(default=DEFAULT_SHIFT_NATS, gt=0, le=20)
+    """The shift in mean log-likelihood per token (nats) a sampled category must be able to detect before it passes."""
+    near_tie_nats: float = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0, le=20)
+    """A greedy divergence to a token within this many nats of the baseline model's first choice is numerics."""
+    decisive_nats: float = Field(default=DEFAULT_DECISIVE_NATS, gt=0, le=50)
+    """A greedy divergence to a token this many nats below the baseline model's first choice (or below the top-k) is one
+    the baseline would not write: a finding (`decisive_divergence`), whatever the checks say."""
+    divergence_report_only: bool = False
+    """Report decisive divergences without counting them against `max_quality_regression_cases`."""
 
 
-def _problems(exc: ValidationError, path: str, finder: Any) -> list[Problem]:
+def _problems(exc: ValidationError, path: str, finder: Any, model: type[BaseModel] | None = None) -> list[Problem]:
+    """pydantic's errors as `Problem`s: each field path as the user wrote it, with its line when `finder` knows it.
+
+    Shared by every settings file (the config, the replay rules), so a bad
+    value reads the same wherever it was written; an unknown key of `model`
+    names the key it may have meant.
+    """
     from qualitycheck.core._cases import printable_key
 
     out = []
     for err in exc.errors():
         loc = err["loc"]
         field = ".".join(printable_key(str(x)) for x in loc)
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        if err["type"] == "missing":
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key" + _did_you_mean(str(loc[-1]), _keys_at(model, loc[:-1]))
+        elif err["type"] == "missing":
             msg = "required field is missing"
         out.append(Problem(path, finder(loc) if finder else None, field, msg))
     return out
 
 
-def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
-    """Read the config file (if any) and apply CLI overrides (dotted keys)."""
-    data: dict[str, Any] = {}
-    finder = None
-    src = None
-    if path is None and Path(DEFAULT_CONFIG_NAME).is_file():
-        path = DEFAULT_CONFIG_NAME
-    if path is not None:
-        src = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-            data = yaml.safe_load(text) or {}
-        except OSError as exc:
-            raise ConfigError([Problem(src, None, "", f"cannot read config: {exc.strerror}")]) from None
-        except yaml.YAMLError as exc:
-            from qualitycheck.core._cases import yaml_problem
+def _keys_at(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the model accepts at `loc` (through nested models and mappings of models); none when it cannot tell."""
+    import typing
 
-            raise ConfigError([yaml_problem(src, exc)]) from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError([Problem(src, None, "", f"not UTF-8 text: {exc.reason}")]) from None
-        if not isinstance(data, dict):
-            raise ConfigError([Problem(src, 1, "", "expected a mapping of settings")])
-        from qualitycheck.core._cases import _yaml_line_finder
+    def as_model(t: Any) -> type[BaseModel] | None:
+        return next((a for a in (t, *typing.get_args(t)) if isinstance(a, type) and issubclass(a, BaseModel)), None)
 
-        finder = _yaml_line_finder(node) if node is not None else None
-    for dotted, value in (overrides or {}).items():
-        if value is None:
-            continue
-        cur = data
-        keys = dotted.split(".")
-        for k in keys[:-1]:
-            if not isinstance(cur.get(k), dict):
-                cur[k] = {}
-            cur = cur[k]
-        cur[keys[-1]] = value
-    # --model applies to every target that has no model of its own
-    model = data.pop("model", None)
-    for name in (*TARGET_NAMES, "judge"):
-        t = data.get(name)
-        if isinstance(t, dict) and model and "model" not in t:
-            t["model"] = model
-    try:
-        cfg = Config.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_problems(exc, src or "command line", finder)) from None
-    return cfg.model_copy(update={"source": src})
+    node = model
+    i = 0
+    while i < len(loc):
+        if node is None or str(loc[i]) not in node.model_fields:
+            return []
+        annotation = node.model_fields[str(loc[i])].annotation
+        i += 1
+        if typing.get_origin(annotation) is dict:  # a mapping: the next part of loc is one of its keys
+            annotation, i = typing.get_args(annotation)[1], i + 1
+        node = as_model(annotation)
+    return list(node.model_fields) if node is not None else []
+
+
+def _did_you_mean(key: str, known: list[str]) -> str:
+    import difflib
+
+    if not known:
+        return ""
+    near = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean {near[0]!r}?)" if near else f" (known: {', '.join(known)})"

@@ -38,7 +38,7 @@ from typing import Any, Generic, TypeVar
 
 import aiohttp
 
-from qualitycheck.core._config import Target
+from qualitycheck.core._config import HttpPolicy, Target
 from qualitycheck.core._records import ErrorInfo
 
 __all__ = [
@@ -281,26 +281,15 @@ class Outcome(Generic[T]):
 class HttpClient:
     """One target's HTTP: its session, auth headers, proxy, retry budget and how its errors read.
 
-    `session` may be an `aiohttp.ClientSession` shared with other clients (it
-    is used as is and not closed here); by default the client opens its own
-    on the first request and closes it in `aclose`.
+    `policy` holds all of its settings (timeout, retries, backoff,
+    concurrency). `session` may be an `aiohttp.ClientSession` shared with
+    other clients (it is used as is and not closed here); by default the
+    client opens its own on the first request and closes it in `aclose`.
     """
 
-    def __init__(
-        self,
-        target: Target,
-        *,
-        timeout_s: float,
-        retries: int,
-        backoff_s: float,
-        limit: int = _MIN_SESSION_CONNECTIONS,
-        session: aiohttp.ClientSession | None = None,
-    ):
+    def __init__(self, target: Target, policy: HttpPolicy, *, session: aiohttp.ClientSession | None = None):
         self.target = target
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self._limit = limit
+        self.policy = policy
         self._session = session
         self._owns_session = session is None
         self._headers: dict[str, str] | None = None
@@ -319,7 +308,7 @@ class HttpClient:
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = new_session(self._limit, self.timeout_s)
+            self._session = new_session(self.policy.concurrency, self.policy.timeout_s)
             self._owns_session = True
         return self._session
 
@@ -330,16 +319,17 @@ class HttpClient:
     async def retrying(self, once: Callable[[int], Awaitable[T]]) -> Outcome[T]:
         """Call `once(attempt)` (attempt counts from 1) until it returns or fails for good.
 
-        Each try gets `timeout_s`; a retryable `HttpError` or a timeout is
-        tried again after `retry_delay`, up to `retries` more times; any
-        other `HttpError` ends the call at once.
+        Each try gets the policy's `timeout_s`; a retryable `HttpError` or a
+        timeout is tried again after `retry_delay`, up to `retries` more
+        times; any other `HttpError` ends the call at once.
         """
+        policy = self.policy
         last: ErrorInfo | None = None
         attempts = 0
-        for attempt in range(self.retries + 1):
+        for attempt in range(policy.retries + 1):
             attempts = attempt + 1
             try:
-                async with asyncio.timeout(self.timeout_s):
+                async with asyncio.timeout(policy.timeout_s):
                     return Outcome(await once(attempts), None, attempts)
             except HttpError as exc:
                 last = exc.info
@@ -347,10 +337,10 @@ class HttpClient:
                     break
                 wait = exc.retry_after
             except TimeoutError:
-                last = _timed_out(self.timeout_s)
+                last = _timed_out(policy.timeout_s)
                 wait = None
-            if attempt < self.retries:
-                await asyncio.sleep(retry_delay(attempt, self.backoff_s, wait))
+            if attempt < policy.retries:
+                await asyncio.sleep(retry_delay(attempt, policy.backoff_s, wait))
         assert last is not None
         return Outcome(None, redact(last, self.target), attempts)
 
@@ -394,4 +384,4 @@ class HttpClient:
         except HttpError:
             raise
         except TRANSPORT_ERRORS as exc:
-            raise transport_error(exc, got_headers=got_headers, timeout_s=self.timeout_s) from None
+            raise transport_error(exc, got_headers=got_headers, timeout_s=self.policy.timeout_s) from None

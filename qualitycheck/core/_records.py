@@ -21,6 +21,10 @@ __all__ = [
     "ErrorInfo",
     "GpuSample",
     "GpuSamples",
+    "GreedyDivergence",
+    "LikelihoodPass",
+    "LikelihoodRecord",
+    "LikelihoodStage",
     "MetricsSnapshot",
     "MetricsWindow",
     "MetricsWindows",
@@ -37,9 +41,11 @@ __all__ = [
     "ShadowPeriod",
     "ShadowPeriods",
     "SpecCounters",
+    "TokenLogprob",
     "ToolCall",
     "Usage",
     "artifacts_json_schema",
+    "likelihoods_json_schema",
     "render_tool_calls",
 ]
 
@@ -483,6 +489,199 @@ class ShadowPeriods(_Readings):
     ARTIFACT: ClassVar[str] = "shadow"
     ITEMS: ClassVar[str] = "periods"
     periods: list[ShadowPeriod] = Field(default_factory=list)
+
+
+class TokenLogprob(_Frozen):
+    """One token of an answer under the scorer (the baseline model): how likely it found the token, and its rank."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    position: int = Field(ge=0)
+    """Index among the answer's scored tokens (0: the first token after the prompt)."""
+    token_id: int
+    text: str | None = None
+    """The token as the scorer decoded it."""
+    logprob: float
+    """Natural log of the probability the baseline model gives this token after the prompt and the tokens before it."""
+    rank: int | None = Field(default=None, ge=1)
+    """1: the baseline model's own first choice. None: below the top-k the scorer listed, and it does not say where (SGLang)."""
+
+
+class GreedyDivergence(_Frozen):
+    """The first token where a greedy answer leaves the baseline's answer at the same repeat, under the baseline model.
+
+    Both answers share every token before `position`, so the scorer's
+    distribution there is one: what it gives each side's token, and its own
+    first choices, say whether the answer left at a near-tie (numerics) or
+    took a token the baseline would not choose.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    position: int = Field(ge=0)
+    """Index of the first differing token (the compare stage's `divergence_token` when both sides returned token ids)."""
+    baseline_answer: str
+    """Digest (`LikelihoodRecord.answer`) of the baseline answer compared with: the divergence is current while it matches."""
+    baseline_token: TokenLogprob | None
+    """The baseline answer's token there; None when the baseline's answer ended there."""
+    answer_token: TokenLogprob | None
+    """This record's answer's token there; None when this answer ended there."""
+    top: tuple[TokenLogprob, ...] = ()
+    """The scorer's most likely tokens there, most likely first (at most five)."""
+    margin: float | None = None
+    """`top[0].logprob - answer_token.logprob` in nats: 0 when this answer took the baseline model's first choice."""
+    runner_up_margin: float | None = None
+    """`top[0].logprob - top[1].logprob` in nats: how close the baseline model itself was to a tie there."""
+
+
+LikelihoodStatus = Literal["scored", "too_long", "error"]
+
+
+class LikelihoodRecord(_Frozen):
+    """One stored answer scored under the baseline model: its log-likelihood given the prompt, token by token.
+
+    A row of the run store's `likelihoods` table (`RunStore.put_likelihoods`),
+    written by the likelihood stage (`qualitycheck.likelihood`). It is
+    current for a response while `fingerprint`, `answer` and `scorer` match
+    it: a resumed run never scores an answer twice, and a changed answer or
+    scorer is scored again. `too_long` and `error` records name the answers
+    that could not be scored, so none is left out silently.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    format_version: int = FORMAT_VERSION
+    case_id: str
+    target: str
+    repeat: int = 0
+    fingerprint: str
+    """The scored response's request fingerprint (`Response.fingerprint`)."""
+    answer: str
+    """Digest of the tokens scored and how they were obtained (`tokens_from`)."""
+    scorer: str
+    """Who scored it: the scorer's URL and model (`LikelihoodStage.scorer`, `LikelihoodStage.model`) as one key."""
+    status: LikelihoodStatus
+    """`scored`; `too_long`: prompt and answer do not fit the scorer's context; `error`: the scorer failed (asked again on the next pass)."""
+    reason: str | None = None
+    """Why it is not scored."""
+    tokens_from: Literal["token_ids", "text"]
+    """`token_ids`: the tokens the server returned with the answer; `text`: the answer's text tokenized again by the scorer.
+    Every answer of a case is scored the same way: token ids when all of them carry ids, else text."""
+    token_ids: list[int] | None = None
+    """The tokens scored, when they came from the text (with `token_ids` they are the response's own)."""
+    prompt_tokens: int = Field(default=0, ge=0)
+    """Tokens of the prompt the answer was scored after (the chat template applied, generation prompt included)."""
+    tokens: int = Field(default=0, ge=0)
+    """Tokens of the answer scored (its end-of-text token included when the server returned it)."""
+    sum_logprob: float = 0.0
+    """Log-likelihood of the whole answer given the prompt, in nats."""
+    mean_logprob: float | None = None
+    """`sum_logprob / tokens`: nats per token; None for an empty answer."""
+    rank1: int = Field(default=0, ge=0)
+    """Tokens that were the baseline model's own first choice."""
+    beyond_top_k: int = Field(default=0, ge=0)
+    """Tokens the baseline model ranks below the scorer's top-k (`LikelihoodStage.top_k`)."""
+    token_logprobs: list[float] = Field(default_factory=list)
+    """Each token's log-probability, in order (rounded to 1e-5 nats)."""
+    token_ranks: list[int | None] = Field(default_factory=list)
+    """Each token's rank (None: below the top-k, the scorer did not say)."""
+    least_likely: list[TokenLogprob] = Field(default_factory=list)
+    """The answer's least likely tokens, least likely first (at most `LikelihoodStage.least_likely`)."""
+    divergence: GreedyDivergence | None = None
+    """A greedy answer that differs from the baseline's answer at the same repeat: where it left it, under the baseline model."""
+
+
+class LikelihoodPass(_Frozen):
+    """What one pass of the likelihood stage did and cost (after a sampling round, or `qualitycheck likelihood DIR`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    started_at: float
+    """Wall-clock (epoch seconds) when it began."""
+    answers: int = Field(ge=0)
+    """Answers it found without a current record."""
+    scored: int = Field(ge=0)
+    reused: int = Field(ge=0)
+    """Of the scored, answers identical (same prompt, same tokens) to one already scored: copied, no request."""
+    too_long: int = Field(ge=0)
+    errors: int = Field(ge=0)
+    requests: int = Field(ge=0)
+    """Scoring requests sent: one prefill each."""
+    prefilled_tokens: int = Field(ge=0)
+    """Tokens those requests prefilled (prompt and answer)."""
+    tokenize_requests: int = Field(ge=0)
+    """Requests for token ids (prompts; answers without ids)."""
+    seconds: float = Field(ge=0)
+
+
+class LikelihoodStage(ArtifactRecord):
+    """The likelihood stage of a run: which scorer, whether it could score at all (and why not), and every pass's cost.
+
+    Written by `qualitycheck.likelihood` after each pass; the per-answer
+    figures are in the `likelihoods` table (`LikelihoodRecord`). A run
+    without it did not ask for the stage (a folder from before it, or the
+    pipeline never reached it); `evaluated` false with `reason` says the
+    evidence is missing and why: switched off, or a scorer that cannot
+    score a given answer (llama-server, hosted APIs).
+    """
+
+    ARTIFACT: ClassVar[str] = "likelihood"
+    scorer: str
+    """The scorer's URL (the baseline's unless `--scorer` named another server with the same weights)."""
+    model: str
+    engine: Literal["vllm", "sglang"] | None = None
+    """How it was asked: vLLM's `prompt_logprobs`, SGLang's `/generate` input logprobs; None when not evaluated."""
+    evaluated: bool
+    reason: str = ""
+    """Why the evidence is missing when not evaluated."""
+    top_k: int = Field(ge=1)
+    """Most likely tokens asked for at each position (ranks beyond it are counted, not listed)."""
+    least_likely: int = Field(ge=0)
+    """Least likely tokens kept per answer."""
+    answers: int = Field(default=0, ge=0)
+    """Successful answers in the run when the last pass ended."""
+    scored: int = Field(default=0, ge=0)
+    """Of those, scored by this scorer."""
+    too_long: int = Field(default=0, ge=0)
+    errors: int = Field(default=0, ge=0)
+    passes: tuple[LikelihoodPass, ...] = ()
+
+    @property
+    def prefilled_tokens(self) -> int:
+        return sum(p.prefilled_tokens for p in self.passes)
+
+    @property
+    def seconds(self) -> float:
+        return sum(p.seconds for p in self.passes)
+
+    @classmethod
+    def merged(cls, parts: Sequence[Self]) -> Self:
+        """Shards scored their own answers with the same scorer: counts add up, passes follow folder after folder.
+
+        A shard that could not score makes the merged evidence not evaluated, with its reason.
+        """
+        first = next((p for p in parts if not p.evaluated), parts[0])
+        return cls(
+            scorer=first.scorer,
+            model=first.model,
+            engine=first.engine,
+            evaluated=all(p.evaluated for p in parts),
+            reason=first.reason,
+            top_k=first.top_k,
+            least_likely=first.least_likely,
+            answers=sum(p.answers for p in parts),
+            scored=sum(p.scored for p in parts),
+            too_long=sum(p.too_long for p in parts),
+            errors=sum(p.errors for p in parts),
+            passes=tuple(x for p in parts for x in p.passes),
+        )
+
+
+def likelihoods_json_schema() -> dict[str, Any]:
+    """The JSON Schema (Draft 2020-12) of a row of the run store's `likelihoods` table (its `body`)."""
+    schema = LikelihoodRecord.model_json_schema(ref_template="#/$defs/{model}")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **schema,
+        "title": "qualitycheck likelihood record",
+        "description": "The `body` of a row of run.sqlite's `likelihoods` table: one stored answer scored under the baseline model.",
+    }
 
 
 def artifacts_json_schema() -> dict[str, Any]:

@@ -15,22 +15,23 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import RunMismatchError, StoreError, first_problem
-from qualitycheck.core._records import FORMAT_VERSION, ArtifactRecord, Response, Score, _Readings
+from qualitycheck.core._records import FORMAT_VERSION, ArtifactRecord, LikelihoodRecord, Response, Score, _Readings
 
 __all__ = [
     "STORE_NAME",
     "CaseRecords",
     "GroupsById",
+    "LikelihoodKey",
     "RunStore",
     "StoredCases",
     "StoredOutcomes",
@@ -65,6 +66,12 @@ CREATE TABLE IF NOT EXISTS comparisons (
   case_id TEXT NOT NULL, repeat INTEGER NOT NULL, body TEXT NOT NULL,
   PRIMARY KEY (case_id, repeat));
 CREATE TABLE IF NOT EXISTS compared (case_id TEXT PRIMARY KEY, inputs TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS likelihoods (
+  case_id TEXT NOT NULL, target TEXT NOT NULL, repeat INTEGER NOT NULL,
+  fingerprint TEXT NOT NULL, answer TEXT NOT NULL, scorer TEXT NOT NULL, content TEXT NOT NULL,
+  status TEXT NOT NULL, body TEXT NOT NULL,
+  PRIMARY KEY (case_id, target, repeat));
+CREATE INDEX IF NOT EXISTS likelihoods_by_content ON likelihoods (content, scorer);
 """
 
 
@@ -80,6 +87,9 @@ class CaseRecords:
     inputs: str = ""
     """A digest of the stored rows these records were read from (`by_case(inputs=True)`; else empty):
     two walks that see the same digest read the same case, responses and scores."""
+    likelihoods: list[LikelihoodRecord] = field(default_factory=list)
+    """The likelihood stage's records of the case's answers, ordered by target, then repeat (`by_case(likelihoods=True)`;
+    else empty). Current for an answer while their fingerprint and scorer are its own (`LikelihoodRecord`)."""
 
 
 class RunStore:
@@ -217,6 +227,22 @@ class RunStore:
         q = f"SELECT id, category, {_ROUTE} FROM cases ORDER BY idx"
         return {i: (c, r) for i, c, r in self._db.execute(q)}
 
+    def case_locations(self, ids: Iterable[str]) -> dict[str, tuple[str | None, int | None]]:
+        """case id → (suite file, line) it was read from, for these ids (None, None: a case with no suite line, as a shadow's).
+
+        Read by SQLite from the stored bodies without parsing a case: CI
+        annotations point a regression at its suite line from the store
+        alone (`qualitycheck gate DIR`). Stores written before cases kept
+        their line read as (None, None).
+        """
+        wanted = list(dict.fromkeys(ids))
+        out: dict[str, tuple[str | None, int | None]] = {}
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i : i + 500]
+            q = f"SELECT id, json_extract(body, '$._file'), json_extract(body, '$._line') FROM cases WHERE id IN ({','.join('?' * len(chunk))})"
+            out.update({cid: (f, int(n) if n is not None else None) for cid, f, n in self._db.execute(q, chunk)})
+        return out
+
     def category_routes(self) -> dict[str, dict[str, int]]:
         """category → route → number of cases, counted by SQLite."""
         q = f"SELECT category, {_ROUTE}, COUNT(*) FROM cases GROUP BY 1, 2 ORDER BY 1, 2"
@@ -226,7 +252,14 @@ class RunStore:
         return out
 
     def by_case(
-        self, *, scores: bool = True, judged_only: bool = False, inputs: bool = False, start: str | None = None, stop: str | None = None
+        self,
+        *,
+        scores: bool = True,
+        judged_only: bool = False,
+        inputs: bool = False,
+        likelihoods: bool = False,
+        start: str | None = None,
+        stop: str | None = None,
     ) -> Iterator[CaseRecords]:
         """Every case with its responses (and scores), one case in memory at a time.
 
@@ -238,6 +271,9 @@ class RunStore:
         read (`CaseRecords.inputs`), for a stage that keeps what it derived
         from them (`comparisons_with_inputs`). `start` and `stop` walk only
         the cases whose id is in [start, stop) (`case_id_at` finds a split).
+        `likelihoods` adds the likelihood stage's records (a fourth read in
+        the same order); they are not part of `inputs`, which the comparisons
+        do not depend on.
         """
         where, args = _id_range("case_id", start, stop)
         resp = GroupsById(self._response_groups(where, args))
@@ -246,8 +282,14 @@ class RunStore:
             if scores
             else iter(())
         )
+        lk = GroupsById(
+            _grouped(self._db.execute(f"SELECT case_id, body FROM likelihoods{where} ORDER BY case_id, target, repeat", args))
+            if likelihoods
+            else iter(())
+        )
         # the validators themselves: `model_validate_json` adds a Python call per record to what they do
         response_of, score_of = Response.__pydantic_validator__.validate_json, Score.__pydantic_validator__.validate_json
+        likelihood_of = LikelihoodRecord.__pydantic_validator__.validate_json
         for body in self._case_bodies(by_id=True, judged_only=judged_only, start=start, stop=stop):
             case = _case_of(body)
             r_bodies, s_bodies = resp.take(case.id), sc.take(case.id)
@@ -256,6 +298,7 @@ class RunStore:
                 list(map(response_of, r_bodies)),
                 list(map(score_of, s_bodies)),
                 _digest_of(body, r_bodies, s_bodies) if inputs else "",
+                list(map(likelihood_of, lk.take(case.id))) if not lk.empty else [],
             )
 
     def put_case(self, case: Case, idx: int, responses: Iterable[Response] = ()) -> None:
@@ -424,6 +467,63 @@ class RunStore:
         for (body,) in self._db.execute("SELECT body FROM comparisons ORDER BY case_id, repeat"):
             yield body
 
+    # ------------------------------------------------------------ likelihoods
+    def put_likelihoods(self, rows: Iterable[tuple[LikelihoodRecord, str]]) -> None:
+        """Store the likelihood stage's records, each with its content key, in one transaction; each replaces its answer's record.
+
+        The content key names what was scored (prompt and answer tokens), so
+        an identical answer met later is copied rather than scored again
+        (`likelihood_by_content`).
+        """
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO likelihoods VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    (r.case_id, r.target, r.repeat, r.fingerprint, r.answer, r.scorer, content, r.status, r.model_dump_json())
+                    for r, content in rows
+                ),
+            )
+
+    def likelihood_keys(self, case_id: str) -> dict[tuple[str, int], LikelihoodKey]:
+        """(target, repeat) → what the stored record of that answer was made from: resume compares it with the response."""
+        q = "SELECT target, repeat, fingerprint, answer, scorer, status FROM likelihoods WHERE case_id=?"
+        return {(t, int(rep)): LikelihoodKey(fp, a, sc, st) for t, rep, fp, a, sc, st in self._db.execute(q, (case_id,))}
+
+    def likelihood_by_content(self, content: str, scorer: str) -> LikelihoodRecord | None:
+        """A scored record of the same prompt and answer tokens by the same scorer, if any (any case, target or repeat)."""
+        row = self._db.execute(
+            "SELECT body FROM likelihoods WHERE content=? AND scorer=? AND status='scored' LIMIT 1", (content, scorer)
+        ).fetchone()
+        return LikelihoodRecord.model_validate_json(row[0]) if row else None
+
+    def likelihoods(self, case_id: str | None = None) -> Iterator[LikelihoodRecord]:
+        """The likelihood records, ordered by case, target and repeat (of one case, or of the run, streamed)."""
+        q, args = "SELECT body FROM likelihoods", cast("tuple[str, ...]", ())
+        if case_id is not None:
+            q, args = q + " WHERE case_id=?", (case_id,)
+        for (body,) in self._db.execute(q + " ORDER BY case_id, target, repeat", args):
+            yield LikelihoodRecord.model_validate_json(body)
+
+    def likelihood_rows(self) -> Iterator[tuple[LikelihoodRecord, str]]:
+        """Every record with its content key: what `merge` copies into the merged folder."""
+        for body, content in self._db.execute("SELECT body, content FROM likelihoods ORDER BY case_id, target, repeat"):
+            yield LikelihoodRecord.model_validate_json(body), content
+
+    def likelihoods_by_case(self) -> Iterator[tuple[str, list[LikelihoodRecord]]]:
+        """The records grouped by case id (in the order `by_case` walks), one case in memory at a time."""
+        rows = self._db.execute("SELECT case_id, body FROM likelihoods ORDER BY case_id, target, repeat")
+        for cid, bodies in _grouped(rows):
+            yield cid, [LikelihoodRecord.model_validate_json(b) for b in bodies]
+
+    def likelihood_counts(self, scorer: str) -> dict[str, int]:
+        """Records of this scorer by status (`scored`, `too_long`, `error`), counted by SQLite."""
+        q = "SELECT status, COUNT(*) FROM likelihoods WHERE scorer=? GROUP BY status"
+        return {st: int(n) for st, n in self._db.execute(q, (scorer,))}
+
+    def ok_response_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM responses WHERE ok=1").fetchone()[0])
+
     # ------------------------------------------------------------ artifacts
     def put_artifact(self, name: str, value: Any) -> None:
         """Stage outputs that are not per response: metrics scrapes, preflight, comparisons."""
@@ -485,6 +585,16 @@ class RunStore:
 
     def artifact_names(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT name FROM artifacts ORDER BY name")]
+
+
+@dataclass(frozen=True)
+class LikelihoodKey:
+    """What a stored likelihood record was made from (`RunStore.likelihood_keys`)."""
+
+    fingerprint: str
+    answer: str
+    scorer: str
+    status: str
 
 
 class StoredCases:

@@ -196,9 +196,7 @@ class Endpoint:
         self.name = name
         self.target = target
         self.opts = opts
-        self._http = HttpClient(
-            target, timeout_s=opts.timeout_s, retries=opts.retries, backoff_s=opts.backoff_s, limit=opts.concurrency, session=session
-        )
+        self._http = HttpClient(target, opts.http, session=session)
         chat, completions = target.base_url + "/chat/completions", target.base_url + "/completions"
         self._urls = {"chat": chat, "completions": completions}
         self._read_sse = _read_sse_events if parse_after else _read_sse_stream

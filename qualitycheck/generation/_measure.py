@@ -5,7 +5,8 @@ run's store always holds what the latency, acceptance and preflight sections
 need: the preflight record (artifact "preflight"), one /metrics window per
 stretch of generation (artifact "metrics_windows"), and GPU samples taken
 while it runs (artifact "gpu_samples": KV-cache usage of every target, and a
-DCGM exporter's utilisation and memory when `canary.dcgm_metrics` names one).
+DCGM exporter's utilisation and memory when the caller names one: the
+config's `canary.dcgm_metrics`, which the pipeline passes as `dcgm_url`).
 The scrapes around a window see idle servers; load shows only during it. With
 `acceptance_by_category` the categories are generated one after another with
 a scrape between them, so acceptance can be attributed per category; the
@@ -17,15 +18,16 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config
+from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._records import GpuSample, GpuSamples, MetricsWindows, PreflightRecord
 from qualitycheck.core._store import RunStore
-from qualitycheck.generation._metrics import SentTally, scrape_all, scrape_dcgm, window
-from qualitycheck.generation._preflight import format_preflight, preflight_options, run_preflight
+from qualitycheck.generation._metrics import SCRAPE_HTTP, SentTally, scrape_all, scrape_dcgm, window
+from qualitycheck.generation._preflight import format_preflight, preflight_http, run_preflight
 from qualitycheck.generation._runner import Progress, RunStats, Samples, generate
 
 __all__ = ["measured_generate", "preflight_into_store"]
@@ -34,14 +36,16 @@ GPU_SAMPLE_S = 5.0
 """Seconds between two GPU samples during generation."""
 GPU_FIRST_SAMPLE_S = 1.0
 """Seconds before the first: a run shorter than this has no load worth sampling."""
+_GPU_SCRAPES = replace(SCRAPE_HTTP, retries=0, backoff_s=0.0)
+"""A GPU sample missed is not asked again: the next one comes in `GPU_SAMPLE_S`."""
 
 
-async def _sample_gpu(targets: dict[str, Any], dcgm_url: str | None, samples: list[GpuSample]) -> None:
+async def _sample_gpu(targets: Mapping[str, Target], dcgm_url: str | None, samples: list[GpuSample]) -> None:
     """Append a sample of every target's KV-cache usage (and the DCGM figures) every `GPU_SAMPLE_S`, until cancelled."""
     await asyncio.sleep(GPU_FIRST_SAMPLE_S)
     while True:
         t = time.time()
-        snaps = await scrape_all(targets, retries=0, backoff_s=0.0)
+        snaps = await scrape_all(targets, http=_GPU_SCRAPES)
         for side, snap in snaps.items():
             if snap.ok and snap.kv_cache_usage is not None:
                 samples.append(GpuSample(t=t, side=side, kv_cache_usage=snap.kv_cache_usage))
@@ -52,11 +56,12 @@ async def _sample_gpu(targets: dict[str, Any], dcgm_url: str | None, samples: li
         await asyncio.sleep(GPU_SAMPLE_S)
 
 
-def preflight_into_store(store: RunStore, cases: Iterable[Case], cfg: Config) -> PreflightRecord | None:
-    """Run the preflight when asked and both sides exist; a mismatch is recorded, not fatal."""
-    if not cfg.run.preflight or cfg.baseline is None or cfg.candidate is None:
+def preflight_into_store(store: RunStore, cases: Iterable[Case], targets: Mapping[str, Target], opts: RunOptions) -> PreflightRecord | None:
+    """Run the preflight when `opts.preflight` asks and both sides are among `targets`; a mismatch is recorded, not fatal."""
+    baseline, candidate = targets.get("baseline"), targets.get("candidate")
+    if not opts.preflight or baseline is None or candidate is None:
         return None
-    result = run_preflight(cfg.baseline, cfg.candidate, cases, **preflight_options(cfg.run))
+    result = run_preflight(baseline, candidate, cases, http=preflight_http(opts))
     record = result.to_record()
     store.put_record(record)
     if not result.ok:
@@ -93,8 +98,10 @@ def _groups(cases: Iterable[Case], by_category: bool) -> list[tuple[str | None, 
 def measured_generate(
     store: RunStore,
     cases: Iterable[Case],
-    cfg: Config,
+    targets: Mapping[str, Target],
+    opts: RunOptions,
     *,
+    dcgm_url: str | None = None,
     progress: Progress | None = None,
     http_clients: dict[str, Any] | None = None,
     samples: Samples | None = None,
@@ -104,29 +111,39 @@ def measured_generate(
     /metrics scrapes of every target.
 
     `cases` is walked several times (preflight, then counting and sending per
-    window): a list, or a re-iterable such as `cases.SuiteCases`. `samples`
-    gives each case its number of repeats (the sampling rounds' plan).
+    window): a list, or a re-iterable such as `cases.SuiteCases`. `targets`
+    and `opts` are the runner's (`generate`). `dcgm_url` is a DCGM exporter's
+    /metrics, sampled with the targets' KV-cache usage while they generate.
+    `samples` gives each case its number of repeats (the sampling rounds' plan).
     """
     # read before anything is sent, and kept here as windows are added (a resumed run's earlier windows are kept):
     # a damaged record (a StoreError) must not cost the preflight's and a window's requests first
     windows = list(store.record_or_empty(MetricsWindows).windows)
     gpu = list(store.record_or_empty(GpuSamples).samples)
     if preflight:
-        preflight_into_store(store, cases, cfg)
-    targets = cfg.targets()
+        preflight_into_store(store, cases, targets, opts)
+    scrapes = replace(SCRAPE_HTTP, retries=opts.retries, backoff_s=opts.backoff_s)
     total = RunStats()
 
     async def go() -> None:
         done = store.stored_outcomes()  # one for every window: their cases are disjoint
         try:
-            for category, group in _groups(cases, cfg.run.acceptance_by_category):
-                before = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
+            for category, group in _groups(cases, opts.acceptance_by_category):
+                before = await scrape_all(targets, http=scrapes)
                 tally = SentTally()
                 readings: list[GpuSample] = []
-                sampler = asyncio.create_task(_sample_gpu(targets, cfg.canary.dcgm_metrics, readings))
+                sampler = asyncio.create_task(_sample_gpu(targets, dcgm_url, readings))
                 try:
                     stats = await generate(
-                        store, group, cfg, progress=progress, http_clients=http_clients, on_response=tally, done=done, samples=samples
+                        store,
+                        group,
+                        targets,
+                        opts,
+                        progress=progress,
+                        http_clients=http_clients,
+                        on_response=tally,
+                        done=done,
+                        samples=samples,
                     )
                 finally:
                     sampler.cancel()
@@ -135,7 +152,7 @@ def measured_generate(
                     if readings:
                         gpu.extend(readings)
                         store.put_record(GpuSamples(samples=gpu))
-                after = await scrape_all(targets, retries=cfg.run.retries, backoff_s=cfg.run.backoff_s)
+                after = await scrape_all(targets, http=scrapes)
                 windows.append(window(before, after, tally, category))
                 store.put_record(MetricsWindows(windows=windows))
                 total.add(stats)

@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from qualitycheck.core._config import RunOptions, Target
+from qualitycheck.core._config import HttpPolicy, RunOptions, Target
 from qualitycheck.core._http import HttpClient, shared_session
 from qualitycheck.core._records import MetricsSnapshot, MetricsWindow, Response, SentCounts
 
 __all__ = [
+    "SCRAPE_HTTP",
     "SentTally",
     "parse_dcgm",
     "parse_metrics",
@@ -38,8 +40,10 @@ __all__ = [
 ]
 
 
-_RUN_DEFAULTS = RunOptions()
-_SCRAPE_TIMEOUT_S = 10.0
+SCRAPE_HTTP = HttpPolicy(timeout_s=10.0, retries=RunOptions().retries, backoff_s=RunOptions().backoff_s)
+"""A /metrics scrape's calls unless its caller says otherwise: a page either answers within seconds or is down."""
+_DCGM_HTTP = HttpPolicy(timeout_s=SCRAPE_HTTP.timeout_s, retries=0, backoff_s=0.0)
+"""A DCGM exporter is sampled every few seconds: a sample it misses is not asked again."""
 
 _ENGINES = ("vllm", "llamacpp")
 """Prefixes of the engines whose spec-decode counters are read. llama-server (tools/server/server-task.cpp)
@@ -118,22 +122,15 @@ def parse_dcgm(text: str) -> dict[str, float]:
     return out
 
 
-async def scrape(
-    target: Target,
-    *,
-    timeout_s: float = _SCRAPE_TIMEOUT_S,
-    retries: int = _RUN_DEFAULTS.retries,
-    backoff_s: float = _RUN_DEFAULTS.backoff_s,
-    session: aiohttp.ClientSession | None = None,
-) -> MetricsSnapshot:
+async def scrape(target: Target, *, http: HttpPolicy = SCRAPE_HTTP, session: aiohttp.ClientSession | None = None) -> MetricsSnapshot:
     """One snapshot of a target's counters, with the target's own auth; never raises."""
     url = target.server_url + "/metrics"
     t = time.time()
-    http = HttpClient(target, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, session=session)
+    client = HttpClient(target, http, session=session)
     try:
-        out = await http.get_text(url)
+        out = await client.get_text(url)
     finally:
-        await http.aclose()
+        await client.aclose()
     if out.error is not None:
         return MetricsSnapshot(url=url, t=t, ok=False, error=out.error.message)
     try:
@@ -143,13 +140,13 @@ async def scrape(
     return MetricsSnapshot(url=url, t=t, ok=True, **counters)
 
 
-async def scrape_dcgm(url: str, *, timeout_s: float = _SCRAPE_TIMEOUT_S) -> dict[str, float] | None:
+async def scrape_dcgm(url: str, *, http: HttpPolicy = _DCGM_HTTP) -> dict[str, float] | None:
     """A DCGM exporter's GPU figures (`parse_dcgm`), or None when it did not answer with them; never raises."""
-    http = HttpClient(Target(url=url, model="dcgm"), timeout_s=timeout_s, retries=0, backoff_s=0.0)
+    client = HttpClient(Target(url=url, model="dcgm"), http)
     try:
-        out = await http.get_text(url)
+        out = await client.get_text(url)
     finally:
-        await http.aclose()
+        await client.aclose()
     if out.error is not None:
         return None
     try:
@@ -159,18 +156,11 @@ async def scrape_dcgm(url: str, *, timeout_s: float = _SCRAPE_TIMEOUT_S) -> dict
 
 
 async def scrape_all(
-    targets: dict[str, Target],
-    *,
-    timeout_s: float = _SCRAPE_TIMEOUT_S,
-    retries: int = _RUN_DEFAULTS.retries,
-    backoff_s: float = _RUN_DEFAULTS.backoff_s,
-    session: aiohttp.ClientSession | None = None,
+    targets: Mapping[str, Target], *, http: HttpPolicy = SCRAPE_HTTP, session: aiohttp.ClientSession | None = None
 ) -> dict[str, MetricsSnapshot]:
     """Snapshot every target (keyed by side) at the same time."""
-    async with shared_session(session, len(targets), timeout_s) as shared:
-        snaps = await asyncio.gather(
-            *(scrape(t, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, session=shared) for t in targets.values())
-        )
+    async with shared_session(session, len(targets), http.timeout_s) as shared:
+        snaps = await asyncio.gather(*(scrape(t, http=http, session=shared) for t in targets.values()))
     return dict(zip(targets, snaps, strict=True))
 
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._records import NoiseFloorRecord
 from qualitycheck.core._store import RunStore, StoredCases
 
@@ -34,13 +35,13 @@ if TYPE_CHECKING:  # the runner brings the HTTP stack, imported when the floor i
 __all__ = ["ask_baseline_again", "noise_floor_source"]
 
 
-def noise_floor_source(cfg: Config) -> str:
-    """`control`, `repeats`, `baseline_again` or `none`: how this run measures its A/A noise floor."""
-    if cfg.control is not None:
+def noise_floor_source(targets: Mapping[str, Target], opts: RunOptions) -> str:
+    """`control`, `repeats`, `baseline_again` or `none`: how a run of these targets and options measures its A/A noise floor."""
+    if "control" in targets:
         return "control"
-    if cfg.run.repeats > 1:
+    if opts.repeats > 1:
         return "repeats"
-    if cfg.run.noise_floor == "none" or cfg.baseline is None:
+    if opts.noise_floor == "none" or "baseline" not in targets:
         return "none"
     return "baseline_again"
 
@@ -67,15 +68,14 @@ def divergent_case_ids(store: RunStore) -> tuple[list[str], int]:
     return ids, both
 
 
-def ask_baseline_again(store: RunStore, cfg: Config, *, progress: Progress | None = None) -> RunStats:
-    """Send each divergent case to the baseline once more, stored as the `control` target.
+def ask_baseline_again(store: RunStore, baseline: Target, opts: RunOptions, *, progress: Progress | None = None) -> RunStats:
+    """Send each divergent case to `baseline` once more (with the run's `opts`), stored as the `control` target.
 
     Resumable like generation: answers already stored are not asked again.
     Prints what it costs, and records it in the `noise_floor` artifact.
     """
     from qualitycheck.generation._runner import RunStats, generate
 
-    assert cfg.baseline is not None
     ids, both = divergent_case_ids(store)
     total = store.case_count()
     store.put_record(NoiseFloorRecord(cases=len(ids), requests=len(ids), of_cases=both))
@@ -87,8 +87,6 @@ def ask_baseline_again(store: RunStore, cfg: Config, *, progress: Progress | Non
     )
     if not ids:
         return RunStats()
-    control = cfg.baseline.model_copy(update={"label": "baseline again"})
-    again = cfg.model_copy(
-        update={"baseline": None, "candidate": None, "control": control, "run": cfg.run.model_copy(update={"repeats": 1})}
-    )
-    return asyncio.run(generate(store, StoredCases(store, ids), again, progress=progress))
+    control = baseline.model_copy(update={"label": "baseline again"})
+    once = opts.model_copy(update={"repeats": 1})
+    return asyncio.run(generate(store, StoredCases(store, ids), {"control": control}, once, progress=progress))

@@ -24,17 +24,17 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import aiohttp
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import RunOptions, Target
+from qualitycheck.core._config import HttpPolicy, RunOptions, Target
 from qualitycheck.core._http import HttpClient, Outcome, shared_session
 from qualitycheck.core._records import PreflightCheckRecord, PreflightRecord
 
-__all__ = ["Check", "PreflightResult", "check_served_models", "format_preflight", "preflight", "preflight_options", "run_preflight"]
+__all__ = ["Check", "PreflightResult", "check_served_models", "format_preflight", "preflight", "preflight_http", "run_preflight"]
 
 _TOKENIZER_KEYS = (
     "tokenizer_class",
@@ -124,10 +124,9 @@ def _served_ids(data: Any) -> list[str] | None:
 
 
 async def _unserved(targets: dict[str, Target], timeout_s: float) -> list[tuple[str, Target, list[str]]]:
+    policy = HttpPolicy(timeout_s=timeout_s, retries=1, backoff_s=0.2)
     async with shared_session(None, 8, timeout_s) as session:
-        servers = {
-            name: _Server(HttpClient(t, timeout_s=timeout_s, retries=1, backoff_s=0.2, session=session)) for name, t in targets.items()
-        }
+        servers = {name: _Server(HttpClient(t, policy, session=session)) for name, t in targets.items()}
         answers = await asyncio.gather(*(s.get("/models", root=False) for s in servers.values()))
     out = []
     for (name, t), (data, err) in zip(targets.items(), answers, strict=True):
@@ -276,9 +275,9 @@ async def _props_check(b: _Server, c: _Server) -> Check | None:
 async def _tokens(srv: _Server, case: Case) -> tuple[Any, str | None]:
     """The server's token ids for a case's input (its /tokenize answer, or the error)."""
     if srv.llama_props is None:
-        return await srv.post("/tokenize", _tokenize_body(case, srv.t))
+        return await srv.post("/tokenize", case.tokenize_body(srv.t.model, srv.t.extra_body))
     if case.is_chat:
-        body = {k: v for k, v in _tokenize_body(case, srv.t).items() if k != "model"}
+        body = {k: v for k, v in case.tokenize_body(srv.t.model, srv.t.extra_body).items() if k != "model"}
         rendered, err = await srv.post("/apply-template", body)
         if err:
             return None, err
@@ -287,19 +286,6 @@ async def _tokens(srv: _Server, case: Case) -> tuple[Any, str | None]:
             return None, f"{srv.t.server_url}/apply-template answered no prompt text"
         return await srv.post("/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
     return await srv.post("/tokenize", {"content": case.prompt, "add_special": True, "parse_special": True})
-
-
-def _tokenize_body(case: Case, target: Target) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": target.model}
-    if case.is_chat:
-        body["messages"] = case.messages
-        for key in ("tools", "chat_template_kwargs"):
-            value = case.params.get(key, target.extra_body.get(key))
-            if value is not None:
-                body[key] = value
-    else:
-        body["prompt"] = case.prompt
-    return body
 
 
 async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurrency: int) -> Check:
@@ -346,7 +332,7 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
     try:
         for case in cases:
             n += 1
-            key = hashlib.sha256(json.dumps(_tokenize_body(case, b.t) | {"model": ""}, sort_keys=True, default=str).encode()).digest()[:16]
+            key = hashlib.sha256(json.dumps(case.tokenize_body("", b.t.extra_body), sort_keys=True, default=str).encode()).digest()[:16]
             if key in pending:
                 pending[key][1].append(case.id)
             elif key in differing:
@@ -385,7 +371,10 @@ async def _tokenize_check(b: _Server, c: _Server, cases: Iterable[Case], concurr
     return Check("tokenize", True, f"identical token ids for all {n} cases ({distinct} distinct inputs)")
 
 
-_RUN_DEFAULTS = RunOptions()
+PREFLIGHT_TIMEOUT_S = 30.0
+"""The longest a preflight call may take, whatever the run's timeout: a check must not stall the run behind it."""
+PREFLIGHT_HTTP = HttpPolicy(timeout_s=PREFLIGHT_TIMEOUT_S, retries=RunOptions().retries, backoff_s=RunOptions().backoff_s, concurrency=8)
+"""The preflight's calls outside a run (`preflight_http` makes a run's)."""
 
 
 async def preflight(
@@ -393,24 +382,20 @@ async def preflight(
     candidate: Target,
     cases: Iterable[Case],
     *,
-    concurrency: int = 8,
-    timeout_s: float = 30.0,
-    retries: int = _RUN_DEFAULTS.retries,
-    backoff_s: float = _RUN_DEFAULTS.backoff_s,
+    http: HttpPolicy = PREFLIGHT_HTTP,
     session: aiohttp.ClientSession | None = None,
 ) -> PreflightResult:
-    """Every check, both servers asked the same questions at the same time.
+    """Every check, both servers asked the same questions at the same time (`http.concurrency` /tokenize calls at once).
 
     Calls are retried and their errors read like generation's (`core._http`);
     `session` may be shared with other callers, otherwise one is opened here.
     """
+    concurrency, timeout_s = http.concurrency, http.timeout_s
     result = PreflightResult(
         baseline.url, candidate.url, baseline.model if baseline.model == candidate.model else f"{baseline.model} / {candidate.model}"
     )
     async with shared_session(session, 2 * concurrency + 8, timeout_s) as shared:
-        b, c = (
-            _Server(HttpClient(t, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, session=shared)) for t in (baseline, candidate)
-        )
+        b, c = (_Server(HttpClient(t, http, session=shared)) for t in (baseline, candidate))
         props = await _props_check(b, c)  # first: it decides how each server is asked to tokenize
         models, version, tok_info, server_info, tokenize = await asyncio.gather(
             _model_check(b, c),
@@ -423,13 +408,13 @@ async def preflight(
     return result
 
 
-def run_preflight(baseline: Target, candidate: Target, cases: Iterable[Case], **kw: Any) -> PreflightResult:
-    return asyncio.run(preflight(baseline, candidate, cases, **kw))
+def run_preflight(baseline: Target, candidate: Target, cases: Iterable[Case], *, http: HttpPolicy = PREFLIGHT_HTTP) -> PreflightResult:
+    return asyncio.run(preflight(baseline, candidate, cases, http=http))
 
 
-def preflight_options(opts: RunOptions) -> dict[str, Any]:
-    """`run_preflight`'s HTTP settings from a run's options; its timeout is capped: a check must not stall the run behind it."""
-    return {"concurrency": opts.concurrency, "timeout_s": min(opts.timeout_s, 30.0), "retries": opts.retries, "backoff_s": opts.backoff_s}
+def preflight_http(opts: RunOptions) -> HttpPolicy:
+    """The preflight's calls in a run: the run's policy, its timeout capped at `PREFLIGHT_TIMEOUT_S`."""
+    return replace(opts.http, timeout_s=min(opts.timeout_s, PREFLIGHT_TIMEOUT_S))
 
 
 def format_preflight(result: PreflightResult) -> str:

@@ -15,13 +15,14 @@ import hashlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config
+from qualitycheck.core._config import RunOptions, Target
 from qualitycheck.core._errors import RunIncompleteError
+from qualitycheck.core._progress import Progress
 from qualitycheck.core._records import Response
 from qualitycheck.core._store import RunStore, StoredOutcomes
 from qualitycheck.generation._client import Endpoint, build_request
@@ -50,16 +51,6 @@ class RunStats:
         self.wall_s += other.wall_s
 
 
-class Progress:
-    """Receives one call per finished request; the CLI renders it with rich."""
-
-    def start(self, totals: dict[str, int]) -> None: ...
-
-    def advance(self, target: str, ok: bool) -> None: ...
-
-    def stop(self) -> None: ...
-
-
 def in_shard(case_id: str, shard: str | None) -> bool:
     """Whether a case belongs to shard "i/n" (every case does without one): for streamed suites."""
     if not shard:
@@ -74,7 +65,8 @@ Samples = Callable[[Case], int]
 
 def work_items(
     cases: Iterable[Case],
-    config: Config,
+    targets: Mapping[str, Target],
+    opts: RunOptions,
     done: StoredOutcomes | dict[tuple[str, str, int], tuple[str, bool]],
     samples: Samples | None = None,
 ) -> Iterable[tuple[Case, int, list[str]]]:
@@ -84,16 +76,15 @@ def work_items(
     greedy noise floor, and a sampled case is judged by its own samples on
     both sides (`verdict._sequential`).
     """
-    targets = config.targets()
     greedy_only = {n: t for n, t in targets.items() if n != "control"}
     for case in cases:
         asked = greedy_only if case.sampled else targets
-        for rep in range(samples(case) if samples is not None else config.run.repeats):
+        for rep in range(samples(case) if samples is not None else opts.repeats):
             need = []
             for name, t in asked.items():
                 prev = done.get((case.id, name, rep))
                 # the fingerprint is only needed to compare with a stored answer (resume)
-                if prev is None or not prev[1] or prev[0] != build_request(case, t, config.run, rep).fingerprint:
+                if prev is None or not prev[1] or prev[0] != build_request(case, t, opts, rep).fingerprint:
                     need.append(name)
             if need:
                 yield case, rep, need
@@ -151,7 +142,8 @@ configured load is kept.
 async def generate(
     store: RunStore,
     cases: Iterable[Case],
-    config: Config,
+    targets: Mapping[str, Target],
+    opts: RunOptions,
     *,
     progress: Progress | None = None,
     http_clients: dict[str, Any] | None = None,
@@ -161,6 +153,9 @@ async def generate(
 ) -> RunStats:
     """Send every missing (case, target, repeat) and store each outcome as it arrives.
 
+    `targets` are the sides to ask, by name (`baseline`, `candidate`,
+    `control`: the name is the stored target); `opts` are the run's
+    options (repeats, concurrency, the request's defaults, `opts.http`).
     `cases` is iterated twice (counting, then sending), so it must be a
     collection or a re-iterable such as `store.StoredCases`, not a generator.
     `done` is `store.stored_outcomes()` (opened here when not given, and
@@ -172,7 +167,7 @@ async def generate(
     own_done = done is None
     done = store.stored_outcomes() if done is None else done
     try:
-        return await _generate(store, cases, config, progress, http_clients, on_response, done, stats, samples)
+        return await _generate(store, cases, targets, opts, progress, http_clients, on_response, done, stats, samples)
     finally:
         if own_done:
             done.close()
@@ -181,7 +176,8 @@ async def generate(
 async def _generate(
     store: RunStore,
     cases: Iterable[Case],
-    config: Config,
+    targets: Mapping[str, Target],
+    opts: RunOptions,
     progress: Progress,
     http_clients: dict[str, Any] | None,
     on_response: Callable[[Response], None] | None,
@@ -191,22 +187,21 @@ async def _generate(
 ) -> RunStats:
     totals: dict[str, int] = {}
     wanted = 0
-    targets = config.targets()
     if not done and samples is None and "control" not in targets and isinstance(cases, Sized):
         # nothing stored yet: all of it is to send, no pass needed to count it
-        wanted = len(cases) * config.run.repeats * len(targets)
+        wanted = len(cases) * opts.repeats * len(targets)
         if wanted:
-            totals = {name: len(cases) * config.run.repeats for name in targets}
+            totals = {name: len(cases) * opts.repeats for name in targets}
     else:
         for case in cases:  # a counting pass: neither the cases nor the work are ever listed
-            n = samples(case) if samples is not None else config.run.repeats
+            n = samples(case) if samples is not None else opts.repeats
             wanted += n * (len(targets) - ("control" in targets and case.sampled))
-            for _, _, need in work_items((case,), config, done, samples):
+            for _, _, need in work_items((case,), targets, opts, done, samples):
                 for name in need:
                     totals[name] = totals.get(name, 0) + 1
     stats.skipped = wanted - sum(totals.values())
-    endpoints = {name: Endpoint(name, t, config.run, (http_clients or {}).get(name)) for name, t in config.targets().items()}
-    sems = {name: asyncio.Semaphore(config.run.concurrency) for name in endpoints}
+    endpoints = {name: Endpoint(name, t, opts, (http_clients or {}).get(name)) for name, t in targets.items()}
+    sems = {name: asyncio.Semaphore(opts.concurrency) for name in endpoints}
     writer = _StoreWriter(store)
     fail_fast = _FailFast()
     refused: list[str] = []
@@ -234,10 +229,10 @@ async def _generate(
             await asyncio.gather(*(one(n, case, rep) for n in need))
 
     # at most `concurrency` pairs in flight: each pair holds one slot per target
-    window = asyncio.Semaphore(config.run.concurrency)
+    window = asyncio.Semaphore(opts.concurrency)
     tasks: set[asyncio.Task[None]] = set()
     try:
-        for case, rep, need in work_items(cases, config, done, samples):
+        for case, rep, need in work_items(cases, targets, opts, done, samples):
             await window.acquire()
             while writer.backlog() > MAX_UNWRITTEN:  # the store is behind: wait for it rather than queue without bound
                 await asyncio.sleep(0.002)

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
         JudgeDefinition as JudgeDefinition,
     )
     from qualitycheck.judge._judge import (
+        JudgeOptions as JudgeOptions,
+    )
+    from qualitycheck.judge._judge import (
         injection_signals as injection_signals,
     )
     from qualitycheck.judge._judge import (
@@ -46,6 +49,7 @@ _HOME = {
     "CACHE_NAME": "_judge",
     "JudgeCache": "_judge",
     "JudgeDefinition": "_judge",
+    "JudgeOptions": "_judge",
     "injection_signals": "_judge",
     "judge_dirs": "_judge",
     "load_judge_file": "_judge",

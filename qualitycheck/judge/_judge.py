@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config, JudgeTarget
+from qualitycheck.core._config import HttpPolicy, JudgeTarget, RunOptions
 from qualitycheck.core._errors import ConfigError, Problem, SuiteError
+from qualitycheck.core._progress import Progress
 from qualitycheck.core._records import Response, Score, ScoreStatus
 from qualitycheck.core._store import RunStore
 from qualitycheck.scoring._base import NOT_FOR_SAMPLED
@@ -53,6 +54,7 @@ __all__ = [
     "CACHE_NAME",
     "JudgeCache",
     "JudgeDefinition",
+    "JudgeOptions",
     "injection_signals",
     "judge_dirs",
     "load_judge_file",
@@ -73,6 +75,27 @@ VARIABLES = {
 }
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 EXCERPT_CHARS = 600
+
+_RUN_DEFAULTS = RunOptions()
+
+
+@dataclass(frozen=True)
+class JudgeOptions:
+    """What the judge stage reads of a run's settings; the pipeline makes it from the config (`of_run`)."""
+
+    http: HttpPolicy = _RUN_DEFAULTS.http
+    """How the judge endpoint is called (a run's `RunOptions.http`); `http.concurrency` calls at most in flight."""
+    answer_retries: int = _RUN_DEFAULTS.judge_retries
+    """Times an answer that does not parse is asked again (`run.judge_retries`), beyond the HTTP layer's retries."""
+    judges_dir: str | None = None
+    """A folder of definitions searched before ./judges and the built-ins (the config's `judges_dir`)."""
+    source: str = "config"
+    """The file `judges_dir` was read from, named when it is not a folder."""
+
+    @classmethod
+    def of_run(cls, run: RunOptions, *, judges_dir: str | None = None, source: str | None = None) -> JudgeOptions:
+        """A run's judge settings: its HTTP policy and `judge_retries`, and where the config keeps definitions."""
+        return cls(http=run.http, answer_retries=run.judge_retries, judges_dir=judges_dir, source=source or "config")
 
 
 # ------------------------------------------------------------------ definitions
@@ -249,13 +272,13 @@ def load_judge_file(path: str | Path) -> JudgeDefinition:
     )
 
 
-def judge_dirs(cfg: Config | None = None) -> list[Path]:
-    """Where judges are looked up, first match wins: the config's judges_dir, ./judges, the built-ins."""
+def judge_dirs(judges_dir: str | None = None, *, source: str = "config") -> list[Path]:
+    """Where judges are looked up, first match wins: `judges_dir` (the config's, read from `source`), ./judges, the built-ins."""
     dirs: list[Path] = []
-    if cfg is not None and cfg.judges_dir:
-        d = Path(cfg.judges_dir)
+    if judges_dir:
+        d = Path(judges_dir)
         if not d.is_dir():
-            raise ConfigError([Problem(cfg.source or "config", None, "judges_dir", f"{d} is not a folder")])
+            raise ConfigError([Problem(source, None, "judges_dir", f"{d} is not a folder")])
         dirs.append(d)
     dirs.append(Path.cwd() / "judges")
     dirs.append(BUILTIN_DIR)
@@ -666,6 +689,7 @@ def _judged_scores(
     runner: asyncio.Runner,
     counts: _JudgeCounts,
     window: int = JUDGE_WINDOW,
+    progress: Progress | None = None,
 ) -> Iterator[Score]:
     """The judge scores of every judged (case, repeat), walked one case at a time and judged a window at a time.
 
@@ -681,6 +705,7 @@ def _judged_scores(
     first answer (`_repeat_aa_score`).
     """
     batch: list[tuple[Case, int, str, str, str]] = []
+    shown = progress or Progress()
 
     def flush() -> list[Score]:
         if not batch:
@@ -708,6 +733,7 @@ def _judged_scores(
         return out
 
     for rec in store.by_case(scores=False, judged_only=True):
+        shown.advance("judge", True)  # the case's pairs are queued: the calls of a window follow
         case = rec.case
         judge = judges[case.checks.judge.mode]
         pairs: dict[int, dict[str, Response]] = {}
@@ -785,32 +811,27 @@ def _judged_scores(
 
 
 def _judge_run(
-    store: RunStore, cfg: Config, judges: dict[str, JudgeDefinition], http_client: aiohttp.ClientSession | None = None
+    store: RunStore,
+    target: JudgeTarget,
+    opts: JudgeOptions,
+    judges: dict[str, JudgeDefinition],
+    http_client: aiohttp.ClientSession | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Judge the run a window at a time on one event loop, streaming the scores into the store."""
     from qualitycheck.core._http import HttpClient
 
-    assert cfg.judge is not None
-    target = cfg.judge
     counts = _JudgeCounts()
     with asyncio.Runner() as runner:
 
         async def open_caller() -> _Caller:  # the semaphore and the session belong to the runner's loop
-            http = HttpClient(
-                target,
-                timeout_s=cfg.run.timeout_s,
-                retries=cfg.run.retries,
-                backoff_s=cfg.run.backoff_s,
-                limit=cfg.run.concurrency,
-                session=http_client,
-            )
-            return _Caller(
-                http, target, JudgeCache(store.folder / CACHE_NAME), cfg.run.judge_retries, asyncio.Semaphore(cfg.run.concurrency)
-            )
+            http = HttpClient(target, opts.http, session=http_client)
+            cache = JudgeCache(store.folder / CACHE_NAME)
+            return _Caller(http, target, cache, opts.answer_retries, asyncio.Semaphore(opts.http.concurrency))
 
         caller = runner.run(open_caller())
         try:
-            store.replace_scores(_judged_scores(store, judges, caller, runner, counts, JUDGE_WINDOW), checks=["judge"])
+            store.replace_scores(_judged_scores(store, judges, caller, runner, counts, JUDGE_WINDOW, progress), checks=["judge"])
         finally:
             runner.run(caller.http.aclose())
             caller.cache.close()
@@ -850,8 +871,15 @@ def _not_configured(store: RunStore, judged: int) -> dict[str, Any]:
     return {"calls": 0, "cache_hits": 0, "pairs": 0, "not_configured": judged}
 
 
-def score_judge(store: RunStore, cfg: Config, *, http_client: aiohttp.ClientSession | None = None) -> dict[str, Any]:
-    """Judge every divergent pair of the run and replace the store's `judge` scores.
+def score_judge(
+    store: RunStore,
+    judge: JudgeTarget | None,
+    opts: JudgeOptions | None = None,
+    *,
+    http_client: aiohttp.ClientSession | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Judge every divergent pair of the run with `judge` and replace the store's `judge` scores.
 
     Returns what the stage did (calls sent, cache hits, pairs); it is also
     stored as the `judge_stage` artifact. Without cases asking for a judge
@@ -864,12 +892,18 @@ def score_judge(store: RunStore, cfg: Config, *, http_client: aiohttp.ClientSess
     judged = store.judged_case_count()
     if not judged:
         return {"calls": 0, "cache_hits": 0, "pairs": 0}
-    if cfg.judge is None:
+    if judge is None:
         return _not_configured(store, judged)
-    judges = load_judges(judge_dirs(cfg))
+    opts = opts or JudgeOptions()
+    judges = load_judges(judge_dirs(opts.judges_dir, source=opts.source))
     validate_judge_checks(store.iter_cases(judged_only=True), judges)  # before any call
     t0 = time.monotonic()
-    stage = _judge_run(store, cfg, judges, http_client)
+    shown = progress or Progress()
+    shown.start({"judge": judged})
+    try:
+        stage = _judge_run(store, judge, opts, judges, http_client, shown)
+    finally:
+        shown.stop()
     stage["wall_s"] = round(time.monotonic() - t0, 3)
     store.put_artifact("judge_stage", stage)
     return stage

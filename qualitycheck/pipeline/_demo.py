@@ -38,8 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from qualitycheck.core._cases import Case, load_suite
-from qualitycheck.core._config import Config, JudgeTarget, RunOptions, Target
+from qualitycheck.core._config import JudgeTarget, RunOptions, Target
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import Problem, QualitycheckError, SuiteError
+from qualitycheck.core._guardrails import GuardrailBlock
 from qualitycheck.engines._launcher import (
     EngineServer,
     LaunchError,
@@ -191,7 +193,7 @@ def run_demo(
             # The baseline judges the open-ended cases: only pairs that differ reach it (on vLLM; see the docstring for llama.cpp).
             judge=JudgeTarget(url=baseline.url, model=DEMO_MODEL_NAME, label="baseline as judge") if engine == "vllm" else None,
             run=RunOptions(concurrency=concurrency, max_tokens=max_tokens, retries=1),
-            speculative_decoding_guardrails=DEMO_GUARDRAILS,
+            speculative_decoding_guardrails=GuardrailBlock.model_validate(DEMO_GUARDRAILS),
         )
         _say(f"step 3/4: {len(cases)} cases in {len(cats)} categories ({', '.join(cats)}) → {out}")
         if cfg.judge is None:

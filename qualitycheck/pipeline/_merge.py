@@ -175,6 +175,7 @@ def merge_runs(folders: Sequence[str | Path], out: str | Path) -> int:
                 for r in s.responses():
                     merged.put_response(r)
             merged.replace_scores(sc for s in stores for sc in s.scores())
+            merged.put_likelihoods(row for s in stores for row in s.likelihood_rows())
             _merge_judge_caches(paths, out)
             print(f"qualitycheck: merged {len(paths)} runs, {len(cases)} cases → {out}", file=sys.stderr)
             return finish(merged, cfg)

@@ -23,15 +23,18 @@ from collections.abc import Callable
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config
-from qualitycheck.core._records import SamplingRecord, SamplingRoundRecord
+from qualitycheck.core._config_file import Config
+from qualitycheck.core._records import LikelihoodStage, SamplingRecord, SamplingRoundRecord
 from qualitycheck.core._store import CaseRecords, RunStore, StoredCases
 from qualitycheck.generation._measure import measured_generate
 from qualitycheck.generation._runner import Progress, RunStats
+from qualitycheck.pipeline._likelihood import likelihood_pass
 from qualitycheck.scoring import score_case
 from qualitycheck.verdict._compare import compare_case
+from qualitycheck.verdict._decision import decide_quality, quality_evidence
+from qualitycheck.verdict._likelihood import LikelihoodTally, ShiftCase
+from qualitycheck.verdict._outcomes import CaseOutcome, add_case_outcomes
 from qualitycheck.verdict._sequential import Design, design_for
-from qualitycheck.verdict._stats import CaseOutcome, add_case_outcomes, undecided_sampled
 
 __all__ = ["first_round", "sample_in_rounds"]
 
@@ -48,19 +51,26 @@ def _all_to(samples: int) -> Callable[[Case], int]:
     return lambda case: samples
 
 
-def _outcomes(store: RunStore, samples: int) -> tuple[dict[str, dict[str, list[CaseOutcome]]], dict[str, set[str]]]:
-    """The sampled cases' outcomes on their first `samples` repeats, scored now, and each category's sampled case ids."""
+def _outcomes(
+    store: RunStore, samples: int
+) -> tuple[dict[str, dict[str, list[CaseOutcome]]], dict[str, set[str]], dict[str, list[ShiftCase]] | None]:
+    """The sampled cases' outcomes on their first `samples` repeats, scored now, each category's sampled case ids, and
+    their samples under the baseline model (None when the likelihood stage has not scored)."""
     outcomes: dict[str, dict[str, list[CaseOutcome]]] = {}
     ids: dict[str, set[str]] = {}
-    for rec in store.by_case(scores=False):
+    likelihood = LikelihoodTally.for_stage(store.record(LikelihoodStage))
+    for rec in store.by_case(scores=False, likelihoods=likelihood is not None):
         if not rec.case.sampled:
             continue
         ids.setdefault(rec.case.category, set()).add(rec.case.id)
         responses = [r for r in rec.responses if r.repeat < samples and r.target in ("baseline", "candidate")]
         if responses:
             scored = CaseRecords(rec.case, responses, score_case(rec.case, responses))
-            add_case_outcomes(outcomes, compare_case(scored))
-    return outcomes, ids
+            comps = compare_case(scored)
+            add_case_outcomes(outcomes, comps)
+            if likelihood is not None:
+                likelihood.add(CaseRecords(rec.case, responses, [], likelihoods=rec.likelihoods), comps)
+    return outcomes, ids, likelihood.sampled if likelihood is not None else None
 
 
 def _record(cfg: Config, design: Design, sampled: int, rounds: list[SamplingRoundRecord]) -> SamplingRecord:
@@ -89,9 +99,19 @@ def sample_in_rounds(
     """
     design = design_for(cfg.run)
     sides = 2  # a sampled case is asked of the baseline and the candidate, never of the control (`generation.work_items`)
+    targets = cfg.targets()
     stats = measured_generate(
-        store, StoredCases(store), cfg, progress=progress() if progress else None, http_clients=http_clients, samples=first_round(cfg)
+        store,
+        StoredCases(store),
+        targets,
+        cfg.run,
+        dcgm_url=cfg.canary.dcgm_metrics,
+        progress=progress() if progress else None,
+        http_clients=http_clients,
+        samples=first_round(cfg),
     )
+    if not stats.interrupted:
+        likelihood_pass(store, cfg, progress=progress)
     by_category: dict[str, int] = {}
     for c in store.iter_cases():
         if c.sampled:
@@ -109,8 +129,16 @@ def sample_in_rounds(
     for k in range(1, len(design.looks)):
         if stats.interrupted:
             break
-        outcomes, ids = _outcomes(store, design.looks[k - 1])
-        undecided = undecided_sampled(outcomes, design, margins=cfg.non_inferiority_margin)
+        outcomes, ids, likelihood = _outcomes(store, design.looks[k - 1])
+        evidence = quality_evidence(
+            outcomes,
+            margins=cfg.non_inferiority_margin,
+            design=design,
+            describe=False,
+            likelihood=likelihood,
+            detectable_shift=cfg.likelihood.detectable_shift,
+        )
+        undecided = decide_quality(evidence, {}).undecided  # the cells still undecided before Holm: the rounds' rule
         if not undecided:
             print(f"qualitycheck: sampling: every sampled category decided after {design.looks[k - 1]} samples per case", file=sys.stderr)
             break
@@ -132,11 +160,15 @@ def sample_in_rounds(
         more_stats = measured_generate(
             store,
             StoredCases(store, asked),
-            cfg,
+            targets,
+            cfg.run,
+            dcgm_url=cfg.canary.dcgm_metrics,
             progress=progress() if progress else None,
             http_clients=http_clients,
             samples=_all_to(design.looks[k]),
             preflight=False,
         )
         stats.add(more_stats)
+        if not more_stats.interrupted:
+            likelihood_pass(store, cfg, case_ids=asked, progress=progress)
     return stats

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config, Target
+from qualitycheck.core._config import Target
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._errors import ConfigError, Problem
 from qualitycheck.core._store import RunStore, StoredCases
 
@@ -92,7 +93,7 @@ def _cell(
     store = RunStore.create(folder, manifest_for(cases, cell_cfg, suites), cases)
     try:
         store.put_artifact("config", redacted_config(cell_cfg))
-        stats = measured_generate(store, StoredCases(store), cell_cfg, http_clients=http_clients)
+        stats = measured_generate(store, StoredCases(store), {side: target}, run, http_clients=http_clients)
         if stats.interrupted:
             from qualitycheck.core._errors import RunIncompleteError
 
@@ -132,9 +133,8 @@ def run_sweep(
     and never feeds the recommendation.
     """
     from qualitycheck.engines._launcher import launch_template
-    from qualitycheck.verdict._gate import parse_guardrails
 
-    max_error_rate = float(parse_guardrails(cfg).thresholds.get("max_error_rate", 0.01))
+    max_error_rate = float(cfg.guardrails.thresholds.get("max_error_rate", 0.01))
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     model = model or (cfg.baseline.model if cfg.baseline else None) or (cfg.candidate.model if cfg.candidate else None)

@@ -98,6 +98,59 @@ def _human_review(s: Summary, w: Callable[[str], None]) -> None:
     w("")
 
 
+def _likelihood(s: Summary, w: Callable[[str], None]) -> None:
+    """The baseline model as referee: each category's sampled answers under it, and where greedy answers left the baseline's."""
+    lk = s.likelihood
+    cells = [(cat, c.likelihood) for cat, c in s.categories.items() if c.likelihood is not None]
+    divs = [(cat, d) for cat, c in s.categories.items() for d in c.divergences]
+    if lk is None and not cells and not divs:
+        return
+    w("")
+    if lk is not None and not lk.evaluated:
+        w(
+            f"Likelihood under the baseline model: NOT EVALUATED ({lk.reason}): sampled and greedy answers were judged by their checks alone."
+        )
+        return
+    if lk is not None:
+        w(
+            f"Likelihood under the baseline model ({lk.model} at {lk.scorer}): {lk.scored} of {lk.answers} answers scored "
+            f"({lk.prefilled_tokens:,} tokens prefilled in {lk.wall_s:.1f} s)"
+            + (f"; {lk.too_long} too long for its context, not scored" if lk.too_long else "")
+            + (f"; {lk.errors} failed" if lk.errors else "")
+        )
+    for cat, cell in cells:
+        word = {"shift": "CHANGED", "no_shift": "no shift", "undecided": "UNDECIDED"}[cell.decision]
+        means = (
+            f"{cell.baseline_mean_logprob:.2f} → {cell.candidate_mean_logprob:.2f} nats per token"
+            if cell.baseline_mean_logprob is not None and cell.candidate_mean_logprob is not None
+            else "n/a"
+        )
+        bounds = f" [{cell.bounds[0]:+.2f}, {cell.bounds[1]:+.2f}]" if cell.bounds else ""
+        shift = "n/a" if cell.shift is None else f"{cell.shift:+.2f}{bounds}"
+        holm = f", Holm {cell.p_value_holm:.3g}" if cell.p_value_holm is not None else ""
+        line = f"- {cat} / likelihood: {word}: {means} over {cell.cases} case(s) × {cell.samples_at_decision} samples per side, shift {shift}, p {cell.p_value:.3g}{holm}"
+        if cell.meaning:
+            line += f": {cell.meaning}"
+        if cell.decision == "shift" and cell.largest_shifts:
+            line += "; largest: " + "; ".join(
+                f"{c.case_id} {c.shift:+.2f}" + (f" (least likely candidate tokens: {c.least_likely})" if c.least_likely else "")
+                for c in cell.largest_shifts[:3]
+            )
+        w(line)
+    decisive = [(cat, d) for cat, d in divs if d.kind == "decisive"]
+    ties = sum(1 for _, d in divs if d.kind == "near_tie")
+    if divs:
+        w(
+            f"- greedy answers that left the baseline's: {len(divs)}; at a near tie of the baseline model (numerics): {ties}; "
+            f"at a token the baseline would not write (decisive): {len(decisive)}"
+        )
+        for cat, d in decisive[:10]:
+            cand = "its end" if d.candidate_token is None else f"{d.candidate_token!r}"
+            prob = f" ({d.candidate_probability:.2%})" if d.candidate_probability is not None else ""
+            base = f"{d.baseline_token!r}" + (f" ({d.baseline_probability:.0%})" if d.baseline_probability is not None else "")
+            w(f"  - {cat}/{d.case_id}: at token {d.position} the candidate wrote {cand}{prob} where the baseline wrote {base}")
+
+
 def render_signoff(s: Summary) -> str:
     out: list[str] = []
     w = out.append
@@ -217,6 +270,7 @@ def render_signoff(s: Summary) -> str:
         ]
         for cat, name, n in skipped:
             w(f"- {cat} / {name}: not applied to {n} sampled case(s) (a check against the baseline's answer does not apply to samples)")
+    _likelihood(s, w)
     if sm is not None:
         w(
             f"Sampling: {sm.mode}, up to {sm.max_samples_per_case} samples per side in rounds of {sm.sample_round}, to detect a "

@@ -300,6 +300,32 @@ def _top_regressions(summary: Summary, data: ReportData | None, ascii_box: bool)
     return _Fitted(table, lines)
 
 
+def _likelihood_lines(summary: Summary) -> list[RenderableType]:
+    """The baseline model as referee, a line per finding: each category's likelihood cell, the decisive greedy divergences."""
+    lk = summary.likelihood
+    out: list[RenderableType] = []
+    if lk is not None and not lk.evaluated:
+        return [Text(f"likelihood under the baseline model: NOT EVALUATED ({lk.reason})")]
+    for name, cat in summary.categories.items():
+        cell = cat.likelihood
+        if cell is not None:
+            shift = "n/a" if cell.shift is None else f"{cell.shift:+.2f} nats/token"
+            word = {"shift": "CHANGED", "no_shift": "no shift", "undecided": "undecided"}[cell.decision]
+            line = f"{name}: likelihood {word}: shift {shift} over {cell.cases} sampled case(s), p {cell.p_value:.2g}"
+            out.append(Text(line + (f": {cell.meaning}" if cell.meaning else "")))
+        decisive = [d for d in cat.divergences if d.kind == "decisive"]
+        if decisive:
+            named = ", ".join(
+                f"{d.case_id} ({'end' if d.candidate_token is None else repr(d.candidate_token)}"
+                + (f" {d.candidate_probability:.1%})" if d.candidate_probability is not None else ")")
+                for d in decisive[:5]
+            )
+            out.append(Text(f"{name}: {len(decisive)} greedy answer(s) left the baseline's at a token it would not write: {named}"))
+    if lk is not None and lk.evaluated:
+        out.append(Text(f"likelihood stage: {lk.scored} answers scored, {lk.prefilled_tokens:,} tokens prefilled in {lk.wall_s:.1f} s"))
+    return out
+
+
 def summary_renderables(summary: Summary, data: ReportData | None = None, *, ascii_box: bool = True) -> list[RenderableType]:
     """The summary as rich renderables (verdict line, then the tables that have content)."""
     head = Text("qualitycheck verdict: ")
@@ -319,6 +345,7 @@ def summary_renderables(summary: Summary, data: ReportData | None = None, *, asc
     for name, cat in summary.categories.items():  # what an inconclusive category lacks, under the table
         if cat.would_decide:
             out.append(Text(f"{name}: {cat.verdict.upper()}: would decide it: {cat.would_decide}"))
+    out += _likelihood_lines(summary)
     if summary.guardrails:
         out.append(_Fitted(lambda: _guardrail_table(summary, ascii_box), lambda: _guardrail_lines(summary)))
     if _error_rows(summary):

@@ -32,6 +32,7 @@ import qualitycheck.scoring._python  # noqa: F401
 # isort: on
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import check_registry
+from qualitycheck.core._progress import Progress
 from qualitycheck.core._records import Response, Score
 from qualitycheck.scoring._base import BASELINE, NOT_FOR_SAMPLED, BrokenScorer, Outcome, Scorer
 
@@ -107,7 +108,7 @@ def score_case(case: Case, responses: Iterable[Response], scorers: list[Scorer] 
     return out
 
 
-def score_store(store: Any, *, workers: int | None = None) -> int:
+def score_store(store: Any, *, workers: int | None = None, progress: Progress | None = None) -> int:
     """Recompute every deterministic score of a run from its stored cases and responses.
 
     Cases are scored in parallel (threads; the unit-test sandboxes are
@@ -115,11 +116,14 @@ def score_store(store: Any, *, workers: int | None = None) -> int:
     bounded window. Cases are read with their answers one at a time
     (`by_case`) and scores stream into the store as they are made, so only
     the window is in memory however large the run. The judge's scores are
-    left in place. Returns how many scores were written.
+    left in place. Returns how many scores were written. `progress` hears of
+    each case as its scores are taken.
     """
     import os
 
     weak: set[str] = set()
+    shown = progress or Progress()
+    shown.start({"scoring": store.case_count()})
 
     def scored() -> Iterator[Score]:
         from collections import deque
@@ -131,12 +135,19 @@ def score_store(store: Any, *, workers: int | None = None) -> int:
             for rec in store.by_case(scores=False):  # one case and its answers at a time, never the whole suite
                 if rec.responses:
                     pending.append(pool.submit(score_case, rec.case, rec.responses))
+                else:
+                    shown.advance("scoring", True)
                 while len(pending) > 4 * n or (pending and pending[0].done()):
                     yield from _noting_isolation(pending.popleft().result(), weak)
+                    shown.advance("scoring", True)
             while pending:
                 yield from _noting_isolation(pending.popleft().result(), weak)
+                shown.advance("scoring", True)
 
-    written = int(store.replace_scores(scored(), exclude=["judge"]))
+    try:
+        written = int(store.replace_scores(scored(), exclude=["judge"]))
+    finally:
+        shown.stop()
     _warn_weak_isolation(weak)
     return written
 

@@ -33,11 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qualitycheck.core._config import Config
 from qualitycheck.core._errors import QualitycheckError
 from qualitycheck.core._records import ErrorInfo, ShadowDrain
+from qualitycheck.shadow._loop import SWITCH_INTERVAL_S, log, run_loop, tune_gc
 from qualitycheck.shadow._mirror import BaselineAnswer, MirrorSide
 from qualitycheck.shadow._recorder import Recorder
+from qualitycheck.shadow._settings import ShadowSettings
 from qualitycheck.shadow._tally import ShadowMetrics
 
 __all__ = ["HANDOFF_MAX_BYTES", "LocalHandoff", "MirrorStartError", "ProcessHandoff", "child_main"]
@@ -140,23 +141,12 @@ async def _read(reader: asyncio.StreamReader) -> Any:
 class ProcessHandoff:
     """The forwarding process's end: starts the mirror process, writes frames to it, asks it for /qc/health and /qc/metrics."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        out: Path,
-        rules_json: str,
-        *,
-        replica: str,
-        listen: str,
-        noise_floor: bool,
-        log: Callable[[str], None],
-    ):
-        self.cfg = cfg
+    def __init__(self, settings: ShadowSettings, out: Path, rules_json: str, *, replica: str, listen: str, log: Callable[[str], None]):
+        self.settings = settings
         self.out = out
         self.rules_json = rules_json
         self.replica = replica
         self.listen = listen
-        self.noise_floor = noise_floor
         self.log = log
         self.own = ShadowMetrics()
         """This process's own counts (requests, drops at the hand-off): what /qc/metrics shows once the mirror process is gone."""
@@ -187,12 +177,11 @@ class ProcessHandoff:
         """Start the mirror process and wait until its folder is open and it listens to frames (a refusal: `MirrorStartError`)."""
         ours, theirs = socket.socketpair()
         args = {
-            "cfg": self.cfg.model_dump_json(),
+            "settings": self.settings.model_dump_json(),  # what the mirror side reads of the config, and nothing more
             "rules": self.rules_json,
             "out": str(self.out),
             "replica": self.replica,
             "listen": self.listen,
-            "noise_floor": self.noise_floor,
         }
         self._proc = subprocess.Popen(
             [sys.executable, "-c", _CHILD, str(theirs.fileno())],
@@ -357,7 +346,6 @@ class ProcessHandoff:
 def child_main() -> None:
     """The mirror process: open the folder, serve frames until told to stop (or the forwarding process is gone), close it."""
     from qualitycheck.core._process import die_with_parent
-    from qualitycheck.shadow._serve import SWITCH_INTERVAL_S, log, run_loop
     from qualitycheck.traffic._rules import Rules
 
     die_with_parent(parent=os.getppid())  # never outlive the forwarding process
@@ -368,28 +356,27 @@ def child_main() -> None:
     fd = int(sys.argv[1])
     args = json.loads(sys.stdin.read())
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    cfg = Config.model_validate_json(args["cfg"])
-    if cfg.shadow.sink:
+    settings = ShadowSettings.model_validate_json(args["settings"])
+    if settings.shadow.sink:
         with contextlib.suppress(OSError):
             os.nice(SINK_MIRROR_NICENESS)  # why the sink's only: its docstring
     rules = Rules.model_validate_json(args["rules"])
     metrics = ShadowMetrics()
     recorder = Recorder(
-        cfg,
+        settings.shadow,
+        settings.folder,
         Path(args["out"]),
         rules,
         replica=args["replica"],
         listen=args["listen"],
         metrics=metrics,
         log=log,
-        noise_floor=args["noise_floor"],
+        noise_floor=settings.noise_floor,
     )
-    run_loop(_serve_frames(socket.socket(fileno=fd), cfg, recorder, metrics, noise_floor=args["noise_floor"]))
+    run_loop(_serve_frames(socket.socket(fileno=fd), settings, recorder, metrics))
 
 
-async def _serve_frames(sock: socket.socket, cfg: Config, recorder: Recorder, metrics: ShadowMetrics, *, noise_floor: bool) -> None:
-    from qualitycheck.shadow._serve import log, tune_gc
-
+async def _serve_frames(sock: socket.socket, settings: ShadowSettings, recorder: Recorder, metrics: ShadowMetrics) -> None:
     reader, writer = await asyncio.open_unix_connection(sock=sock)
     try:
         recorder.open()
@@ -398,11 +385,11 @@ async def _serve_frames(sock: socket.socket, cfg: Config, recorder: Recorder, me
         await writer.drain()
         writer.close()
         return
-    side = MirrorSide(cfg, recorder, metrics, noise_floor=noise_floor, log=log, ask_baseline=cfg.shadow.sink)
+    side = MirrorSide(settings, recorder, metrics, log=log, ask_baseline=settings.shadow.sink)
     await side.start()
     writer.write(_frame(("ready", str(recorder.folder))))
     tune_gc()
-    timeout = cfg.shadow.drain_timeout_s
+    timeout = settings.shadow.drain_timeout_s
     while True:
         msg = await _read(reader)
         if msg is None:  # the forwarding process is gone: nothing more can arrive, so nothing in flight can complete

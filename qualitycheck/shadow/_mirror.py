@@ -26,12 +26,13 @@ from typing import Any
 
 import aiohttp
 
-from qualitycheck.core._config import Config, RunOptions
+from qualitycheck.core._config import HttpPolicy, RunOptions
 from qualitycheck.core._http import pooled_connector
 from qualitycheck.core._records import ErrorInfo, MetricsSnapshot, Response, ShadowDrain, SpecCounters
 from qualitycheck.generation._client import AnswerReader, Endpoint, RequestPlan
-from qualitycheck.generation._metrics import SentTally, scrape_all, window
+from qualitycheck.generation._metrics import SCRAPE_HTTP, SentTally, scrape_all, window
 from qualitycheck.shadow._recorder import PairRecord, Recorder
+from qualitycheck.shadow._settings import ShadowSettings
 from qualitycheck.shadow._tally import ShadowMetrics
 
 __all__ = ["AS_REQUESTED", "MIRRORED", "BaselineAnswer", "MirrorSide", "fingerprint"]
@@ -40,7 +41,6 @@ AS_REQUESTED = "as requested"
 """A target's model when none is configured: each mirror names the model its caller asked for."""
 
 MIRRORED = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
-_SCRAPE_RETRIES = 1
 HANDOFF_S = 0.005
 """Finished pairs wait this long to go to the writer together: waking its thread per pair costs the event loop
 more than the pair's commit. Pairs not yet handed over are in flight, as far as a `kill -9` is concerned."""
@@ -123,29 +123,29 @@ class MirrorSide:
 
     def __init__(
         self,
-        cfg: Config,
+        settings: ShadowSettings,
         recorder: Recorder,
         metrics: ShadowMetrics,
         *,
-        noise_floor: bool,
         log: Callable[[str], None],
         ask_baseline: bool = False,
     ):
-        assert cfg.baseline is not None and cfg.candidate is not None
-        self.cfg = cfg
+        self.settings = settings
         self.recorder = recorder
         self.metrics = metrics
-        self.noise_floor = noise_floor
+        self.noise_floor = settings.noise_floor
         self.log = log
         self.ask_baseline = ask_baseline
-        s = cfg.shadow
+        s = settings.shadow
         self.slots = _Slots(s.max_inflight)
         self._rotate_pairs, self._rotate_s = s.rotation
-        self.root = cfg.baseline.server_url
-        self._base_model = None if cfg.baseline.model == AS_REQUESTED else cfg.baseline.model
-        self._candidate_model = None if cfg.candidate.model == AS_REQUESTED else cfg.candidate.model
-        self._candidate_extra = dict(cfg.candidate.extra_body)
-        self._candidate_url = cfg.candidate.base_url
+        self.root = settings.baseline.server_url
+        self._base_model = None if settings.baseline.model == AS_REQUESTED else settings.baseline.model
+        self._candidate_model = None if settings.candidate.model == AS_REQUESTED else settings.candidate.model
+        self._candidate_extra = dict(settings.candidate.extra_body)
+        self._candidate_url = settings.candidate.base_url
+        self._scrapes = HttpPolicy(timeout_s=min(SCRAPE_HTTP.timeout_s, settings.timeout_s), retries=1, backoff_s=0.2)
+        """The targets' /metrics, scraped while callers are served: one retry, soon."""
         self._pairs: dict[str, _Pair] = {}
         self.draining = False
         self.period = recorder.new_period()
@@ -166,24 +166,23 @@ class MirrorSide:
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Sessions and endpoints, the first /metrics snapshot, and the task that closes windows and rotates folders."""
-        cfg = self.cfg
-        assert cfg.baseline is not None and cfg.candidate is not None
+        settings = self.settings
         limit = self.slots.size * (2 if self.ask_baseline else 1)
         self._session = aiohttp.ClientSession(
             connector=pooled_connector(limit),
             # no idle timeout per read: each try is bounded as a whole by the same `timeout_s` (`HttpClient.retrying`),
             # which always runs out first, and re-arming a read timer on every arriving packet costs the loop
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=cfg.run.timeout_s, sock_read=None),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=settings.timeout_s, sock_read=None),
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
         )
-        opts = RunOptions(retries=0, timeout_s=cfg.run.timeout_s, concurrency=self.slots.size, return_token_ids=False)
+        opts = RunOptions(retries=0, timeout_s=settings.timeout_s, concurrency=self.slots.size, return_token_ids=False)
         # the answers are parsed once each has ended: a read costs the loop only an append
-        self._candidate = Endpoint("candidate", cfg.candidate, opts, self._session, parse_after=True)
+        self._candidate = Endpoint("candidate", settings.candidate, opts, self._session, parse_after=True)
         if self.ask_baseline:
-            self._baseline = Endpoint("baseline", cfg.baseline, opts, self._session, parse_after=True)
+            self._baseline = Endpoint("baseline", settings.baseline, opts, self._session, parse_after=True)
         if self.noise_floor:
-            again = cfg.baseline.model_copy(update={"label": "baseline again"})
+            again = settings.baseline.model_copy(update={"label": "baseline again"})
             self._again = Endpoint("control", again, opts, self._session, parse_after=True)
         self._before = await self._scrape()
         self._note_acceptance(self._before)
@@ -287,8 +286,7 @@ class MirrorSide:
 
     # ------------------------------------------------------------ periods: /metrics windows and rotation
     async def _scrape(self) -> dict[str, MetricsSnapshot]:
-        targets = {n: t for n, t in self.cfg.targets().items() if n in ("baseline", "candidate")}
-        return await scrape_all(targets, timeout_s=min(10.0, self.cfg.run.timeout_s), retries=_SCRAPE_RETRIES, backoff_s=0.2)
+        return await scrape_all({"baseline": self.settings.baseline, "candidate": self.settings.candidate}, http=self._scrapes)
 
     def _note_acceptance(self, snaps: dict[str, MetricsSnapshot]) -> None:
         """The live acceptance gauges: the candidate's spec-decode counters since the process started."""
@@ -315,7 +313,7 @@ class MirrorSide:
         self._before, self._tally = after, SentTally()
 
     async def _run_periods(self) -> None:
-        every = self.cfg.shadow.scrape_every_s or None
+        every = self.settings.shadow.scrape_every_s or None
         opened = time.monotonic()
         next_scrape = opened + every if every else None
         while True:

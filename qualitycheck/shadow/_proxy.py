@@ -34,11 +34,11 @@ from aiohttp import HttpVersion11, web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from qualitycheck.core._config import Config
 from qualitycheck.core._errors import QualitycheckError
 from qualitycheck.core._http import TRANSPORT_ERRORS, pooled_connector, transport_error
 from qualitycheck.core._records import ErrorInfo, ShadowDrain
 from qualitycheck.shadow._mirror import AS_REQUESTED, MIRRORED, BaselineAnswer
+from qualitycheck.shadow._settings import ShadowSettings
 
 __all__ = ["AS_REQUESTED", "HOP_BY_HOP", "ShadowProxy"]
 
@@ -100,17 +100,16 @@ class _Handed:
 class ShadowProxy:
     """One listening proxy: forwarding, the hand-off of sampled requests, /qc/ready, /qc/health, /qc/metrics, drain."""
 
-    def __init__(self, cfg: Config, handoff: Handoff, *, host: str, port: int, replica: str, log: Callable[[str], None]):
-        assert cfg.baseline is not None and cfg.candidate is not None
-        self.cfg = cfg
+    def __init__(self, settings: ShadowSettings, handoff: Handoff, *, host: str, port: int, replica: str, log: Callable[[str], None]):
+        self.settings = settings
         self.handoff = handoff
         self.host = host
         self.port = port
         self.replica = replica
         self.log = log
-        self._sample = cfg.shadow.sample
-        self._tag_headers = list(cfg.shadow.tag_headers.items())
-        self._root = cfg.baseline.server_url
+        self._sample = settings.shadow.sample
+        self._tag_headers = list(settings.shadow.tag_headers.items())
+        self._root = settings.baseline.server_url
         self._seq = 0
         self._draining = False
         self._session: aiohttp.ClientSession | None = None
@@ -120,11 +119,11 @@ class ShadowProxy:
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> str:
         """Start the mirror side, then listen; returns the proxy's URL (the bound port when 0 was asked)."""
-        cfg = self.cfg
+        settings = self.settings
         await self.handoff.start()
         self._session = aiohttp.ClientSession(
             connector=pooled_connector(0),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=cfg.run.timeout_s, sock_read=None),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=settings.timeout_s, sock_read=None),
             auto_decompress=False,  # the caller gets the bytes the baseline sent, compressed or not
             cookie_jar=aiohttp.DummyCookieJar(),  # one caller's cookies must never ride along with another's request
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),  # only what the caller sent
@@ -133,7 +132,7 @@ class ShadowProxy:
         # aiohttp's low-level server: every path goes to one handler, so an application's router, middlewares and
         # signals would be work per request for nothing
         server = web.Server(self._handle, request_factory=self._request_factory(), handler_cancellation=True, access_log=None)
-        self._runner = web.ServerRunner(server, shutdown_timeout=cfg.shadow.drain_timeout_s)
+        self._runner = web.ServerRunner(server, shutdown_timeout=settings.shadow.drain_timeout_s)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, backlog=4096, reuse_address=True)
         try:
@@ -150,7 +149,7 @@ class ShadowProxy:
     def _request_factory(self) -> Callable[..., web.BaseRequest]:
         """Requests whose body may be `max_body_mb` (aiohttp answers 413 beyond it, as it does for an application)."""
         loop = asyncio.get_running_loop()
-        max_size = int(self.cfg.shadow.max_body_mb * 2**20)
+        max_size = int(self.settings.shadow.max_body_mb * 2**20)
 
         def make(message: Any, payload: Any, protocol: Any, writer: Any, task: asyncio.Task[None]) -> web.BaseRequest:
             return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=max_size)
@@ -159,7 +158,7 @@ class ShadowProxy:
 
     async def drain(self) -> ShadowDrain | None:
         """SIGTERM: stop listening, let in-flight requests finish within the timeout, then the mirror side drains in what is left."""
-        timeout = self.cfg.shadow.drain_timeout_s
+        timeout = self.settings.shadow.drain_timeout_s
         t0 = time.monotonic()
         self._draining = True
         self.handoff.begin_drain()
@@ -262,7 +261,7 @@ class ShadowProxy:
             self._caller_left(handed, None)
             raise
         except TRANSPORT_ERRORS as exc:  # no answer from the baseline at all: the caller gets a gateway error
-            info = transport_error(exc, got_headers=False, timeout_s=self.cfg.run.timeout_s).info
+            info = transport_error(exc, got_headers=False, timeout_s=self.settings.timeout_s).info
             self._baseline_failed(handed, info, started)
             msg = {"error": {"message": "qualitycheck shadow: the baseline did not answer", "type": "bad_gateway", "code": 502}}
             return web.json_response(msg, status=502)

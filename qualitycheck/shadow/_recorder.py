@@ -35,9 +35,10 @@ from pydantic import ValidationError
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
-from qualitycheck.core._config import Config
+from qualitycheck.core._config import ShadowOptions
 from qualitycheck.core._records import ErrorInfo, MetricsWindow, MetricsWindows, NoiseFloorRecord, Response, ShadowPeriods, ToolCall
 from qualitycheck.core._store import RunStore
+from qualitycheck.shadow._settings import FolderTemplate
 from qualitycheck.shadow._tally import ShadowDrain, ShadowMetrics, ShadowPeriod
 from qualitycheck.traffic._redact import Conversation, Redactor
 from qualitycheck.traffic._rules import Rules, case_from_request
@@ -129,14 +130,16 @@ class Recorder:
     it: the manifest matches and case ids are unique per process); with
     `rotate_every` each period gets `out/<UTC start>-<replica>-<seq>`.
     `open` runs before the proxy listens, so a folder holding another run is
-    refused (exit 2) before any client is served.
+    refused (exit 2) before any client is served. Each folder starts from
+    `folder` (its manifest and stored config, made from the config above).
     """
 
     _STOP = object()
 
     def __init__(
         self,
-        cfg: Config,
+        shadow: ShadowOptions,
+        folder: FolderTemplate,
         out: Path,
         rules: Rules,
         *,
@@ -146,7 +149,8 @@ class Recorder:
         log: Callable[[str], None],
         noise_floor: bool,
     ):
-        self.cfg = cfg
+        self.shadow = shadow
+        self.template = folder
         self.out = Path(out)
         self.rules = rules
         self.replica = replica
@@ -154,8 +158,8 @@ class Recorder:
         self.metrics = metrics
         self.log = log
         self.noise_floor = noise_floor
-        self._rotating = cfg.shadow.rotate_every is not None
-        self._redactor = None if cfg.shadow.keep_pii else Redactor()
+        self._rotating = shadow.rotate_every is not None
+        self._redactor = None if shadow.keep_pii else Redactor()
         self._checks: dict[str, Checks] = {}
         """Validated `checks` by their JSON (order kept: a spec is stored as it was written)."""
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -204,7 +208,7 @@ class Recorder:
         return self._queue.qsize()
 
     def new_period(self) -> ShadowPeriod:
-        s = self.cfg.shadow
+        s = self.shadow
         return ShadowPeriod(
             mode="sink" if s.sink else "proxy",
             replica=self.replica,
@@ -344,21 +348,16 @@ class Recorder:
             w.asked_again += 1
 
     def _manifest(self) -> dict[str, Any]:
-        from qualitycheck.pipeline._run import manifest_for
-
-        cfg = self.cfg.model_copy(update={"control": None})
-        manifest = manifest_for([], cfg, [])
+        manifest = dict(self.template.manifest)
         manifest["suite_fingerprint"] = "shadow"  # never the fingerprint of a suite: `run --out` refuses the folder
-        manifest["shadow"] = {"listen": self.listen, "sample": self.cfg.shadow.sample}
+        manifest["shadow"] = {"listen": self.listen, "sample": self.shadow.sample}
         return manifest
 
     def _open_folder(self) -> None:
-        from qualitycheck.pipeline._run import redacted_config
-
         self._seq += 1
         folder = self.out / folder_name(self.replica, self._seq) if self._rotating else self.out
         store = RunStore.create(folder, self._manifest(), [])
-        store.put_artifact("config", redacted_config(self.cfg))
+        store.put_artifact("config", self.template.config)
         self._store = store
         self._next_idx = store.case_count()
         self._floor_base = NoiseFloorRecord(cases=0, requests=0, of_cases=0)
@@ -418,7 +417,7 @@ class Recorder:
             f"{folder}: closed ({because}): {w.stored} pairs stored, {w.identical}/{w.compared} identical, "
             f"candidate errors {sum(w.candidate_errors.values())}, dropped {sum(dropped.values())}"
         )
-        if because == "rotation" and self.cfg.shadow.summarize_rotated:
+        if because == "rotation" and self.shadow.summarize_rotated:
             self._summarize(folder)
 
     def _summarize(self, folder: Path) -> None:

@@ -11,62 +11,26 @@ then, so that work never touches a caller's latency.
 from __future__ import annotations
 
 import asyncio
-import gc
 import secrets
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import ShadowDrain
 from qualitycheck.core._store import RunStore
 from qualitycheck.shadow._handoff import MirrorStartError, ProcessHandoff
+from qualitycheck.shadow._loop import SWITCH_INTERVAL_S, log, run_loop, tune_gc
 from qualitycheck.shadow._proxy import ShadowProxy
+from qualitycheck.shadow._settings import ShadowSettings
 from qualitycheck.shadow._sink import ShadowSink
 from qualitycheck.traffic._rules import Rules
 
-__all__ = ["GC_YOUNG", "log", "run_loop", "run_shadow", "tune_gc"]
+__all__ = ["EXIT_INCOMPLETE", "run_shadow"]
 
-T = TypeVar("T")
-
-SWITCH_INTERVAL_S = 0.0005
-"""How long another thread (the writer, in the mirror process) may hold the GIL while the event loop has bytes to move."""
 EXIT_INCOMPLETE = 3
 """The mirror process was gone at the stop: its last folder was not closed, so no verdict is given."""
-GC_YOUNG = 50_000
-"""Allocations between young-generation collections once serving (Python's default is 700): see `tune_gc`."""
-
-
-def tune_gc() -> None:
-    """Collect garbage cycles less often, and never walk what was loaded before serving.
-
-    Every request allocates a few hundred container objects (aiohttp's request
-    and response objects, coroutines, futures, headers), so with the default
-    threshold a young collection runs every request or two, the requests in
-    flight survive it and are promoted, and the full collections that follow
-    walk every imported module's objects as well. Frozen start-up objects are
-    skipped by every collection; a larger young generation lets a request's
-    objects die by reference count before a collection sees them.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
-
-
-def log(message: str) -> None:
-    """The proxy's log line: events and counts, never a request or an answer."""
-    print(f"qualitycheck shadow: {message}", file=sys.stderr, flush=True)
-
-
-def run_loop(main: Coroutine[Any, Any, T]) -> T:
-    """Run on uvloop when it is installed (a faster event loop for the same aiohttp code), else on asyncio's own."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
 
 
 def run_shadow(
@@ -84,18 +48,19 @@ def run_shadow(
     The mirror side runs in a process of its own (`shadow._handoff`): it opens
     the folder (a folder holding another run is refused, exit 2, before
     anyone is served), and this process only forwards (or, as a sink,
-    answers) and hands sampled requests over.
+    answers) and hands sampled requests over. Both take the `ShadowSettings`
+    made from `cfg`; the whole config serves only the last folder's summary.
     """
     # The loop thread shares the GIL with aiohttp's resolver and the to_thread calls; a shorter switch interval
     # bounds how long a thread holds it while the loop has bytes to forward.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    noise_floor = cfg.run.noise_floor != "none"
+    settings = ShadowSettings.of_config(cfg)
     replica = secrets.token_hex(4)
-    handoff = ProcessHandoff(cfg, out, rules.model_dump_json(), replica=replica, listen=f"{host}:{port}", noise_floor=noise_floor, log=log)
+    handoff = ProcessHandoff(settings, out, rules.model_dump_json(), replica=replica, listen=f"{host}:{port}", log=log)
 
     async def main() -> ShadowDrain | None:
-        kind = ShadowSink if cfg.shadow.sink else ShadowProxy
-        proxy = kind(cfg, handoff, host=host, port=port, replica=replica, log=log)
+        kind = ShadowSink if settings.shadow.sink else ShadowProxy
+        proxy = kind(settings, handoff, host=host, port=port, replica=replica, log=log)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -107,10 +72,10 @@ def run_shadow(
         except BaseException:
             await handoff.drain(0.0)
             raise
-        assert cfg.baseline is not None and cfg.candidate is not None
-        s = cfg.shadow
+        s = settings.shadow
         log(
-            f"{'sink ' if s.sink else ''}listening on {url}: baseline {cfg.baseline.public_url}, candidate {cfg.candidate.public_url}, "
+            f"{'sink ' if s.sink else ''}listening on {url}: baseline {settings.baseline.public_url}, "
+            f"candidate {settings.candidate.public_url}, "
             f"sample {s.sample:g}, max in flight {s.max_inflight}"
             + (f", rotating every {s.rotate_every}" if s.rotate_every else "")
             + f" → {handoff.folder} (mirror process {handoff.pid})"

@@ -348,7 +348,7 @@ def _walk(
     calls = [f.add if isinstance(f, SplitTally) else f for f in each]
     comparison_of = CaseComparison.__pydantic_validator__.validate_json  # without `model_validate_json`'s Python call per record
     stored = store.comparisons_with_inputs(start, stop)
-    for rec in store.by_case(inputs=True, start=start, stop=stop):
+    for rec in store.by_case(inputs=True, likelihoods=True, start=start, stop=stop):
         inputs = f"{salt}:{rec.inputs}"
         kept = stored.take(rec.case.id)
         fresh: list[tuple[int, str]] | None = None

@@ -18,7 +18,8 @@ from itertools import groupby
 from typing import Any
 
 from qualitycheck.verdict._compare import CaseComparison
-from qualitycheck.verdict._stats import CaseOutcome, DriftSamples, DriftTally, add_case_outcomes
+from qualitycheck.verdict._drift import DriftSamples, DriftTally
+from qualitycheck.verdict._outcomes import CaseOutcome, add_case_outcomes
 
 __all__ = ["RunDigest", "TextTally"]
 

@@ -1,38 +1,31 @@
-"""Guardrails: the seed's block read verbatim, per-route overrides, and the verdict.
+"""Guardrails: one rule per configured threshold, and the run's verdict and fallback plan.
 
+The block is typed and validated when the config loads (`core._guardrails`).
 Each guardrail is a small rule object whose `evaluate(evidence)` returns a
 `GuardrailResult` with a message a release manager can read. A rule whose
 observation is missing (no /metrics, no latency) is *not evaluated*
 (`passed: None`), never passed; the run is then `inconclusive` unless the
 config sets `allow_not_evaluated: true`.
 
-```yaml
-speculative_decoding_guardrails:
-  min_acceptance_rate: 0.55
-  max_tpot_p95_regression: "10%"
-  max_error_rate: "1%"
-  max_quality_regression_cases: 0
-  fallback_action: "disable_speculative_decoding_for_route"
-routes:            # per-route overrides of any guardrail above
-  billing: {max_quality_regression_cases: 2}
-non_inferiority_margin: {exact: 0.02}
-```
+The block's YAML is shown in `core/_guardrails.py`.
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import ConfigDict
 
-from qualitycheck.core._config import Config
-from qualitycheck.core._errors import ConfigError, Problem
+from qualitycheck.core._guardrails import DEFAULT_GUARDRAILS, Guardrails, parse_fraction
 from qualitycheck.core._records import PreflightCheckRecord, PreflightRecord
 
+if TYPE_CHECKING:
+    from qualitycheck.verdict._decision import QualityDecision
+
 __all__ = [
+    "ALL_ROUTES",
     "DEFAULT_GUARDRAILS",
     "Evidence",
     "GuardrailResult",
@@ -43,25 +36,15 @@ __all__ = [
     "MinAcceptanceRate",
     "PreflightConsistent",
     "Rule",
-    "SampledFinding",
     "build_rules",
     "decide",
     "parse_fraction",
-    "parse_guardrails",
+    "quality_thresholds",
 ]
 
-DEFAULT_GUARDRAILS: dict[str, Any] = {
-    "max_error_rate": "1%",
-    "max_quality_regression_cases": 0,
-    "fallback_action": "disable_speculative_decoding_for_route",
-}
-"""Gated when the config names no guardrails: what every run measures (quality, errors).
-
-Acceptance and latency thresholds depend on the deployment, so they are
-gated only when configured; the sign-off lists them as not gated otherwise.
-"""
 
 ALL_ROUTES = "*"
+"""A guardrail of the whole endpoint: every route at once."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +67,7 @@ class GuardrailResult:
 
 @dataclass
 class Evidence:
-    """What the rules read, all taken from the summary being built."""
+    """What the rules read: the run's measured figures, and the quality decision (`verdict._decision.decide_quality`)."""
 
     errors: dict[str, dict[str, Any]] = field(default_factory=dict)
     """target → {count, requests, rate} over the whole run."""
@@ -92,61 +75,10 @@ class Evidence:
     """route → target → {count, requests}."""
     latency: dict[str, Any] | None = None
     acceptance: dict[str, Any] | None = None
-    regressions: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    """route → case id → checks it regressed on (greedy cases, and cases humans reported lost)."""
-    allowances: dict[str, int] = field(default_factory=dict)
-    """route → regressions among those that the noise floor explains (the pooled floor's, and the reviewers')."""
-    supported: dict[str, int] = field(default_factory=dict)
-    """route → regressions the floors' measured rates themselves explain; tolerating more rests on too few A/A pairs."""
-    floor: str = ""
-    """The pooled greedy floor's figures for messages ("3 of 120 cases asked again decided a check differently")."""
-    floor_advice: str = "asking every case twice (--control URL) or more cases would decide"
-    """What would give the floor more pairs, for a route left undecided by too few."""
-    sampled: dict[str, list[SampledFinding]] = field(default_factory=dict)
-    """route → the distribution tests of the sampled cells its cases are in."""
-    scored_routes: set[str] = field(default_factory=set)
-    """Routes with at least one check decided on both sides."""
+    quality: QualityDecision | None = None
+    """Every route's quality guardrail, decided; the rule renders its route's decision."""
     preflight: PreflightRecord | None = None
     """The preflight record (generation/_preflight.py), when preflight ran."""
-
-    def greedy(self, routes: list[str]) -> tuple[dict[str, list[str]], int, int]:
-        """The routes' greedy regressions (case id → checks), and how many of them the floor allows and supports."""
-        cases: dict[str, list[str]] = {}
-        allowance = supported = 0
-        for r in routes:
-            for case_id, checks in self.regressions.get(r, {}).items():
-                cases.setdefault(case_id, []).extend(checks)
-            allowance += self.allowances.get(r, 0)
-            supported += self.supported.get(r, 0)
-        return cases, allowance, supported
-
-    def greedy_decision(self, routes: list[str], threshold: int) -> Literal["fail", "thin_floor", "pass"]:
-        """What the routes' greedy regressions decide under `threshold`: the one place this is decided.
-
-        fail: more regressions beyond the floor's allowance than the threshold;
-        thin_floor: within the allowance only because the floor rests on too few
-        pairs (its measured rate explains fewer), which leaves the routes
-        undecided; pass otherwise.
-        """
-        cases, allowance, supported = self.greedy(routes)
-        if len(cases) - allowance > threshold:
-            return "fail"
-        needed = len(cases) - threshold
-        return "thin_floor" if needed > 0 and needed > supported else "pass"
-
-
-@dataclass(frozen=True)
-class SampledFinding:
-    """One (category, check) cell's sampled cases, as the quality guardrail of their routes reads them."""
-
-    category: str
-    check: str
-    outcome: str
-    """drop | no_drop | undecided (after Holm across the run's sampled cells)."""
-    message: str
-    """The evidence in a sentence: both rates, the drop's bounds, p, and the cases with the largest drops."""
-    cases: tuple[str, ...] = ()
-    """For a drop: the cases whose pass rate fell (the regression cases it counts)."""
 
 
 class Rule(Protocol):
@@ -267,16 +199,9 @@ class MaxQualityRegressionCases:
     name: str = "max_quality_regression_cases"
 
     def evaluate(self, ev: Evidence) -> GuardrailResult:
-        """Greedy regressions beyond the pooled floor, and sampled categories whose pass rate dropped.
-
-        A sampled cell with a significant drop fails its routes whatever the
-        threshold (it is a drop of the category, not a count of cases). A
-        route is undecided (`passed: None`), never passed, when a sampled
-        cell of it could not be decided, or when its regressions are within
-        the allowance only because the floor was measured on too few pairs.
-        """
-        routes = sorted(ev.scored_routes) if self.route == ALL_ROUTES else [self.route]
-        if not any(r in ev.scored_routes for r in routes):
+        """The route's quality decision as a result: decided in `decide_quality`, rendered here."""
+        d = ev.quality.routes.get(self.route) if ev.quality is not None else None
+        if d is None or d.threshold != self.threshold:
             return GuardrailResult(
                 self.name,
                 self.threshold,
@@ -285,68 +210,15 @@ class MaxQualityRegressionCases:
                 "not evaluated: no check was decided on both the baseline and the candidate",
                 self.route,
             )
-        cases, allowance, supported = ev.greedy(routes)
-        greedy = ev.greedy_decision(routes, self.threshold)
-        findings: dict[tuple[str, str], SampledFinding] = {}
-        for r in routes:
-            for f in ev.sampled.get(r, []):
-                findings.setdefault((f.category, f.check), f)
-        drops = [f for f in findings.values() if f.outcome == "drop"]
-        undecided = [f for f in findings.values() if f.outcome == "undecided"]
-        n = max(0, len(cases) - allowance)
-        listed = "; ".join(f"{i} ({', '.join(sorted(set(c)))})" for i, c in sorted(cases.items())[:20])
-        floor = f" ({ev.floor})" if ev.floor else ""
-        if drops or greedy == "fail":
-            parts = []
-            if drops:
-                parts.append("sampled pass rate dropped: " + "; ".join(f.message for f in drops))
-            if greedy == "fail":
-                more = f" and {len(cases) - 20} more" if len(cases) > 20 else ""
-                noise = f" after {allowance} explained by the measured noise floor{floor}" if allowance else ""
-                parts.append(f"{n} case(s) regressed beyond the noise floor{noise} (max {self.threshold}): {listed}{more}")
-            observed = n + len({c for f in drops for c in f.cases})
-            return GuardrailResult(self.name, self.threshold, observed, False, "; ".join(parts), self.route)
-        needed = len(cases) - self.threshold
-        if greedy == "thin_floor":
-            return GuardrailResult(
-                self.name,
-                self.threshold,
-                None,
-                None,
-                f"undecided: {len(cases)} regression case(s) are within the noise allowance ({allowance}) only because the "
-                f"floor was measured on too few pairs{floor}; its measured rate explains {supported}; {ev.floor_advice}: {listed}",
-                self.route,
-            )
-        if undecided:
-            return GuardrailResult(
-                self.name,
-                self.threshold,
-                None,
-                None,
-                "undecided: sampled pass rates could not be told apart within the budget: " + "; ".join(f.message for f in undecided),
-                self.route,
-            )
-        if cases:
-            msg = (
-                f"no regression beyond the noise floor: {len(cases)} regression case(s) tolerated, as the measured A/A "
-                f"noise{floor} explains up to {allowance}: {listed}"
-                if needed > 0
-                else f"{len(cases)} regression case(s), within the maximum {self.threshold}: {listed}"
-            )
-        else:
-            msg = "no regression beyond the noise floor"
-        if findings:
-            msg += "; sampled pass rates: " + "; ".join(f.message for f in findings.values())
-        return GuardrailResult(self.name, self.threshold, n, True, msg, self.route)
+        return GuardrailResult(self.name, self.threshold, d.observed, d.passed, d.message, self.route)
 
 
-_RULES: dict[str, tuple[Callable[..., Rule], str]] = {
-    "min_acceptance_rate": (MinAcceptanceRate, "a rate like 0.55 or '55%'"),
-    "max_tpot_p95_regression": (MaxTpotP95Regression, "a percentage like '10%' or a fraction like 0.1"),
-    "max_error_rate": (MaxErrorRate, "a percentage like '1%' or a fraction like 0.01"),
-    "max_quality_regression_cases": (MaxQualityRegressionCases, "a whole number of cases like 0"),
+_RULES: dict[str, Callable[..., Rule]] = {
+    "min_acceptance_rate": MinAcceptanceRate,
+    "max_tpot_p95_regression": MaxTpotP95Regression,
+    "max_error_rate": MaxErrorRate,
+    "max_quality_regression_cases": MaxQualityRegressionCases,
 }
-_KNOWN = (*_RULES, "fallback_action")
 
 
 @dataclass(frozen=True)
@@ -415,83 +287,6 @@ def _endpoints(checks: list[PreflightCheckRecord]) -> str:
     return ", ".join(names)
 
 
-def parse_fraction(value: Any) -> float:
-    """'10%' → 0.1, 0.55 → 0.55, '0.55' → 0.55; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError("not a number")
-    if isinstance(value, (int, float)):
-        x = float(value)
-    elif isinstance(value, str):
-        s = value.strip()
-        x = float(s[:-1].strip()) / 100 if s.endswith("%") else float(s)
-    else:
-        raise ValueError("not a number")
-    if not 0 <= x <= 100:
-        raise ValueError("out of range")
-    return x
-
-
-def _parse_value(name: str, value: Any) -> float | int:
-    if name == "max_quality_regression_cases":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError("expected")
-        return value
-    x = parse_fraction(value)
-    if name in ("min_acceptance_rate", "max_error_rate") and x > 1:
-        raise ValueError("a rate above 100%")
-    return x
-
-
-@dataclass(frozen=True)
-class Guardrails:
-    """The parsed block: thresholds for the whole endpoint and per route, and the fallback action."""
-
-    thresholds: dict[str, float | int]
-    routes: dict[str, dict[str, float | int]]
-    fallback_action: str
-
-
-def parse_guardrails(cfg: Config) -> Guardrails:
-    """Validate the guardrail block and route overrides; every problem names its field."""
-    src = cfg.source or "config"
-    problems: list[Problem] = []
-    raw = dict(DEFAULT_GUARDRAILS if not cfg.speculative_decoding_guardrails else cfg.speculative_decoding_guardrails)
-
-    def check(block: dict[str, Any], where: str) -> dict[str, float | int]:
-        out: dict[str, float | int] = {}
-        for key, value in block.items():
-            if key == "fallback_action":
-                if where != "speculative_decoding_guardrails" or not isinstance(value, str) or not value.strip():
-                    problems.append(
-                        Problem(src, None, f"{where}.{key}", "expected a non-empty action name in speculative_decoding_guardrails only")
-                    )
-                continue
-            if key not in _RULES:
-                near = difflib.get_close_matches(key, _KNOWN, n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else f"; known: {', '.join(_KNOWN)}"
-                problems.append(Problem(src, None, f"{where}.{key}", f"unknown guardrail{hint}"))
-                continue
-            try:
-                out[key] = _parse_value(key, value)
-            except ValueError:
-                problems.append(Problem(src, None, f"{where}.{key}", f"expected {_RULES[key][1]}, got {value!r}"))
-        return out
-
-    thresholds = check(raw, "speculative_decoding_guardrails")
-    routes = {}
-    for route, block in cfg.routes.items():  # the config model has already made each block a mapping
-        routes[route] = check(block, f"routes.{route}")
-    for check_name, margin in cfg.non_inferiority_margin.items():
-        if not 0 <= margin < 1:
-            problems.append(
-                Problem(src, None, f"non_inferiority_margin.{check_name}", f"expected a pass-rate margin between 0 and 1, got {margin!r}")
-            )
-    if problems:
-        raise ConfigError(problems)
-    action = raw.get("fallback_action") or DEFAULT_GUARDRAILS["fallback_action"]
-    return Guardrails(thresholds, routes, str(action))
-
-
 def build_rules(g: Guardrails, routes_in_run: set[str], *, preflight_ran: bool = False) -> list[Rule]:
     """One rule per configured guardrail for the endpoint, then one per route override.
 
@@ -502,7 +297,7 @@ def build_rules(g: Guardrails, routes_in_run: set[str], *, preflight_ran: bool =
     rules: list[Rule] = [PreflightConsistent()] if preflight_ran else []
     for name, value in g.thresholds.items():
         if name != "max_quality_regression_cases":
-            rules.append(_RULES[name][0](value))
+            rules.append(_RULES[name](value))
     for route in sorted(routes_in_run | set(g.routes)):
         over = g.routes.get(route, {})
         q = over.get("max_quality_regression_cases", g.thresholds.get("max_quality_regression_cases"))
@@ -510,8 +305,13 @@ def build_rules(g: Guardrails, routes_in_run: set[str], *, preflight_ran: bool =
             rules.append(MaxQualityRegressionCases(int(q), route))
         for name, value in over.items():
             if name != "max_quality_regression_cases":
-                rules.append(_RULES[name][0](value, route))
+                rules.append(_RULES[name](value, route))
     return rules
+
+
+def quality_thresholds(rules: Iterable[Rule]) -> dict[str, int]:
+    """route (or '*') → its max_quality_regression_cases: what the quality decision is asked to decide."""
+    return {r.route: r.threshold for r in rules if isinstance(r, MaxQualityRegressionCases)}
 
 
 def decide(

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qualitycheck.core._records import Score
+from qualitycheck.verdict._tests import sign_test_p as _sign_test
 
 __all__ = [
     "HUMAN_LABELS_ARTIFACT",
@@ -115,13 +116,11 @@ def wilson_ci(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, floa
 
 
 def sign_test_p(wins: int, losses: int) -> float | None:
-    """Two-sided exact sign test of candidate wins against baseline wins (ties left out); None without either."""
-    n = wins + losses
-    if n == 0:
-        return None
-    k = min(wins, losses)
-    tail: float = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2.0 * tail)
+    """Two-sided exact sign test of candidate wins against baseline wins (ties left out); None without either.
+
+    The verdict's one sign test (`verdict._tests.sign_test_p`), which says 1.0 where this says None.
+    """
+    return _sign_test(wins, losses) if wins + losses else None
 
 
 def cohen_kappa(a: Sequence[str], b: Sequence[str]) -> float | None:

@@ -19,7 +19,7 @@ from typing import Any
 from qualitycheck.core._records import Score
 from qualitycheck.core._store import CaseRecords, RunStore
 from qualitycheck.verdict._model import JudgePositionBias
-from qualitycheck.verdict._stats import paired_bootstrap_ci
+from qualitycheck.verdict._tests import paired_bootstrap_ci
 
 __all__ = ["JudgeTally", "judge_summary"]
 

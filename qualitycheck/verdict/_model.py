@@ -364,10 +364,98 @@ class HumanCategory(_Closed):
     """Cases whose reviewers preferred the baseline (the `human` check's regressions, before the noise floor)."""
 
 
+class ShiftCaseSummary(_Closed):
+    """A case whose candidate samples moved most under the baseline model, with its least likely candidate sample."""
+
+    case_id: str
+    shift: float
+    """Mean log-likelihood per token of its candidate samples minus its baseline samples', nats."""
+    least_likely: str = ""
+    """The least likely tokens of the candidate's least likely sample, with the probability the baseline model gives each."""
+
+
+class LikelihoodCell(_Closed):
+    """The category's sampled answers under the baseline model: are the candidate's samples distributed like its own?
+
+    Every sample's mean log-probability per token under the baseline model,
+    compared within each case (its baseline and candidate samples are
+    exchangeable when nothing changed) and summed over cases; looked at
+    after each sampling round with the pass-rate test's group-sequential
+    bounds, two-sided. No check is needed: it judges open-ended answers.
+    """
+
+    cases: int
+    """Sampled cases with scored samples on both sides."""
+    baseline_mean_logprob: float | None
+    candidate_mean_logprob: float | None
+    """Mean log-probability per token under the baseline model of each side's samples, nats (0: certain; lower: less likely)."""
+    shift: float | None
+    """Candidate minus baseline per case, averaged over cases, nats per token, at the look that decided."""
+    bounds: tuple[float, float] | None
+    """Repeated confidence bounds of the shift at that look."""
+    p_value: float
+    """Two-sided stage-wise p-value of 'no shift'."""
+    p_value_holm: float | None = None
+    """Holm-adjusted across the run's sampled cells (pass-rate and likelihood cells): a shift fails only below alpha."""
+    decision: Literal["shift", "no_shift", "undecided"]
+    """After Holm. shift: the candidate's samples are distributed differently; no_shift: a shift of `detectable_shift` is ruled out."""
+    direction: Literal["lower", "higher"] | None = None
+    """lower: the candidate writes text the baseline model would rarely write; higher: its samples are less varied."""
+    meaning: str = ""
+    """The finding in words a release manager follows."""
+    looks: int
+    samples_at_decision: int
+    detectable_shift: float
+    """The shift the run had to be able to detect before passing (`likelihood.detectable_shift`), nats per token."""
+    mde: float | None
+    """The smallest shift the test detects with 80% power at the samples taken, nats per token."""
+    largest_shifts: list[ShiftCaseSummary] = Field(default_factory=list)
+
+
+class DivergenceSummary(_Closed):
+    """A greedy answer that left the baseline's, at its first differing token, under the baseline model."""
+
+    case_id: str
+    repeat: int = 0
+    position: int
+    """Index of the first differing token of the answer."""
+    kind: Literal["near_tie", "decisive", "unclear"]
+    """near_tie: within `likelihood.near_tie_nats` of the baseline model's first choice (numerics); decisive: a token the
+    baseline would not write (`likelihood.decisive_nats` below its first choice, or below the top-k it listed)."""
+    candidate_token: str | None
+    candidate_probability: float | None
+    """The probability the baseline model gives the candidate's token there (null: the candidate's answer ended)."""
+    candidate_rank: int | None = None
+    baseline_token: str | None
+    baseline_probability: float | None
+    margin: float | None
+    """The baseline model's first choice minus the candidate's token, nats."""
+    runner_up_margin: float | None = None
+    """The baseline model's first choice minus its own runner-up there, nats: how close it was to a tie itself."""
+
+
+class LikelihoodSummary(_Closed):
+    """The likelihood stage: who scored the answers, what it could score, and what it cost."""
+
+    evaluated: bool
+    """False: the evidence is missing (the server cannot score a given continuation, or the stage was off): never a pass."""
+    reason: str = ""
+    scorer: str = ""
+    model: str = ""
+    answers: int = 0
+    scored: int = 0
+    too_long: int = 0
+    """Answers whose prompt and text no longer fit the scorer's context: named in the store, never left out silently."""
+    errors: int = 0
+    prefilled_tokens: int = 0
+    wall_s: float = 0.0
+    """Time the stage's passes took, all told."""
+
+
 class CategorySummary(_Closed):
     """One category: text agreement, the checks, format drift and the category's verdict."""
 
-    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review", "sampled_cases", "would_decide"})
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review", "sampled_cases", "would_decide", "likelihood", "divergences"})
 
     cases: int
     routes: list[str] = Field(default_factory=list)
@@ -396,6 +484,10 @@ class CategorySummary(_Closed):
     """Written for an inconclusive category: what would decide it (more cases, samples per case, --control)."""
     human_review: HumanCategory | None = None
     """Written only after human labels were imported."""
+    likelihood: LikelihoodCell | None = None
+    """Written when the likelihood stage scored the category's sampled answers."""
+    divergences: list[DivergenceSummary] = Field(default_factory=list)
+    """Written when greedy answers of the category left the baseline's and the likelihood stage explained where."""
 
 
 # ------------------------------------------------------------------ run-wide
@@ -637,7 +729,7 @@ class Summary(_Closed):
 
     model_config = ConfigDict(title="qualitycheck summary.json")
 
-    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review", "judge_position_bias", "gpu", "sampling"})
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"human_review", "judge_position_bias", "gpu", "sampling", "likelihood"})
 
     format_version: int
     verdict: Verdict
@@ -672,6 +764,8 @@ class Summary(_Closed):
     """Per side, sampled during generation; written only when some side exposed KV-cache usage or a DCGM exporter answered."""
     sampling: SamplingSummary | None = None
     """Written when the run has sampled cases: the sampling rounds and their cost."""
+    likelihood: LikelihoodSummary | None = None
+    """Written when the likelihood stage ran (or was asked to and could not): the baseline model as referee."""
 
     def to_json_text(self) -> str:
         """The file's text: indented JSON of what was written, keys in the contract's order."""

@@ -137,16 +137,17 @@ def design_for(run: RunOptions, alpha: float = 0.05) -> Design:
     return Design.rounds(run.max_samples_per_case, min(run.sample_round, run.max_samples_per_case), alpha=alpha, drop=run.detectable_drop)
 
 
-def design_of(record: SamplingRecord | None, run: RunOptions, taken: int, alpha: float = 0.05) -> Design:
+def design_of(record: SamplingRecord | None, detectable_drop: float, taken: int, alpha: float = 0.05) -> Design:
     """The looks a stored run's samples were taken at, so that gating it again reads them as they were taken.
 
     From the run's sampling record when it has one: another config given to
     `gate` or `score` changes the guardrails, not the looks already taken.
     Answers not taken in rounds (a shadow or canary recording, imported
-    traffic) get one look at the samples there are (`taken` per side).
+    traffic) get one look at the samples there are (`taken` per side), testing
+    for the `detectable_drop` the gate is configured with.
     """
     if record is None:
-        return Design((max(1, taken),), alpha=alpha, drop=run.detectable_drop)
+        return Design((max(1, taken),), alpha=alpha, drop=detectable_drop)
     if record.mode == "fixed":
         return Design((record.max_samples_per_case,), alpha=alpha, drop=record.detectable_drop)
     top = record.max_samples_per_case

@@ -11,19 +11,34 @@ by `verdict._status` and written per check (`tolerated`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from qualitycheck.core._config import Config
-from qualitycheck.core._records import FORMAT_VERSION, NoiseFloorRecord, PreflightRecord, SamplingRecord
+from qualitycheck.core._records import FORMAT_VERSION, LikelihoodStage, NoiseFloorRecord, PreflightRecord, SamplingRecord
 from qualitycheck.core._store import CaseRecords, RunStore
 from qualitycheck.serving import LatencyTally, SliceTally, acceptance_summary, gpu_summary
 from qualitycheck.serving._errors import ErrorTally
 from qualitycheck.verdict._compare import CaseComparison, CaseConsumer, SplitTally, compare_run
+from qualitycheck.verdict._decision import (
+    ALL_ROUTES,
+    HUMAN_CHECK,
+    SHIFT_WORDS,
+    CheckDecision,
+    QualityEvidence,
+    decide_quality,
+    quality_evidence,
+)
 from qualitycheck.verdict._digest import RunDigest, TextTally
-from qualitycheck.verdict._gate import ALL_ROUTES, Evidence, build_rules, decide, parse_guardrails
-from qualitycheck.verdict._human_summary import add_human_stats, human_category, human_review, human_tally
+from qualitycheck.verdict._drift import format_drift
+from qualitycheck.verdict._gate import Evidence, build_rules, decide, quality_thresholds
+from qualitycheck.verdict._human import HumanTally
+from qualitycheck.verdict._human_summary import human_category, human_cells, human_review, human_tally
 from qualitycheck.verdict._judge_figures import JudgeTally
+from qualitycheck.verdict._likelihood import DivergenceFacts, LikelihoodTally, ShiftStats, classify_divergence
+from qualitycheck.verdict._memo import StatsMemo
 from qualitycheck.verdict._model import (
     Acceptance,
     CaseDrop,
@@ -31,11 +46,14 @@ from qualitycheck.verdict._model import (
     CategorySummary,
     CheckNoiseFloor,
     CheckSummary,
+    DivergenceSummary,
     ErrorCounts,
     Fallback,
     FormatDrift,
     GpuFacts,
     Latency,
+    LikelihoodCell,
+    LikelihoodSummary,
     MeasuredBy,
     NoiseFloorSummary,
     NonInferiority,
@@ -44,21 +62,17 @@ from qualitycheck.verdict._model import (
     SampledCheck,
     SamplingRound,
     SamplingSummary,
+    ShiftCaseSummary,
     Slice,
     Summary,
     TargetInfo,
 )
 from qualitycheck.verdict._sequential import design_of
-from qualitycheck.verdict._stats import CheckStats, QualityStats, StatsMemo, divergence_upper, format_drift, mcnemar_exact_p, quality_stats
-from qualitycheck.verdict._status import (
-    add_regression_evidence,
-    category_verdict,
-    greedy_route_decisions,
-    to_decide,
-    tolerated_regressions,
-)
+from qualitycheck.verdict._settings import VerdictSettings
+from qualitycheck.verdict._stats import CheckStats
+from qualitycheck.verdict._tests import divergence_upper, sign_test_p
 
-__all__ = ["SUMMARY_NAME", "build_summary", "write_summary"]
+__all__ = ["SUMMARY_NAME", "build_summary", "run_evidence", "write_summary"]
 
 SUMMARY_NAME = "summary.json"
 STATS_MEMO_ARTIFACT = "stats_memo"
@@ -111,12 +125,13 @@ class _Errors:
 
 
 class _Tallies:
-    """The summary's share of the walk: the digest and the latency, slice, judge and error tallies (a `SplitTally`)."""
+    """The summary's share of the walk: the digest and the latency, slice, judge, error and likelihood tallies (a `SplitTally`)."""
 
     def __init__(self, store: RunStore):
         self.digest = RunDigest()
         self.latency, self.slices, self.judge = LatencyTally.for_store(store), SliceTally(), JudgeTally.for_store(store)
         self.errors = _Errors()
+        self.likelihood = LikelihoodTally.for_stage(store.record(LikelihoodStage))
 
     def add(self, rec: CaseRecords, comps: list[CaseComparison]) -> None:
         self.digest.add(comps)
@@ -124,6 +139,8 @@ class _Tallies:
         self.slices.add(rec)
         self.judge.add(rec)
         self.errors.add(rec)
+        if self.likelihood is not None:
+            self.likelihood.add(rec, comps)
 
     def part(self) -> _Tallies:
         return self
@@ -134,12 +151,14 @@ class _Tallies:
         self.slices.merge(later.slices)
         self.judge.merge(later.judge)
         self.errors.merge(later.errors)
+        if self.likelihood is not None and later.likelihood is not None:
+            self.likelihood.merge(later.likelihood)
 
 
-def _sampled(s: CheckStats) -> SampledCheck | None:
+def _sampled(s: CheckStats, decided: CheckDecision) -> SampledCheck | None:
     """The check's sampled cases as summary.json records their distribution test."""
     sp = s.sampled
-    if sp is None:
+    if sp is None or decided.sampled is None:
         return None
     d = sp.decision
     out = SampledCheck(
@@ -151,7 +170,7 @@ def _sampled(s: CheckStats) -> SampledCheck | None:
         bounds=(-d.high, -d.low) if d.low is not None and d.high is not None else None,
         p_value=d.p_value,
         p_value_holm=sp.p_value_holm,
-        decision=sp.outcome,
+        decision=decided.sampled,
         looks=d.look + 1,
         samples_at_decision=d.samples,
         detectable_drop=sp.detectable_drop,
@@ -163,14 +182,9 @@ def _sampled(s: CheckStats) -> SampledCheck | None:
     return out
 
 
-def _check(s: CheckStats, tolerated: list[str], judge: dict[str, object] | None, skipped: int = 0) -> CheckSummary:
-    """One check's entry: the statistics, which regressions are tolerated, and the judge's figures for `judge`.
-
-    A sampled cell whose pass rate dropped lists the cases whose rate fell
-    among its regressions (counted: the drop is the category's, not noise).
-    """
-    sampled = _sampled(s)
-    drops = [c for c, _, _ in s.sampled.drops] if s.sampled is not None and s.sampled.outcome == "drop" else []
+def _check(s: CheckStats, decided: CheckDecision, judge: dict[str, object] | None, skipped: int = 0) -> CheckSummary:
+    """One check's entry: the statistics, and what the decision made of them (which regressions count, the sampled outcome)."""
+    sampled = _sampled(s, decided)
     return CheckSummary.model_validate(
         {
             "n": s.n,
@@ -181,8 +195,8 @@ def _check(s: CheckStats, tolerated: list[str], judge: dict[str, object] | None,
             "ci": s.ci,
             "p_value": s.p_value,
             "p_value_holm": s.p_value_holm,
-            "regressions": [*s.regressions, *(c for c in drops if c not in s.regressions)],
-            "tolerated": tolerated,
+            "regressions": list(decided.regressions),
+            "tolerated": list(decided.tolerated),
             "improvements": s.improvements,
             "flaky": s.flaky,
             "flaky_regressions": s.flaky_regressions,
@@ -192,7 +206,7 @@ def _check(s: CheckStats, tolerated: list[str], judge: dict[str, object] | None,
                 flip_rate=s.noise.flip_rate,
             ),
             "regression_allowance": s.allowance,
-            "regressions_beyond_floor": s.regressions_beyond_floor + len(drops),
+            "regressions_beyond_floor": decided.beyond_floor,
             "mde": s.mde,
             "non_inferiority": NonInferiority(margin=s.margin, verdict=s.non_inferiority) if s.margin is not None else None,  # type: ignore[arg-type]
             **({"sampled": sampled} if sampled is not None else {}),
@@ -202,7 +216,7 @@ def _check(s: CheckStats, tolerated: list[str], judge: dict[str, object] | None,
     )
 
 
-def _category_noise(t: TextTally, cells: dict[str, CheckStats]) -> CategoryNoiseFloor:
+def _category_noise(t: TextTally, cells: Mapping[str, CheckStats]) -> CategoryNoiseFloor:
     """The category's A/A self-disagreement: text divergence and per-check flip rates.
 
     With a control, `divergence_p_value` tests (McNemar exact, paired per
@@ -224,7 +238,7 @@ def _category_noise(t: TextTally, cells: dict[str, CheckStats]) -> CategoryNoise
     if t.paired:
         cand_only, ctrl_only = t.candidate_only, t.control_only
         floor.candidate_divergence_rate = t.paired_candidate_diverged / t.paired
-        floor.divergence_p_value = mcnemar_exact_p(cand_only, ctrl_only) if cand_only + ctrl_only else 1.0
+        floor.divergence_p_value = sign_test_p(cand_only, ctrl_only)
     return floor
 
 
@@ -298,22 +312,7 @@ def category_power(cells: Mapping[str, CheckStats], upper: float | None, text: T
     return mde, upper, "; ".join(parts)
 
 
-def would_decide(cells: Mapping[str, CheckStats], why: str) -> str:
-    """What would decide an inconclusive category, in the terms a user can act on."""
-    out = []
-    for s in cells.values():
-        if s.sampled is not None and s.sampled.outcome == "undecided":
-            out.append(f"{s.check}: {to_decide(s.sampled)}")
-        if s.non_inferiority == "inconclusive":
-            out.append(f"{s.check}: more cases, until the CI lies wholly above −{s.margin} or below it")
-    if "too few pairs" in why:
-        out.append("the noise floor's pairs: more cases, --control URL (a second baseline replica asked every case) or --repeats N")
-    if "no check decides" in why:
-        out.append("a check on these cases (exact: true for greedy ones, or a format or reference check)")
-    return "; ".join(out)
-
-
-def _pooled_into(noise: NoiseFloorSummary, quality: QualityStats) -> None:
+def _pooled_into(noise: NoiseFloorSummary, quality: QualityEvidence) -> None:
     """The pooled greedy floor every route was gated against, and the routes whose regressions it weighed."""
     noise.pairs, noise.disagreements = quality.floor.pairs, quality.floor.disagreements
     routes = {
@@ -343,20 +342,22 @@ def _sampling(store: RunStore, digest: RunDigest) -> SamplingSummary | None:
     )
 
 
-def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[CaseConsumer | SplitTally] = ()) -> Summary:
-    """The whole verdict from the store: comparisons, statistics, guardrails, case statuses, fallback.
+@dataclass
+class _Gathered:
+    """What one walk of the store and its statistics give the summary: the tallies, the decision's evidence, the figures."""
 
-    One walk of the store (`compare_run`): each case is read and parsed once,
-    compared (the comparisons are recomputed and stored on every call, so the
-    verdict always follows the current scores), and handed to the digest,
-    the latency, slice and judge tallies, and every consumer in `also` (the
-    report's row selection), so memory stays flat in the number of cases.
-    When every consumer is a `SplitTally`, a large run is walked by two
-    processes (`compare_run`). The sign-off text (`Summary.signoff`) is
-    rendered by the caller.
-    """
-    cfg = cfg or Config()
-    guard = parse_guardrails(cfg)
+    tallies: _Tallies
+    humans: HumanTally | None
+    noise: NoiseFloorSummary
+    evidence: QualityEvidence
+    drift: dict[str, dict[str, dict[str, Any]]]
+    judge: dict[str, dict[str, Any]]
+    category_noise: dict[str, CategoryNoiseFloor]
+    divergence: dict[str, float | None]
+
+
+def _gather(store: RunStore, settings: VerdictSettings, also: Sequence[CaseConsumer | SplitTally]) -> _Gathered:
+    """Walk the store once (`compare_run`) and compute the statistics, with the run's memo of what scipy computed before."""
     tallies = _Tallies(store)
     humans = human_tally(store)  # None unless reviewers' labels were imported
     each: list[CaseConsumer | SplitTally] = [tallies, *also]
@@ -368,70 +369,96 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
 
         each.append(add_humans)
     compare_run(store, each=each)
-    digest, latency_tally, slice_tally = tallies.digest, tallies.latency, tallies.slices
-    judge_tally, error_tally = tallies.judge, tallies.errors
+    digest = tallies.digest
     noise = _noise_floor(store, digest.text)
     taken = max((len(o.baseline) for cells in digest.outcomes.values() for outs in cells.values() for o in outs if o.sampled), default=1)
-    design = design_of(store.record(SamplingRecord), cfg.run, taken)
+    design = design_of(store.record(SamplingRecord), settings.detectable_drop, taken)
+    category_routes = {cat: set(routes) for cat, routes in store.category_routes().items()}
+    text = digest.text
+    identical = {
+        r for cat, t in text.items() if t.pairs and t.pairs >= t.cases and t.identical == t.pairs for r in category_routes.get(cat, ())
+    }
     memo = StatsMemo.from_json(store.artifact(STATS_MEMO_ARTIFACT))
     with memo.active():  # a rebuild of an unchanged run computes nothing with scipy, and never imports it
-        quality = quality_stats(
+        evidence = quality_evidence(
             digest.outcomes,
-            margins=cfg.non_inferiority_margin,
-            seed=cfg.run.seed,
+            category_routes=category_routes,
+            identical_routes=identical,  # identical answers: no check can differ
+            identical_rates={cat: digest.text_json(cat)["identical_rate"] for cat in category_routes},
+            margins=settings.margins,
+            seed=settings.seed,
             noise_source="baseline_again" if noise.source == "baseline_again" else None,
             design=design,
+            human=human_cells(humans, settings.seed) if humans is not None else None,
+            likelihood=tallies.likelihood.sampled if tallies.likelihood is not None else None,
+            divergences=tallies.likelihood.divergences if tallies.likelihood is not None else (),
+            divergence_rule=settings.divergence_rule,
+            detectable_shift=settings.detectable_shift,
         )
-        stats = quality.cells
         drift = format_drift(digest.drift_samples())
-        judge = judge_tally.summary()
-        text = digest.text
-        category_noise = {cat: _category_noise(t, stats.get(cat, {})) for cat, t in text.items()}
+        judge = tallies.judge.summary()
+        machine = {cat: {n: c for n, c in cells.items() if n != HUMAN_CHECK} for cat, cells in evidence.cells.items()}
+        category_noise = {cat: _category_noise(t, machine.get(cat, {})) for cat, t in text.items()}
         divergence = {cat: divergence_upper(t.greedy_pairs, t.greedy_pairs - t.greedy_identical) for cat, t in text.items()}
     if memo.added:
         store.put_artifact(STATS_MEMO_ARTIFACT, memo.to_json())
-    _pooled_into(noise, quality)
-    errors = error_tally.summary(store)
-    latency = latency_tally.summary()
-    acceptance = acceptance_summary(store)
+    return _Gathered(tallies, humans, noise, evidence, drift, judge, category_noise, divergence)
 
+
+def run_evidence(store: RunStore, settings: VerdictSettings | None = None) -> QualityEvidence:
+    """The quality decision's evidence of a stored run, as the summary gathers it (the canary's live windows read it)."""
+    return _gather(store, settings or VerdictSettings(), ()).evidence
+
+
+def build_summary(store: RunStore, settings: VerdictSettings | None = None, *, also: Sequence[CaseConsumer | SplitTally] = ()) -> Summary:
+    """The whole verdict from the store: comparisons, statistics, the quality decision, guardrails, fallback.
+
+    One walk of the store (`compare_run`): each case is read and parsed once,
+    compared (the comparisons are recomputed and stored on every call, so the
+    verdict always follows the current scores), and handed to the digest,
+    the latency, slice and judge tallies, and every consumer in `also` (the
+    report's row selection), so memory stays flat in the number of cases.
+    When every consumer is a `SplitTally`, a large run is walked by two
+    processes (`compare_run`). What counts is decided by `decide_quality`
+    alone; this renders it. The sign-off text (`Summary.signoff`) is
+    rendered by the caller.
+    """
+    settings = settings or VerdictSettings()
+    guard = settings.guardrails
+    g = _gather(store, settings, also)
+    digest, tallies, humans, noise, evidence = g.tallies.digest, g.tallies, g.humans, g.noise, g.evidence
+    _pooled_into(noise, evidence)
+    errors = tallies.errors.summary(store)
+    latency = tallies.latency.summary()
+    acceptance = acceptance_summary(store)
     case_counts = store.category_routes()
     category_routes = {cat: set(routes) for cat, routes in case_counts.items()}
     routes_in_run = set().union(*category_routes.values()) if category_routes else set()
 
     preflight = store.record(PreflightRecord)
+    rules = build_rules(guard, routes_in_run, preflight_ran=preflight is not None)
+    decision = decide_quality(evidence, quality_thresholds(rules))
     ev = Evidence(
         errors={t: e.model_dump() for t, e in errors.items()},
         route_errors=digest.route_errors,
         latency=latency,
         acceptance=acceptance,
+        quality=decision,
         preflight=preflight,
     )
+    results = [rule.evaluate(ev) for rule in rules]
     repeats = store.manifest.get("repeats", 1)
-    for cat, t in text.items():
-        if t.pairs and t.pairs >= t.cases and t.identical == t.pairs:
-            ev.scored_routes |= category_routes.get(cat, set())  # identical answers: no check can differ
-    for cells in stats.values():
-        for s in cells.values():
-            if s.n:
-                ev.scored_routes |= {c for c in category_routes.get(s.category, set())}
-    if humans is not None:
-        add_human_stats(stats, humans, cfg.run.seed)
-    add_regression_evidence(ev, quality, category_routes)
-    results = [rule.evaluate(ev) for rule in build_rules(guard, routes_in_run, preflight_ran=preflight is not None)]
-    greedy_failed, thin_floor = greedy_route_decisions(ev, results, routes_in_run)
+    text = digest.text
 
     categories: dict[str, CategorySummary] = {}
-    verdicts: dict[str, str] = {}
     for cat in sorted(category_routes):
         figures = digest.text_json(cat)
-        cells = stats.get(cat, {})
-        tolerated = {name: tolerated_regressions(s, greedy_failed) for name, s in cells.items()}
-        cat_verdict, why = category_verdict(cells, tolerated, figures["identical_rate"], thin_floor)
-        verdicts[cat] = cat_verdict
+        cells = evidence.cells.get(cat, {})
+        decided = decision.categories[cat]
         skipped = digest.skipped_sampled.get(cat, {})
         checks = {
-            name: _check(s, tolerated[name], judge.get(cat) if name == "judge" else None, skipped.get(name, 0)) for name, s in cells.items()
+            name: _check(s, decided.checks[name], g.judge.get(cat) if name == "judge" else None, skipped.get(name, 0))
+            for name, s in cells.items()
         }
         for name, n in skipped.items():  # a check no sampled case applied to shows, with its reason
             if name not in checks:
@@ -439,7 +466,7 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
                     baseline_pass_rate=None, candidate_pass_rate=None, delta=None, ci=None, p_value=None, regressions=[], improvements=[]
                 )
                 checks[name].skipped_as_sampled = n
-        if cat in judge and "judge" not in checks:
+        if cat in g.judge and "judge" not in checks:
             checks["judge"] = CheckSummary.model_validate(
                 {
                     "baseline_pass_rate": None,
@@ -449,19 +476,19 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
                     "p_value": None,
                     "regressions": [],
                     "improvements": [],
-                    **judge[cat],
+                    **g.judge[cat],
                 }
             )
-        mde, upper, power = category_power(cells, divergence.get(cat), text.get(cat))
+        mde, upper, power = category_power(cells, g.divergence.get(cat), text.get(cat))
         categories[cat] = CategorySummary(
             cases=sum(case_counts[cat].values()),
             routes=sorted(category_routes[cat]),
             **figures,
-            noise_floor=category_noise.get(cat) or _category_noise(TextTally(), cells),
+            noise_floor=g.category_noise.get(cat) or _category_noise(TextTally(), cells),
             checks=checks,
-            format_drift={name: FormatDrift.model_validate(d) for name, d in drift.get(cat, {}).items()},
-            verdict=cat_verdict,
-            verdict_reason=why,
+            format_drift={name: FormatDrift.model_validate(d) for name, d in g.drift.get(cat, {}).items()},
+            verdict=decided.verdict,
+            verdict_reason=decided.reason,
             mde=mde,
             divergence_upper=upper,
             power=power,
@@ -470,12 +497,18 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         sampled_cases = text[cat].sampled_cases if cat in text else 0
         if sampled_cases:
             categories[cat].sampled_cases = sampled_cases
-        if cat_verdict == "inconclusive":
-            categories[cat].would_decide = would_decide(cells, why)
+        if decided.would_decide is not None:
+            categories[cat].would_decide = decided.would_decide
+        shift = evidence.shifts.get(cat)
+        if shift is not None and decided.likelihood is not None:
+            categories[cat].likelihood = _likelihood_cell(shift, decided.likelihood.outcome)
+        divergences = [f for facts in evidence.divergences.values() for f in facts if f.category == cat]
+        if divergences:
+            categories[cat].divergences = [_divergence(f, evidence) for f in divergences]
     verdict, fallback = decide(
         results,
-        verdicts,
-        allow_not_evaluated=cfg.allow_not_evaluated,
+        {cat: c.verdict for cat, c in categories.items()},
+        allow_not_evaluated=settings.allow_not_evaluated,
         fallback_action=guard.fallback_action,
         category_routes=category_routes,
     )
@@ -490,6 +523,14 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         for name in ("min_acceptance_rate", "max_tpot_p95_regression")
         if name not in guard.thresholds
     ]
+    stage = store.record(LikelihoodStage)
+    if stage is not None and not stage.evaluated:
+        not_evaluated.append(f"likelihood evidence: not evaluated ({stage.reason or 'the scorer could not score the answers'})")
+    elif stage is not None and stage.too_long:
+        not_evaluated.append(
+            f"likelihood evidence: {stage.too_long} answer(s) too long for the scorer's context were not scored "
+            "(each is named in the run store's likelihoods table)"
+        )
     if noise.source == "none":
         not_evaluated.append(
             "noise floor: not measured (--no-noise-floor, or no baseline answers to compare), so every "
@@ -508,15 +549,15 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
         preflight=Preflight.model_validate(preflight.model_dump(mode="json", exclude={"format_version"}))
         if preflight is not None
         else None,
-        slices={dim: {label: Slice.model_validate(v) for label, v in buckets.items()} for dim, buckets in slice_tally.summary().items()},
+        slices={dim: {label: Slice.model_validate(v) for label, v in buckets.items()} for dim, buckets in tallies.slices.summary().items()},
         guardrails=results,
-        allow_not_evaluated=cfg.allow_not_evaluated,
+        allow_not_evaluated=settings.allow_not_evaluated,
         fallback=Fallback.model_validate(fallback),
         not_evaluated=not_evaluated,
         noise_floor=noise,
-        seed=cfg.run.seed,
+        seed=settings.seed,
     )
-    bias = judge_tally.position_bias()
+    bias = tallies.judge.position_bias()
     if bias:  # written only when a pairwise judge decided pairs (the field stays out of other runs' files)
         summary.judge_position_bias = bias
     if humans is not None:
@@ -527,7 +568,61 @@ def build_summary(store: RunStore, cfg: Config | None = None, *, also: Sequence[
     sampling = _sampling(store, digest)
     if sampling is not None:
         summary.sampling = sampling
+    if stage is not None:
+        summary.likelihood = LikelihoodSummary(
+            evaluated=stage.evaluated,
+            reason=stage.reason,
+            scorer=stage.scorer,
+            model=stage.model,
+            answers=stage.answers,
+            scored=stage.scored,
+            too_long=stage.too_long,
+            errors=stage.errors,
+            prefilled_tokens=sum(p.prefilled_tokens for p in stage.passes),
+            wall_s=round(sum(p.seconds for p in stage.passes), 3),
+        )
     return summary
+
+
+def _likelihood_cell(sh: ShiftStats, outcome: str) -> LikelihoodCell:
+    """A category's likelihood cell as summary.json records it (its decision after Holm, `decide_quality`'s)."""
+    d = sh.decision
+    decision = {"drop": "shift", "no_drop": "no_shift"}.get(outcome, "undecided")
+    return LikelihoodCell(
+        cases=d.n,
+        baseline_mean_logprob=d.baseline_mean,
+        candidate_mean_logprob=d.candidate_mean,
+        shift=d.estimate,
+        bounds=(d.low, d.high) if d.low is not None and d.high is not None else None,
+        p_value=d.p_value,
+        p_value_holm=sh.p_value_holm,
+        decision=decision,  # type: ignore[arg-type]
+        direction=d.direction if decision == "shift" else None,
+        meaning=SHIFT_WORDS[d.direction] if decision == "shift" and d.direction is not None else "",
+        looks=d.look + 1,
+        samples_at_decision=d.samples,
+        detectable_shift=sh.detectable_shift,
+        mde=d.mde,
+        largest_shifts=[
+            ShiftCaseSummary(case_id=c.case_id, shift=round(c.shift, 6), least_likely=c.worst[2] if c.worst else "") for c in sh.largest[:5]
+        ],
+    )
+
+
+def _divergence(f: DivergenceFacts, evidence: QualityEvidence) -> DivergenceSummary:
+    return DivergenceSummary(
+        case_id=f.case_id,
+        repeat=f.repeat,
+        position=f.position,
+        kind=classify_divergence(f, evidence.divergence_rule),
+        candidate_token=f.candidate_text,
+        candidate_probability=f.candidate_probability,
+        candidate_rank=f.candidate_rank,
+        baseline_token=f.baseline_text,
+        baseline_probability=math.exp(f.baseline_logprob) if f.baseline_logprob is not None else None,
+        margin=f.margin,
+        runner_up_margin=f.runner_up_margin,
+    )
 
 
 def write_summary(folder: Path, summary: Summary) -> Path:

@@ -149,10 +149,18 @@ def test_verdict_follows_from_its_reasons(bf16_run: dict[str, Any]) -> None:
     for cat, c in s["categories"].items():
         assert c["verdict_reason"], cat
     if any(beyond.values()):
-        assert s["verdict"] == "fail"
-        assert any(g["passed"] is False for g in quality_rules)
-        assert s["fallback"]["routes"], "a failing route gets the fallback action"
-        assert s["fallback"]["reason"]
+        # regressions beyond what the measured noise explains fail their routes, or, where the floor has too few
+        # pairs to tell them from noise either, leave their routes undecided and their categories inconclusive
+        assert s["verdict"] in ("fail", "inconclusive")
+        for cat in (cat for cat, n in beyond.items() if n):
+            c = s["categories"][cat]
+            routes = [g for g in quality_rules if g["route"] in c["routes"]]
+            assert any(g["passed"] is False for g in routes) or (
+                c["verdict"] == "inconclusive" and "too few pairs" in c["verdict_reason"] and any(g["passed"] is None for g in routes)
+            ), (cat, c["verdict_reason"], routes)
+        if s["verdict"] == "fail":
+            assert s["fallback"]["routes"], "a failing route gets the fallback action"
+            assert s["fallback"]["reason"]
     elif s["verdict"] == "fail":
         # no quality regression beyond the noise floor: only a non-quality guardrail can fail the run
         assert any(g["passed"] is False and g["name"] != "max_quality_regression_cases" for g in s["guardrails"]), s["guardrails"]

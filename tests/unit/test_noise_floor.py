@@ -18,7 +18,7 @@ def _run(b: TestServer, c: TestServer, suite: Path, out: Path, *flags: str) -> i
 
 
 def _asked(srv: TestServer) -> list[str]:
-    return [r["body"]["messages"][0]["content"] for r in srv.log]
+    return [r["body"]["messages"][0]["content"] for r in srv.requests("/v1/chat/completions")]
 
 
 def test_only_divergent_cases_are_asked_again_and_the_cost_is_stated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -79,7 +79,7 @@ def test_identical_answers_cost_nothing(tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(5, checks={"contains": "42"}))
     with TestServer(default="The answer is 42.") as b, TestServer(default="The answer is 42.") as c:
         assert _run(b, c, suite, tmp_path / "run") == 0
-        assert len(b.log) == 5
+        assert len(b.requests("/v1/chat/completions")) == 5
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["noise_floor"]["source"] == "baseline_again" and summary["noise_floor"]["cases"] == 0
 
@@ -112,7 +112,7 @@ def test_a_control_or_repeats_measure_the_floor_instead(tmp_path: Path) -> None:
             )
             == 0
         )
-        assert len(b.log) == 4
+        assert len(b.requests("/v1/chat/completions")) == 4
         assert _run(b, c, suite, tmp_path / "rep", "--repeats", "2") == 0
     assert json.loads((tmp_path / "ctl" / "summary.json").read_text())["noise_floor"]["source"] == "control"
     assert json.loads((tmp_path / "rep" / "summary.json").read_text())["noise_floor"]["source"] == "repeats"

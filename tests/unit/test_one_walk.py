@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._store import RunStore
 from qualitycheck.pipeline._run import finish
 from qualitycheck.report import REPORT_NAME
@@ -81,7 +81,7 @@ def test_the_report_of_the_walk_is_the_report_of_the_written_summary(tmp_path: P
     with make_store(tmp_path, _rows(30)) as store:
         for cap in (0, 2, 5, 100):
             rows = RowCollector(store, max_cases=cap)
-            summary = build_summary(store, Config(), also=[rows.add])
+            summary = build_summary(store, also=[rows.add])
             walked, again = rows.result(summary), collect(store, summary, max_cases=cap)
             assert [r.compact() for r in walked.rows] == [r.compact() for r in again.rows]
             assert (walked.flag_counts, walked.omitted, walked.category_flags) == (again.flag_counts, again.omitted, again.category_flags)

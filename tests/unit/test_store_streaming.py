@@ -85,11 +85,11 @@ def test_resume_looks_up_what_is_stored_a_case_at_a_time(tmp_path):
     import tracemalloc
 
     from qualitycheck.core._cases import Case
-    from qualitycheck.core._config import Config
+    from qualitycheck.core._config import RunOptions, Target
     from qualitycheck.core._store import RunStore, StoredCases
     from qualitycheck.generation._runner import work_items
 
-    cfg = Config.model_validate({"baseline": {"url": "http://b", "model": "m"}, "candidate": {"url": "http://c", "model": "m"}})
+    targets = {"baseline": Target(url="http://b", model="m"), "candidate": Target(url="http://c", model="m")}
     n = 6000
     store = RunStore.create(tmp_path, {"repeats": 1}, (Case(id=f"case-{i:05d}", category="qa", prompt="p") for i in range(n)))
     try:
@@ -112,7 +112,11 @@ def test_resume_looks_up_what_is_stored_a_case_at_a_time(tmp_path):
             done = store.stored_outcomes()
             tracemalloc.start()
             try:
-                items = [(c.id, need) for c, _, need in work_items(StoredCases(store), cfg, done) if c.id in ("case-00007", "case-00009")]
+                items = [
+                    (c.id, need)
+                    for c, _, need in work_items(StoredCases(store), targets, RunOptions(), done)
+                    if c.id in ("case-00007", "case-00009")
+                ]
                 return items, tracemalloc.get_traced_memory()[1]
             finally:
                 tracemalloc.stop()

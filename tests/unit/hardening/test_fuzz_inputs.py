@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from qualitycheck.cli._main import build_parser, main
 from qualitycheck.cli._options import REPORT_OPTIONS, RUN_OPTIONS, TARGET_OPTIONS, config_overrides
-from qualitycheck.core._config import load_config
+from qualitycheck.core._config_file import load_config
 from qualitycheck.core._errors import ConfigError
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,6 +10,7 @@ after the runner's number of tries.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +19,13 @@ import pytest
 from aiohttp import web
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config, JudgeTarget, RunOptions, Target
+from qualitycheck.core._config import JudgeTarget, RunOptions, Target
 from qualitycheck.core._records import ErrorInfo, Response
 from qualitycheck.core._store import RunStore
 from qualitycheck.generation import Endpoint, preflight, scrape
-from qualitycheck.judge._judge import score_judge
+from qualitycheck.generation._metrics import SCRAPE_HTTP
+from qualitycheck.generation._preflight import preflight_http
+from qualitycheck.judge._judge import JudgeOptions, score_judge
 from tests.helpers import raw_server
 
 KEY = "sk-one-layer-secret-93c1"
@@ -80,7 +83,7 @@ def test_preflight_reads_errors_like_the_runner(failing: tuple[str, int, Counter
     expected = runner_error(url).message
     seen.clear()
     target = Target(url=url, model="m", api_key_env=ENV)
-    res = asyncio.run(preflight(target, target, [CASE], retries=OPTS.retries, backoff_s=OPTS.backoff_s))
+    res = asyncio.run(preflight(target, target, [CASE], http=preflight_http(OPTS)))
     details = {c.name: c.detail for c in res.checks}
     assert all(KEY not in d for d in details.values()), details
     assert all(c.passed is None for c in res.checks)
@@ -93,7 +96,8 @@ def test_preflight_reads_errors_like_the_runner(failing: tuple[str, int, Counter
 def test_scrape_reads_errors_like_the_runner(failing: tuple[str, int, Counter[str]]) -> None:
     url, status, seen = failing
     expected = runner_error(url).message
-    snap = asyncio.run(scrape(Target(url=url, model="m", api_key_env=ENV), retries=OPTS.retries, backoff_s=OPTS.backoff_s))
+    http = dataclasses.replace(SCRAPE_HTTP, retries=OPTS.retries, backoff_s=OPTS.backoff_s)  # as a run scrapes around generation
+    snap = asyncio.run(scrape(Target(url=url, model="m", api_key_env=ENV), http=http))
     assert snap.ok is False
     assert snap.error == expected
     assert seen["/metrics"] == tries(status)
@@ -106,7 +110,7 @@ def test_the_judge_reads_errors_like_the_runner(failing: tuple[str, int, Counter
     store = RunStore.create(tmp_path / "run", {"targets": {}, "repeats": 1, "suite_fingerprint": "t"}, [CASE])
     for side, text in (("baseline", "one answer"), ("candidate", "another answer")):
         store.put_response(Response(case_id=CASE.id, target=side, fingerprint="f", text=text))
-    score_judge(store, Config(judge=JudgeTarget(url=url, model="j", api_key_env=ENV), run=OPTS))
+    score_judge(store, JudgeTarget(url=url, model="j", api_key_env=ENV), JudgeOptions.of_run(OPTS))
     scores = [s for s in store.scores() if s.check == "judge"]
     store.close()
     assert scores and all(s.status == "error" for s in scores)

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config, JudgeTarget, RunOptions
+from qualitycheck.core._config import JudgeTarget, RunOptions
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import ErrorInfo, Response
 from qualitycheck.core._store import RunStore
+from qualitycheck.judge._judge import JudgeOptions
 
 _BLOCK = re.compile(r"<<<(reply(?: A| B)?|reference answer) (\w+)>>>\n(.*?)\n<<<end of \1 \2>>>", re.S)
 
@@ -68,6 +70,13 @@ def make_store(
 
 def judge_config(url: str, model: str = "judge-m", **run: Any) -> Config:
     return Config(judge=JudgeTarget(url=url, model=model), run=RunOptions(retries=0, **run))
+
+
+def judge_stage(url: str, model: str = "judge-m", **run: Any) -> tuple[JudgeTarget, JudgeOptions]:
+    """`score_judge`'s judge and options for `judge_config(url, model, **run)`, as the pipeline hands them."""
+    cfg = judge_config(url, model, **run)
+    assert cfg.judge is not None
+    return cfg.judge, JudgeOptions.of_run(cfg.run)
 
 
 @pytest.fixture

@@ -49,3 +49,27 @@ def test_run_with_a_judge_reports_judge_per_judged_category(tmp_path: Path) -> N
         assert key in judged, key
     assert (judged["wins"], judged["losses"], judged["skipped_identical"]) == (1, 1, 1)
     assert cats["explain"]["checks"]["judge"]["rubric_delta_mean"] == 0
+
+
+def test_the_configs_judges_dir_reaches_the_judge_stage(tmp_path: Path) -> None:
+    """A judge defined in the config's `judges_dir` is found when the run is judged, not only when its suite is checked."""
+    judges = tmp_path / "judges"
+    judges.mkdir()
+    (judges / "terse.yaml").write_text(
+        "kind: pairwise\nprompt: 'TERSE {answer_a} vs {answer_b}'\nverdict: {pattern: 'WINNER=(1|2|0)', map: {'1': a, '2': b, '0': tie}}\n",
+        encoding="utf-8",
+    )
+    config = tmp_path / "qualitycheck.yaml"
+    config.write_text(f"judges_dir: {judges}\n", encoding="utf-8")
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(2, "summaries", checks={"judge": "terse"}))
+    out = tmp_path / "run"
+    with (
+        TestServer(default="one answer") as b,
+        TestServer(default="another answer") as c,
+        TestServer(default="WINNER=0", model="J") as j,
+    ):
+        main(run_argv(b.url, c.url, suite, out, "-c", str(config), "--judge", j.url, "--judge-model", "J", model="m"))
+        prompts = [r["body"]["messages"][-1]["content"] for r in j.requests("/chat/completions")]
+    assert len(prompts) == 2 * 2 and all(p.startswith("TERSE ") for p in prompts)  # both cases, both orders
+    judged = json.loads((out / "summary.json").read_text())["categories"]["summaries"]["checks"]["judge"]
+    assert (judged["ties"], judged["judge_errors"]) == (2, 0)

@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from qualitycheck.core._cases import Case
-from qualitycheck.core._config import Config
 from qualitycheck.core._errors import ConfigError, SuiteError
 from qualitycheck.judge._judge import judge_dirs, load_judge_file, load_judges, validate_judge_checks
 
@@ -36,7 +35,7 @@ def test_a_users_judge_shadows_the_builtin_and_adds_new_ones(tmp_path: Path) -> 
     (tmp_path / "strict.yml").write_text(
         "kind: single\nprompt: '{answer} against {reference}'\nverdict: {pattern: 'score (\\d)', range: [0, 5]}\n", encoding="utf-8"
     )
-    judges = load_judges(judge_dirs(Config(judges_dir=str(tmp_path))))
+    judges = load_judges(judge_dirs(str(tmp_path)))
     assert judges["pairwise"].parse("x WINNER=2") == ("2", "b")
     assert judges["strict"].parse("score 4") == ("4", 4)
     assert judges["rubric"].kind == "single"
@@ -44,7 +43,7 @@ def test_a_users_judge_shadows_the_builtin_and_adds_new_ones(tmp_path: Path) -> 
 
 def test_missing_judges_dir_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="judges_dir"):
-        judge_dirs(Config(judges_dir=str(tmp_path / "nope")))
+        judge_dirs(str(tmp_path / "nope"))
 
 
 def test_cases_naming_unknown_judges_or_missing_reference_are_refused() -> None:

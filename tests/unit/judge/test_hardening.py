@@ -5,7 +5,7 @@ from pathlib import Path
 from qualitycheck.judge._judge import BUILTIN_DIR, injection_signals, load_judge_file, neutralise, render, score_judge
 from qualitycheck.testserver import TestServer
 
-from .conftest import blocks, judge_config, make_store
+from .conftest import blocks, judge_stage, make_store
 
 PAIRWISE = load_judge_file(BUILTIN_DIR / "pairwise.yaml")
 RUBRIC = load_judge_file(BUILTIN_DIR / "rubric.yaml")
@@ -58,7 +58,7 @@ def test_injected_answer_is_neutralised_flagged_and_cannot_steer_the_parser(run_
 
     with TestServer(default=echoing_judge) as srv:
         store = make_store(run_dir, [("c1", "Berlin is the capital of Germany.", ATTACK)])
-        score_judge(store, judge_config(srv.url))
+        score_judge(store, *judge_stage(srv.url))
         reqs = srv.requests("/chat/completions")
     for r in reqs:
         for label, text in blocks(r["body"]).items():

@@ -5,7 +5,7 @@ from pathlib import Path
 from qualitycheck.judge._judge import CACHE_NAME, score_judge
 from qualitycheck.testserver import Fault, TestServer
 
-from .conftest import blocks, judge_config, make_store, prefer
+from .conftest import blocks, judge_stage, make_store, prefer
 
 
 def _scores(store):
@@ -15,7 +15,7 @@ def _scores(store):
 def test_identical_pairs_never_reach_the_judge(run_dir: Path) -> None:
     with TestServer(default=prefer("never")) as srv:
         store = make_store(run_dir, [("c1", "Same words.", "Same words."), ("c2", "x", "x")])
-        stage = score_judge(store, judge_config(srv.url))
+        stage = score_judge(store, *judge_stage(srv.url))
         assert srv.requests("/chat/completions") == []
     assert stage["calls"] == 0 and stage["skipped_identical"] == 2
     s = _scores(store)
@@ -26,7 +26,7 @@ def test_identical_pairs_never_reach_the_judge(run_dir: Path) -> None:
 def test_both_orders_are_sent_and_a_consistent_preference_decides(run_dir: Path) -> None:
     with TestServer(default=prefer("GOOD")) as srv:
         store = make_store(run_dir, [("win", "meh", "GOOD answer"), ("loss", "GOOD answer", "meh")])
-        score_judge(store, judge_config(srv.url))
+        score_judge(store, *judge_stage(srv.url))
         reqs = srv.requests("/chat/completions")
     assert len(reqs) == 4
     seen = {(blocks(r["body"])["reply A"], blocks(r["body"])["reply B"]) for r in reqs}
@@ -46,7 +46,7 @@ def test_both_orders_are_sent_and_a_consistent_preference_decides(run_dir: Path)
 def test_a_verdict_that_follows_position_is_a_tie_marked_inconsistent(run_dir: Path) -> None:
     with TestServer(default="The first one reads better. [[A]]") as srv:
         store = make_store(run_dir, [("c1", "one", "two")])
-        score_judge(store, judge_config(srv.url))
+        score_judge(store, *judge_stage(srv.url))
     s = _scores(store)["c1", "candidate"]
     assert s.value == "tie" and s.status == "pass"
     assert s.detail["position_consistent"] is False
@@ -55,7 +55,7 @@ def test_a_verdict_that_follows_position_is_a_tie_marked_inconsistent(run_dir: P
 def test_unparseable_answers_are_retried_then_a_judge_error(run_dir: Path) -> None:
     with TestServer(default="Both have merits, hard to say.") as srv:
         store = make_store(run_dir, [("c1", "one", "two")])
-        score_judge(store, judge_config(srv.url, judge_retries=2))
+        score_judge(store, *judge_stage(srv.url, judge_retries=2))
         assert len(srv.requests("/chat/completions")) == 2 * 3  # two orders × (1 + 2 retries)
     s = _scores(store)
     assert s["c1", "candidate"].status == "error" and s["c1", "baseline"].status == "error"
@@ -73,7 +73,7 @@ def test_retry_recovers_when_a_later_answer_parses(run_dir: Path) -> None:
 
     with TestServer(default=flaky) as srv:
         store = make_store(run_dir, [("c1", "one", "two")])
-        score_judge(store, judge_config(srv.url, judge_retries=1))
+        score_judge(store, *judge_stage(srv.url, judge_retries=1))
     s = _scores(store)["c1", "candidate"]
     assert s.value == "tie" and s.status == "pass"
     assert [o["attempts"] for o in s.detail["orders"]] == [2, 2]
@@ -82,7 +82,7 @@ def test_retry_recovers_when_a_later_answer_parses(run_dir: Path) -> None:
 def test_judge_endpoint_failure_is_a_judge_error(run_dir: Path) -> None:
     with TestServer(default="[[A]]", faults=[Fault("status", status=500, times=None)]) as srv:
         store = make_store(run_dir, [("c1", "one", "two")])
-        score_judge(store, judge_config(srv.url))
+        score_judge(store, *judge_stage(srv.url))
     s = _scores(store)["c1", "candidate"]
     assert s.status == "error" and "judge endpoint failed" in s.detail["error"]
 
@@ -90,7 +90,7 @@ def test_judge_endpoint_failure_is_a_judge_error(run_dir: Path) -> None:
 def test_missing_answer_is_an_error_without_a_call(run_dir: Path) -> None:
     with TestServer(default="[[A]]") as srv:
         store = make_store(run_dir, [("c1", "one", "two")], errors={"c1:candidate": "boom"})
-        score_judge(store, judge_config(srv.url))
+        score_judge(store, *judge_stage(srv.url))
         assert srv.requests("/chat/completions") == []
     s = _scores(store)["c1", "candidate"]
     assert s.status == "error" and s.detail["no_answer"] is True and "boom" in s.detail["error"]
@@ -99,15 +99,15 @@ def test_missing_answer_is_an_error_without_a_call(run_dir: Path) -> None:
 def test_cache_hits_on_rerun_and_is_keyed_by_endpoint_and_model(run_dir: Path) -> None:
     with TestServer(default=prefer("GOOD")) as srv, TestServer(default=prefer("GOOD")) as other:
         store = make_store(run_dir, [("c1", "meh", "GOOD"), ("c2", "GOOD", "meh")])
-        first = score_judge(store, judge_config(srv.url))
+        first = score_judge(store, *judge_stage(srv.url))
         assert (run_dir / CACHE_NAME).is_file()
-        again = score_judge(store, judge_config(srv.url))
+        again = score_judge(store, *judge_stage(srv.url))
         assert len(srv.requests("/chat/completions")) == 4
         assert (first["calls"], again["calls"], again["cache_hits"]) == (4, 0, 4)
         assert all(s.detail["cached"] for s in store.scores())
-        score_judge(store, judge_config(srv.url, model="another-judge"))
+        score_judge(store, *judge_stage(srv.url, model="another-judge"))
         assert len(srv.requests("/chat/completions")) == 8
-        score_judge(store, judge_config(other.url))
+        score_judge(store, *judge_stage(other.url))
         assert len(other.requests("/chat/completions")) == 4
     assert _scores(store)["c2", "candidate"].value == "loss"
 
@@ -115,8 +115,8 @@ def test_cache_hits_on_rerun_and_is_keyed_by_endpoint_and_model(run_dir: Path) -
 def test_unparseable_results_are_not_cached(run_dir: Path) -> None:
     with TestServer(default="no idea") as srv:
         store = make_store(run_dir, [("c1", "one", "two")])
-        score_judge(store, judge_config(srv.url, judge_retries=0))
-        score_judge(store, judge_config(srv.url, judge_retries=0))
+        score_judge(store, *judge_stage(srv.url, judge_retries=0))
+        score_judge(store, *judge_stage(srv.url, judge_retries=0))
         assert len(srv.requests("/chat/completions")) == 4
 
 
@@ -124,17 +124,16 @@ def test_no_judged_cases_calls_and_replaces_nothing(run_dir: Path) -> None:
     with TestServer(default="[[A]]") as srv:
         store = make_store(run_dir, [("c1", "one", "two")], judge={})
         store.replace_scores([])
-        assert score_judge(store, judge_config(srv.url))["calls"] == 0
+        assert score_judge(store, *judge_stage(srv.url))["calls"] == 0
         assert srv.requests("/chat/completions") == []
     assert list(store.scores()) == []
 
 
 def test_without_a_judge_target_judged_cases_are_skipped_with_a_warning(run_dir: Path, capsys) -> None:
-    from qualitycheck.core._config import Config
     from qualitycheck.verdict._judge_figures import judge_summary
 
     store = make_store(run_dir, [("c1", "one", "two")])
-    assert score_judge(store, Config())["calls"] == 0
+    assert score_judge(store, None)["calls"] == 0
     assert {(s.target, s.status) for s in store.scores()} == {("baseline", "skipped"), ("candidate", "skipped")}
     assert "ask for a judge but no judge endpoint configured" in capsys.readouterr().err
     assert judge_summary(store) == {}

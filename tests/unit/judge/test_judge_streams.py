@@ -14,7 +14,7 @@ from qualitycheck.core._store import CaseRecords, RunStore
 from qualitycheck.judge import _judge
 from qualitycheck.judge._judge import score_judge
 from qualitycheck.testserver import TestServer
-from tests.unit.judge.conftest import judge_config, prefer
+from tests.unit.judge.conftest import judge_stage, prefer
 
 
 def _store(folder: Path, judged: int, plain: int) -> RunStore:
@@ -53,7 +53,7 @@ def test_the_judge_reads_judged_cases_one_at_a_time_and_judges_a_window_at_a_tim
     monkeypatch.setattr(_judge, "_judge_pair", spy_pair)
     monkeypatch.setattr(_judge, "JUDGE_WINDOW", 3)
     with TestServer(default=prefer("GOOD", "[[B]]")) as srv, store:
-        stage = score_judge(store, judge_config(srv.url))
+        stage = score_judge(store, *judge_stage(srv.url))
         scores = {s.case_id for s in store.scores() if s.check == "judge"}
     assert walked == [f"j{i}" for i in range(7)]
     assert started == [3, 3, 3, 6, 6, 6, 7]  # the first window left before the walk read a fourth case

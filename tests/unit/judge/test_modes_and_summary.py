@@ -6,7 +6,7 @@ from qualitycheck.judge._judge import score_judge
 from qualitycheck.testserver import TestServer
 from qualitycheck.verdict._judge_figures import judge_summary
 
-from .conftest import blocks, judge_config, make_store, prefer
+from .conftest import blocks, judge_stage, make_store, prefer
 
 
 def grade_by_length(body):
@@ -24,7 +24,7 @@ def test_rubric_grades_each_answer_alone_and_reports_the_delta(run_dir: Path) ->
     ]  # identical: delta 0, no call
     with TestServer(default=grade_by_length) as srv:
         store = make_store(run_dir, pairs, judge={"mode": "rubric", "rubric": "Be thorough."})
-        score_judge(store, judge_config(srv.url))
+        score_judge(store, *judge_stage(srv.url))
         reqs = srv.requests("/chat/completions")
     assert len(reqs) == 6
     assert all("reply A" not in blocks(r["body"]) and "Be thorough." in r["body"]["messages"][-1]["content"] for r in reqs)
@@ -43,7 +43,7 @@ def test_rubric_grades_each_answer_alone_and_reports_the_delta(run_dir: Path) ->
 def test_reference_judge_shows_the_reference(run_dir: Path) -> None:
     with TestServer(default=prefer("42")) as srv:
         store = make_store(run_dir, [("m1", "The answer is 41.", "The answer is 42.")], judge={"mode": "reference", "reference": "42"})
-        score_judge(store, judge_config(srv.url))
+        score_judge(store, *judge_stage(srv.url))
         reqs = srv.requests("/chat/completions")
     assert len(reqs) == 2 and all(blocks(r["body"])["reference answer"] == "42" for r in reqs)
     assert next(x for x in store.scores() if x.target == "candidate").value == "win"
@@ -69,7 +69,7 @@ def test_summary_counts_per_category(tmp_path: Path) -> None:
     ]
     with TestServer(default=judge) as srv:
         store = make_store(tmp_path / "run", pairs, errors={"n:candidate": "x"})
-        score_judge(store, judge_config(srv.url, judge_retries=0))
+        score_judge(store, *judge_stage(srv.url, judge_retries=0))
     summ = judge_summary(store)["summaries"]
     assert {k: summ[k] for k in ("wins", "losses", "ties", "judge_errors", "judged", "skipped_identical")} == {
         "wins": 1,

@@ -1,7 +1,9 @@
 """A stored run built by the real pipeline on test servers, for the report tests.
 
 The candidate regresses one case, improves one, fails on one, and two cases
-answer with HTML/script payloads; the control answers like the baseline. The `exact` scores are written through the
+answer with HTML/script payloads; the control answers like the baseline except
+on two cases, where it disagrees with it (flaky): that measured noise is what
+explains the one regression, so the summary tolerates it. The `exact` scores are written through the
 store's public API (what the scoring stage does), so these tests do not
 depend on which scorer families are present in the tree.
 """
@@ -69,10 +71,11 @@ def build_run(folder: Path) -> tuple[Path, Summary]:
         "fmt 0?": "Here: plain text done.",
         "fmt 2?": "A rendering of the idea.",
     }
+    control_answers = {**base_answers, "qa 4?": "The answer is 40.", "qa 5?": "The answer is 40."}  # the A/A disagreements
     with (
         TestServer(default=RIGHT, answers=base_answers) as b,
         TestServer(default=RIGHT, answers=cand_answers, faults=[Fault("status", match="qa 1?", status=500, times=None)]) as c,
-        TestServer(default=RIGHT, answers=base_answers) as k,
+        TestServer(default=RIGHT, answers=control_answers) as k,
     ):
         rc = main(
             [
@@ -107,3 +110,55 @@ def build_run(folder: Path) -> tuple[Path, Summary]:
 def stored_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Summary]:
     """Built in a thread of its own: the browser tests load it while the session's browser holds this thread's event loop."""
     return in_thread(build_run, tmp_path_factory.mktemp("report"))
+
+
+# ------------------------------------------------------------------ a run with likelihood evidence
+LP = {"The": -0.1, " cat": -0.5, " dog": -0.7, " sat.": -0.4, " ran.": -0.6, " slept.": -0.9}
+"""The toy baseline model (`TestServer(token_logprobs=...)`): these pieces are its likely words; any other gets -9 nats."""
+UNLIKELY_XSS = " <img/src=x/onerror=alert(1)>"
+"""A piece the baseline model finds unlikely that is also markup: marked in the page, it must stay text."""
+GOOD = [["The"], [" cat", " dog"], [" sat.", " ran.", " slept."]]
+BROKEN = [["The"], [" zq", " cat"], [" zq", UNLIKELY_XSS]]
+GREEDY = "The cat sat."
+DECISIVE = "The zq sat."
+
+
+def _sampler(pieces: list[list[str]], seed: int) -> Any:
+    """Sampled answers drawn piece by piece (seeded); greedy cases (no temperature) answer `GREEDY`."""
+    import random
+
+    rng = random.Random(seed)
+
+    def answer(body: dict[str, Any]) -> str:
+        if not body.get("temperature"):
+            return GREEDY
+        return "".join(rng.choice(options) for options in pieces)
+
+    return answer
+
+
+def build_likelihood_run(folder: Path) -> Path:
+    """A run whose sampled category fails on the likelihood evidence (its `contains` check never passes on either
+    side) and whose greedy category fails on a decisive divergence (`fmt-2`: " zq" where the baseline wrote " cat").
+
+    The scorer is the baseline server; it decodes the candidate's pieces because they are among its scripted
+    answers (`vocabulary`, a prompt never asked), as a real scorer decodes every token of its vocabulary.
+    """
+    from tests.helpers import qa_cases, run_argv
+
+    cases = [*qa_cases(16, "chat", params={"temperature": 0.8}, checks={"contains": "42"}), *qa_cases(4, "fmt")]
+    suite = write_suite(folder / "suite.jsonl", cases)
+    vocabulary = {"never asked: vocabulary": "".join(p for options in BROKEN for p in options)}
+    with (
+        TestServer(default=_sampler(GOOD, 1), answers=vocabulary, token_logprobs=LP) as b,
+        TestServer(default=_sampler(BROKEN, 2), answers={"fmt 2?": DECISIVE}, token_logprobs=LP) as c,
+    ):
+        rc = main(run_argv(b.url, c.url, suite, folder / "run"))
+    assert rc == 1
+    return folder / "run"
+
+
+@pytest.fixture(scope="module")
+def likelihood_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built in a thread of its own, as `stored_run` is."""
+    return in_thread(build_likelihood_run, tmp_path_factory.mktemp("likelihood"))

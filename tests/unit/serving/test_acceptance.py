@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from qualitycheck.core._config import Target
+from qualitycheck.core._config import HttpPolicy, Target
 from qualitycheck.core._records import MetricsSnapshot, Response, SpecCounters, Usage
 from qualitycheck.generation import SentTally, parse_metrics, scrape, scrape_all, window
 from qualitycheck.serving import acceptance_from_windows, acceptance_rates
@@ -134,7 +134,7 @@ def test_scrapes_of_test_servers_around_traffic():
 
 
 def test_scrape_of_a_dead_server_records_the_error():
-    s = asyncio.run(scrape(Target(url="http://127.0.0.1:9", model="m"), timeout_s=1))
+    s = asyncio.run(scrape(Target(url="http://127.0.0.1:9", model="m"), http=HttpPolicy(timeout_s=1, retries=3, backoff_s=0.5)))
     assert s.ok is False and s.error is not None and "Connect" in s.error
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from typing import Any
 
@@ -11,6 +12,7 @@ from aiohttp import web
 from qualitycheck.core._cases import Case
 from qualitycheck.core._config import Target
 from qualitycheck.generation import format_preflight, preflight, run_preflight
+from qualitycheck.generation._preflight import PREFLIGHT_HTTP
 from qualitycheck.testserver import TestServer
 from tests.helpers import raw_server
 
@@ -72,7 +74,10 @@ def test_model_length_version_and_missing_model_are_mismatches():
 def test_unreachable_candidate_is_not_checked_not_passed():
     with TestServer() as b:
         res = run_preflight(
-            Target(url=b.url, model="test-model"), Target(url="http://127.0.0.1:9", model="test-model"), CASES[:1], timeout_s=2
+            Target(url=b.url, model="test-model"),
+            Target(url="http://127.0.0.1:9", model="test-model"),
+            CASES[:1],
+            http=dataclasses.replace(PREFLIGHT_HTTP, timeout_s=2),
         )
     assert all(ch.passed is None for ch in res.checks)
     assert res.to_dict()["mismatches"] == []
@@ -135,7 +140,9 @@ def test_tokenize_streams_a_one_pass_iterable_with_bounded_requests_in_flight():
 
     cases = (Case(id=f"k{i}", category="qa", messages=[{"role": "user", "content": f"q{i % 20}"}]) for i in range(60))
     with raw_server(tokenizer("b")) as b, raw_server(tokenizer("c")) as c:
-        res = asyncio.run(preflight(Target(url=b, model="m"), Target(url=c, model="m"), cases, concurrency=4))
+        res = asyncio.run(
+            preflight(Target(url=b, model="m"), Target(url=c, model="m"), cases, http=dataclasses.replace(PREFLIGHT_HTTP, concurrency=4))
+        )
     tok = _by_name(res)["tokenize"]
     assert calls == {"b": 20, "c": 20} and in_flight["max"] <= 2 * 4
     assert tok.passed is False and tok.detail.startswith("6/60 cases tokenize differently")
@@ -155,7 +162,9 @@ def test_a_tokenize_answer_of_the_wrong_shape_is_an_error_never_a_silent_pass():
         return web.json_response({"tokens": [1, 2]})
 
     with raw_server(handler) as b, raw_server(handler) as c:
-        res = asyncio.run(preflight(Target(url=b, model="m"), Target(url=c, model="m"), cases, concurrency=2))
+        res = asyncio.run(
+            preflight(Target(url=b, model="m"), Target(url=c, model="m"), cases, http=dataclasses.replace(PREFLIGHT_HTTP, concurrency=2))
+        )
     tok = _by_name(res)["tokenize"]
     assert tok.passed is not True
     assert "c0" in tok.detail and "JSON object" in tok.detail

@@ -68,7 +68,7 @@ def test_preflight_mismatch_is_recorded_but_does_not_stop_the_run(tmp_path: Path
 def test_no_preflight_flag_skips_it(tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(1))
     with TestServer() as b, TestServer() as c:
-        _run(b, c, suite, tmp_path / "run", "--no-preflight")
+        _run(b, c, suite, tmp_path / "run", "--no-preflight", "--no-likelihood")  # the likelihood stage tokenizes too
         assert not b.requests("/tokenize")
     with RunStore.open(tmp_path / "run") as store:
         assert store.artifact("preflight") is None

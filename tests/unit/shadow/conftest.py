@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.core._config import Config, RunOptions, ShadowOptions, Target
+from qualitycheck.core._config import RunOptions, ShadowOptions, Target
+from qualitycheck.core._config_file import Config
 from qualitycheck.shadow._handoff import LocalHandoff
 from qualitycheck.shadow._mirror import MirrorSide
 from qualitycheck.shadow._proxy import ShadowProxy
 from qualitycheck.shadow._recorder import Recorder
+from qualitycheck.shadow._settings import ShadowSettings
 from qualitycheck.shadow._sink import ShadowSink
 from qualitycheck.shadow._tally import ShadowDrain, ShadowMetrics
 from qualitycheck.testserver import TestServer
@@ -38,12 +40,13 @@ class Proxy:
     """`start()` opens the folder and listens; `stop()` drains and closes it, as SIGTERM does."""
 
     def __init__(self, cfg: Config, out: Path, rules: Rules | None = None, noise_floor: bool = True):
-        self.cfg = cfg
+        self.settings = ShadowSettings.of_config(cfg).model_copy(update={"noise_floor": noise_floor})
         self.out = out
         self.logs: list[str] = []
         self.metrics = ShadowMetrics()
         self.recorder = Recorder(
-            cfg,
+            self.settings.shadow,
+            self.settings.folder,
             out,
             rules or Rules(),
             replica=secrets.token_hex(4),
@@ -52,7 +55,6 @@ class Proxy:
             log=self.logs.append,
             noise_floor=noise_floor,
         )
-        self.noise_floor = noise_floor
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.proxy: ShadowProxy | None = None
@@ -67,12 +69,11 @@ class Proxy:
         self.thread.start()
 
         async def go() -> str:
-            self.side = MirrorSide(
-                self.cfg, self.recorder, self.metrics, noise_floor=self.noise_floor, log=self.logs.append, ask_baseline=self.cfg.shadow.sink
-            )
-            kind = ShadowSink if self.cfg.shadow.sink else ShadowProxy
+            settings = self.settings
+            self.side = MirrorSide(settings, self.recorder, self.metrics, log=self.logs.append, ask_baseline=settings.shadow.sink)
+            kind = ShadowSink if settings.shadow.sink else ShadowProxy
             self.proxy = kind(
-                self.cfg, LocalHandoff(self.side), host="127.0.0.1", port=0, replica=self.recorder.replica, log=self.logs.append
+                settings, LocalHandoff(self.side), host="127.0.0.1", port=0, replica=self.recorder.replica, log=self.logs.append
             )
             return await self.proxy.start()
 

@@ -20,6 +20,7 @@ import pytest
 
 from qualitycheck.core._records import ShadowPeriods
 from qualitycheck.core._store import RunStore
+from qualitycheck.shadow._settings import ShadowSettings
 from qualitycheck.testserver import TestServer
 
 from .conftest import shadow_config
@@ -387,12 +388,11 @@ def test_a_mirror_process_that_never_opens_its_folder_is_stopped_and_refused(tmp
     monkeypatch.setattr(_handoff, "_CHILD", "import time; time.sleep(600)")
     monkeypatch.setattr(_handoff, "START_TIMEOUT_S", 1.0)
     handoff = _handoff.ProcessHandoff(
-        shadow_config("http://127.0.0.1:9", "http://127.0.0.1:9"),
+        ShadowSettings.of_config(shadow_config("http://127.0.0.1:9", "http://127.0.0.1:9")),
         tmp_path / "o",
         "{}",
         replica="r",
         listen="127.0.0.1:0",
-        noise_floor=False,
         log=lambda _: None,
     )
     with pytest.raises(_handoff.MirrorStartError, match=r"did not open its folder and scrape both targets' /metrics within 1s"):
@@ -419,3 +419,28 @@ def test_a_stalled_mirror_process_fills_a_bounded_hand_off_and_the_rest_is_count
             sp.wait_metric("qc_shadow_stored_total", 60.0 - dropped)
             sp.proc.send_signal(signal.SIGTERM)
             assert sp.proc.wait(120) in (0, 1), sp.log.read_text()
+
+
+def test_the_mirror_process_is_started_with_the_shadows_settings_not_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the mirror side reads (targets, timeout, noise floor, the `shadow` block) and its folders' header: never the judge's key."""
+    import asyncio
+
+    from qualitycheck.core._config import JudgeTarget
+    from qualitycheck.shadow import _handoff
+
+    sent = tmp_path / "args.json"
+    monkeypatch.setattr(_handoff, "_CHILD", f"import pathlib, sys; pathlib.Path({str(sent)!r}).write_text(sys.stdin.read())")
+    judge = JudgeTarget(url="http://127.0.0.1:9", model="j", headers={"X-Judge-Key": "judge-secret-7f3a"})
+    cfg = shadow_config("http://127.0.0.1:9", "http://127.0.0.1:9").model_copy(update={"judge": judge})
+    handoff = _handoff.ProcessHandoff(
+        ShadowSettings.of_config(cfg), tmp_path / "o", "{}", replica="r", listen="127.0.0.1:0", log=lambda _: None
+    )
+    with pytest.raises(_handoff.MirrorStartError, match="ended at start"):
+        asyncio.run(handoff.start())
+    text = sent.read_text()
+    args = json.loads(text)
+    assert set(args) == {"settings", "rules", "out", "replica", "listen"}
+    settings = json.loads(args["settings"])
+    assert set(settings) == {"baseline", "candidate", "timeout_s", "noise_floor", "shadow", "folder"}
+    assert set(settings["folder"]) == {"manifest", "config"}  # stored in each folder as given, never read as a config
+    assert "judge-secret-7f3a" not in text and settings["folder"]["config"]["judge"]["headers"] == {"X-Judge-Key": "<redacted>"}

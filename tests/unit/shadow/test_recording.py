@@ -12,10 +12,12 @@ import pytest
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._checks import Checks
-from qualitycheck.core._config import Config, ShadowOptions, Target
+from qualitycheck.core._config import ShadowOptions, Target
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import Response, ToolCall, Usage
 from qualitycheck.core._store import RunStore
 from qualitycheck.shadow._recorder import PairRecord, Recorder, _redacted
+from qualitycheck.shadow._settings import ShadowSettings
 from qualitycheck.shadow._tally import ShadowMetrics
 from qualitycheck.traffic._redact import Redactor
 from qualitycheck.traffic._rules import Rules, case_from_request
@@ -59,8 +61,17 @@ def recorder(tmp_path: Path) -> Iterator[Recorder]:
         candidate=Target(url="http://127.0.0.1:9/v1", model="m"),
         shadow=ShadowOptions(sample=1.0),
     )
+    settings = ShadowSettings.of_config(cfg)
     rec = Recorder(
-        cfg, tmp_path / "run", Rules(), replica="r", listen="test", metrics=ShadowMetrics(), log=lambda _: None, noise_floor=False
+        settings.shadow,
+        settings.folder,
+        tmp_path / "run",
+        Rules(),
+        replica="r",
+        listen="test",
+        metrics=ShadowMetrics(),
+        log=lambda _: None,
+        noise_floor=False,
     )
     rec._open_folder()
     yield rec

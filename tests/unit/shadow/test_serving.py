@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from qualitycheck.shadow._serve import GC_YOUNG, tune_gc
+from qualitycheck.shadow._loop import GC_YOUNG, tune_gc
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import NoiseFloorRecord
 from qualitycheck.core._store import RunStore
 from tests.unit.verdict.summary_scenarios import SCENARIOS, SEED_BLOCK

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import Response, Score, Usage
 from qualitycheck.core._store import RunStore
 from tests.unit.verdict.verdict_builders import make_store

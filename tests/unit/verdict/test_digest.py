@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.pipeline._run import summarize
 from qualitycheck.verdict._compare import CaseComparison, compare_run
 from qualitycheck.verdict._digest import RunDigest
-from qualitycheck.verdict._stats import CaseOutcome, add_case_outcomes, paired_bootstrap_ci
+from qualitycheck.verdict._outcomes import CaseOutcome, add_case_outcomes
 from qualitycheck.verdict._summary import build_summary
+from qualitycheck.verdict._tests import paired_bootstrap_ci
 from tests.unit.verdict.verdict_builders import make_store
 
 
@@ -61,16 +62,16 @@ def test_digest_outcomes_equal_the_whole_list_grouping(tmp_path):
 def test_summary_never_lists_every_case(tmp_path, monkeypatch):
     """The summary streams: it must not build the list of every Case (a 100,000-case run held 2 GB)."""
     with make_store(tmp_path, _rows(), targets=("baseline", "candidate", "control"), repeats=2) as store:
-        expected = build_summary(store, Config()).model_dump(mode="json")
+        expected = build_summary(store).model_dump(mode="json")
         monkeypatch.setattr(type(store), "cases", lambda self: pytest.fail("build_summary listed every case"))
-        again = build_summary(store, Config()).model_dump(mode="json")
+        again = build_summary(store).model_dump(mode="json")
     assert again["categories"] == expected["categories"]
     assert again["cases"] == 12 and again["categories"]["qa"]["cases"] == 6
     assert again["categories"]["qa"]["routes"] == ["r1", "r2"]
 
 
 def test_bootstrap_in_batches_still_covers_the_true_difference(monkeypatch):
-    import qualitycheck.verdict._stats as stats
+    import qualitycheck.verdict._tests as stats
 
     rng = np.random.default_rng(3)
     b = (rng.random(4000) < 0.8).astype(float)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.pipeline._run import summarize  # the verdict with its sign-off, as `finish` writes it
 from tests.unit.verdict.verdict_builders import make_store
 

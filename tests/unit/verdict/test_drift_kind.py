@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from qualitycheck.core._config import Config
 from qualitycheck.scoring._format import FEATURE_KINDS, format_features
-from qualitycheck.verdict._stats import DriftSamples, add_drift, format_drift
+from qualitycheck.verdict._drift import DriftSamples, add_drift, format_drift
 from qualitycheck.verdict._summary import build_summary
 from tests.unit.verdict.verdict_builders import make_store
 
@@ -51,7 +50,7 @@ def test_every_feature_in_the_summary_carries_its_declared_kind(tmp_path: Any) -
         for i in range(6)
     ]
     with make_store(tmp_path, rows) as store:
-        s = build_summary(store, Config()).model_dump(mode="json")
+        s = build_summary(store).model_dump(mode="json")
     for cat in ("short", "long"):
         drift = s["categories"][cat]["format_drift"]
         assert {name: d["kind"] for name, d in drift.items()} == {name: FEATURE_KINDS[name] for name in drift}

@@ -10,7 +10,7 @@ import numpy as np
 
 from qualitycheck.core._records import ToolCall
 from qualitycheck.scoring._format import format_features
-from qualitycheck.verdict._stats import DriftSamples, DriftTally, add_drift
+from qualitycheck.verdict._drift import DriftSamples, DriftTally, add_drift
 
 TEXTS = ["42", "The answer is **42**.\n\n- one\n- two\n", '```json\n{"a": 1}\n```', "I'm sorry, I can't.", "", "# T\n1. a\n2) b\n" * 4]
 

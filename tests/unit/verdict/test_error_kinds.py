@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from qualitycheck.cli import main
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.pipeline._run import finish
 from qualitycheck.testserver import Fault, TestServer
 from qualitycheck.verdict._model import read_summary

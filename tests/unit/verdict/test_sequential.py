@@ -9,8 +9,11 @@ import pytest
 from scipy import stats as sps
 
 from qualitycheck.core._config import RunOptions
+from qualitycheck.verdict._decision import sampled_outcome
+from qualitycheck.verdict._floor import pooled_floor, supported_allowance
+from qualitycheck.verdict._outcomes import CaseOutcome
 from qualitycheck.verdict._sequential import CONTINUITY, CaseCounts, Design, decide_cell, design_for, look_statistic
-from qualitycheck.verdict._stats import CaseOutcome, check_stats, pooled_floor, quality_stats, sampled_stats, supported_allowance
+from qualitycheck.verdict._stats import check_stats, quality_stats, sampled_stats
 
 
 def test_with_one_sample_per_side_the_statistic_is_mcnemars():
@@ -119,7 +122,7 @@ def test_flaky_cases_never_hide_a_category_drop():
     q = quality_stats(outs, design=Design((2, 4)))
     cell = q.cells["json"]["json_parse"]
     assert len(cell.flaky) == 30 and cell.regressions == []
-    assert cell.sampled is not None and cell.sampled.outcome == "drop"
+    assert cell.sampled is not None and sampled_outcome(cell.sampled) == "drop"
     assert cell.sampled.baseline_pass_rate == 0.75 and cell.sampled.candidate_pass_rate == 0.25
 
 
@@ -128,7 +131,7 @@ def test_holm_across_sampled_cells_can_leave_a_lone_drop_undecided():
     weak += [_sampled(f"x{i}", (True, True, True, True), (True, True, True, True)) for i in range(28)]
     alone = quality_stats({"a": {"regex": weak}}, design=Design((4,)))
     p = alone.cells["a"]["regex"].sampled
-    assert p is not None and p.decision.outcome == "drop" and p.outcome == "drop"
+    assert p is not None and p.decision.outcome == "drop" and sampled_outcome(p) == "drop"
     many = {f"cat{k}": {"regex": [_sampled(f"{k}-{i}", (True,) * 4, (True,) * 4) for i in range(40)]} for k in range(8)}
     many["a"] = {"regex": weak}
     crowd = quality_stats(many, design=Design((4,)))
@@ -136,7 +139,7 @@ def test_holm_across_sampled_cells_can_leave_a_lone_drop_undecided():
     assert sp is not None and sp.decision.outcome == "drop"
     assert sp.p_value_holm is not None and sp.p_value_holm > sp.decision.p_value
     assert sp.p_value_holm >= 0.05, "nine cells: Holm multiplies the lone cell's p beyond alpha"
-    assert sp.outcome == "undecided", "a drop multiplicity does not support is not a finding, nor a pass"
+    assert sampled_outcome(sp) == "undecided", "a drop multiplicity does not support is not a finding, nor a pass"
 
 
 def test_sampled_cases_stay_out_of_the_greedy_floor():

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._records import ErrorInfo, Response, Score, Usage
 from qualitycheck.core._store import RunStore
 from qualitycheck.pipeline._run import finish, summarize

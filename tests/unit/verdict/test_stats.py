@@ -2,18 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from qualitycheck.verdict._simulate import simulate_gate
-from qualitycheck.verdict._stats import (
-    CaseOutcome,
-    classify_cases,
-    holm,
-    minimum_detectable_effect,
-    noise_floor,
-    non_inferiority,
-    paired_bootstrap_ci,
-    paired_p_value,
-    regression_allowance,
-)
+from bench._simulate import simulate_gate
+from qualitycheck.verdict._floor import noise_floor, regression_allowance
+from qualitycheck.verdict._outcomes import CaseOutcome
+from qualitycheck.verdict._stats import classify_cases
+from qualitycheck.verdict._tests import holm, minimum_detectable_effect, non_inferiority, paired_bootstrap_ci, paired_p_value
 
 
 def outcomes(pairs, control=None):
@@ -119,8 +112,6 @@ def test_the_default_floor_false_alarms_at_most_alpha_up_to_2pct_disagreement():
 
 
 def test_baseline_again_weighs_regressions_against_the_cases_asked_again():
-    from qualitycheck.verdict._stats import CaseOutcome
-
     # 10 cases asked again (their candidate diverged): 5 noisy ones disagree with themselves, 1 regressed
     asked = [CaseOutcome(f"n{i}", "r", (True,), (True,), (False,), ((True, False),)) for i in range(5)]
     asked += [CaseOutcome(f"s{i}", "r", (True,), (True,), (True,), ((True, True),)) for i in range(4)]

@@ -13,15 +13,16 @@ import pytest
 
 from qualitycheck.core._store import RunStore
 from qualitycheck.pipeline._run import summarize
-from qualitycheck.verdict._stats import StatsMemo, mcnemar_exact_p, memo_salt
+from qualitycheck.verdict._memo import StatsMemo, memo_salt
 from qualitycheck.verdict._summary import STATS_MEMO_ARTIFACT
+from qualitycheck.verdict._tests import sign_test_p
 from tests.unit.verdict.summary_scenarios import SCENARIOS
 
 REPO = Path(__file__).resolve().parents[3]
 
 _REBUILD = """
 import json, sys
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
 from qualitycheck.core._store import RunStore
 from qualitycheck.pipeline._run import summarize
 with RunStore.open(sys.argv[1]) as store:
@@ -69,12 +70,12 @@ def test_changed_scores_are_computed_afresh_not_read_from_the_memo(tmp_path: Pat
 
 
 def test_the_memo_answers_only_under_its_own_salt() -> None:
-    planted = {"mcnemar:[0, 6]": 0.5}
+    planted = {"sign:[0, 6]": 0.5}
     assert StatsMemo.from_json({"salt": "numpy=0;scipy=0;statsmodels=0;other code", "entries": planted}).entries == {}
     assert StatsMemo.from_json(None).entries == {} and StatsMemo.from_json({"salt": memo_salt()}).entries == {}
     memo = StatsMemo.from_json({"salt": memo_salt(), "entries": planted})
     with memo.active():
-        assert mcnemar_exact_p(0, 6) == 0.5  # read back, not recomputed
-        assert mcnemar_exact_p(1, 6) == pytest.approx(0.125)
-    assert memo.added == 1 and "mcnemar:[1, 6]" in memo.to_json()["entries"]
-    assert mcnemar_exact_p(0, 6) == pytest.approx(2 * 0.5**6)  # without an active memo: computed
+        assert sign_test_p(0, 6) == 0.5  # read back, not recomputed
+        assert sign_test_p(1, 6) == pytest.approx(0.125)
+    assert memo.added == 1 and "sign:[1, 6]" in memo.to_json()["entries"]
+    assert sign_test_p(0, 6) == pytest.approx(2 * 0.5**6)  # without an active memo: computed

@@ -6,7 +6,8 @@ import io
 import re
 from pathlib import Path
 
-from qualitycheck.core._config import Config
+from qualitycheck.core._config_file import Config
+from qualitycheck.pipeline._run import verdict_settings
 from qualitycheck.pytest_plugin import gate_items
 from qualitycheck.report import collect, print_summary
 from qualitycheck.report._terminal import make_console
@@ -57,7 +58,7 @@ def test_the_gate_the_report_and_the_summary_agree_on_what_counts(tmp_path: Path
         routes={"r2": {"max_quality_regression_cases": 1}},
     )
     with make_store(tmp_path, _two_routes_one_category()) as store:
-        summary = build_summary(store, cfg)
+        summary = build_summary(store, verdict_settings(cfg))
         data = collect(store, summary)
     qa, other = summary.categories["qa"], summary.categories["other"]
     # r1 failed (o-bad); qa-bad lies in r2, whose allowance of one covers it, though qa also has cases in r1
@@ -108,7 +109,7 @@ def test_a_case_whose_candidate_varies_but_baseline_does_not_is_not_flaky(tmp_pa
         }
     )
     with make_store(tmp_path, rows, repeats=2) as store:
-        summary = build_summary(store, Config())
+        summary = build_summary(store)
         data = collect(store, summary)
     assert summary.categories["qa"].checks["exact"].flaky == ["base-varies"]
     by_id = {r.id: r for r in data.rows}
@@ -125,7 +126,7 @@ def test_errors_and_identity_come_from_the_comparison_records(tmp_path: Path) ->
         {"id": "scorer-error", "category": "qa", "checks": {"exact": {"baseline": "pass", "candidate": "error"}}},
     ]
     with make_store(tmp_path, rows) as store:
-        data = collect(store, build_summary(store, Config()))
+        data = collect(store, build_summary(store))
     flags = {r.id: r.flags for r in data.rows}
     assert flags == {"same": ["identical"], "differs": ["divergent"], "no-answer": ["error"], "scorer-error": ["error", "identical"]}
     assert list(data.flag_counts) == list(STATUS_ORDER)

@@ -20,8 +20,8 @@ from qualitycheck.core._records import ErrorInfo, Response, Score
 from qualitycheck.core._store import CaseRecords
 from qualitycheck.serving._errors import ErrorTally
 from qualitycheck.verdict._compare import CaseComparison, compare_case
+from qualitycheck.verdict._drift import DriftTally
 from qualitycheck.verdict._judge_figures import JudgeTally
-from qualitycheck.verdict._stats import DriftTally
 from qualitycheck.verdict._summary import _Tallies
 from tests.unit.verdict.summary_scenarios import drift_features
 from tests.unit.verdict.test_split_walk import mixed

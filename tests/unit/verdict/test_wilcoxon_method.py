@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from qualitycheck.verdict._stats import DriftSamples, _paired_feature_p, format_drift, wilcoxon_method
+from qualitycheck.verdict._drift import DriftSamples, _paired_feature_p, format_drift, wilcoxon_method
 
 
 def _samples(b: list[float], c: list[float]) -> DriftSamples:

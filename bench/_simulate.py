@@ -1,8 +1,10 @@
 """The gate simulated: how often it fails with nothing wrong, and how often it catches a drop of a given size.
 
-Each simulation draws paired outcomes and hands them to the gate's own
-decisions (`verdict._stats`, `verdict._status`, `verdict._gate`), so what
-`bench/gate_power.py` prints is what a run would decide:
+Bench code, outside the product: each simulation draws paired outcomes,
+builds the decision's evidence with the product's own builder
+(`verdict._decision.quality_evidence`) and decides with its one function
+(`decide_quality`), exactly as a run, the sampling rounds and the canary do,
+so what `bench/gate_power.py` prints is what a run would decide:
 
 - `simulate_gate`: one greedy category against its noise floor (the
   false-alarm rate with nothing wrong; the power to see a 2-point drop);
@@ -15,17 +17,42 @@ decisions (`verdict._stats`, `verdict._status`, `verdict._gate`), so what
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from qualitycheck.core._config import RunOptions
-from qualitycheck.verdict._gate import Evidence, MaxQualityRegressionCases
+from qualitycheck.verdict._decision import QualityDecision, decide_quality, quality_evidence
+from qualitycheck.verdict._floor import NoiseSource
+from qualitycheck.verdict._likelihood import ShiftCase
+from qualitycheck.verdict._memo import StatsMemo
+from qualitycheck.verdict._outcomes import CaseOutcome
 from qualitycheck.verdict._sequential import Design, design_for
-from qualitycheck.verdict._stats import ALPHA, CaseOutcome, NoiseSource, classify_cases, quality_stats, sampled_stats
-from qualitycheck.verdict._status import add_regression_evidence
+from qualitycheck.verdict._tests import ALPHA
 
-__all__ = ["RouteFigures", "SampledFigures", "simulate_gate", "simulate_routes", "simulate_sampled"]
+__all__ = [
+    "LikelihoodFigures",
+    "RouteFigures",
+    "SampledFigures",
+    "simulate_gate",
+    "simulate_likelihood",
+    "simulate_routes",
+    "simulate_sampled",
+]
+
+
+def _decided(
+    outcomes: Mapping[str, Mapping[str, Sequence[CaseOutcome]]],
+    thresholds: Mapping[str, int],
+    *,
+    alpha: float = ALPHA,
+    noise_source: NoiseSource | None = None,
+    design: Design | None = None,
+) -> QualityDecision:
+    """The product's decision on simulated outcomes: its evidence builder, then `decide_quality`."""
+    evidence = quality_evidence(outcomes, alpha=alpha, noise_source=noise_source, design=design, describe=False)
+    return decide_quality(evidence, thresholds)
 
 
 def _simulated_outcomes(
@@ -90,15 +117,17 @@ def simulate_gate(
     disagreement rate: a share 2·noise of the cases are coin flips on every
     target (batching non-determinism), the rest are stable. `design` is how
     the run measures its floor (see `_simulated_outcomes`).
-    The decision is the gate's own: regressions beyond the noise allowance
-    greater than `max_cases`.
+    The decision is the gate's own: the route's quality guardrail with
+    `max_quality_regression_cases: max_cases`.
     """
     rng = np.random.default_rng(seed)
     source: NoiseSource | None = "baseline_again" if design == "baseline_again" else None
     fails = 0
-    for _ in range(trials):
-        outs = _simulated_outcomes(rng, n, pass_rate, noise, drop, design, text_noise)
-        fails += classify_cases(outs, alpha, source).regressions_beyond_floor > max_cases
+    with StatsMemo().active():  # the allowances repeat from trial to trial: computed once each
+        for _ in range(trials):
+            outs = _simulated_outcomes(rng, n, pass_rate, noise, drop, design, text_noise)
+            decision = _decided({"cat": {"check": outs}}, {"r": max_cases}, alpha=alpha, noise_source=source)
+            fails += decision.routes["r"].passed is False
     return fails / trials
 
 
@@ -133,6 +162,7 @@ def simulate_routes(
     rng = np.random.default_rng(seed)
     route_of = [f"r{i % routes}" for i in range(cases)]
     failed = every = undecided = 0
+    memo = StatsMemo()
     for _ in range(trials):
         noisy = rng.random(cases) < 2 * noise
         words = noisy | (rng.random(cases) < wording)
@@ -157,10 +187,11 @@ def simulate_routes(
             )
             for i in range(cases)
         ]
-        q = quality_stats({"cat": {"check": outs}}, noise_source="baseline_again", alpha=alpha)
-        ev = Evidence(scored_routes=set(route_of))
-        add_regression_evidence(ev, q)
-        results = {r: MaxQualityRegressionCases(0, r).evaluate(ev).passed for r in sorted(set(route_of))}
+        with memo.active():
+            decision = _decided(
+                {"cat": {"check": outs}}, dict.fromkeys(sorted(set(route_of)), 0), alpha=alpha, noise_source="baseline_again"
+            )
+        results = {r: d.passed for r, d in decision.routes.items()}
         failed += any(v is False for v in results.values())
         undecided += not any(v is False for v in results.values()) and any(v is None for v in results.values())
         if per_route:
@@ -191,9 +222,9 @@ def simulate_sampled(
     """A category of sampled cases whose baseline pass rates spread evenly over [low, high]; the candidate's are `drop` lower.
 
     Sampled in rounds as `pipeline._sampling` does (every case of the
-    undecided category gets the next round, until the test decides or the
-    budget of `run` is spent), and decided by the summary's own test
-    (`sampled_stats`). With `run.repeats` above 1 it is the fixed design.
+    undecided category gets the next round, until the decision says it is
+    decided or the budget of `run` is spent), and decided by the product's
+    decision. With `run.repeats` above 1 it is the fixed design.
     """
     run = run or RunOptions()
     design: Design = design_for(run)
@@ -206,18 +237,78 @@ def simulate_sampled(
     for _ in range(trials):
         b = rng.random((cases, design.looks[-1])) < p[:, None]
         c = rng.random((cases, design.looks[-1])) < q[:, None]
-        sp = None
+        decision = None
         for n in design.looks:
             outs = [
                 CaseOutcome(f"c{i}", "r", tuple(map(bool, b[i, :n])), tuple(map(bool, c[i, :n])), (), (), True, reps[:n], reps[:n])
                 for i in range(cases)
             ]
-            sp = sampled_stats(outs, design)
-            assert sp is not None
-            if sp.decision.outcome != "undecided":
+            decision = _decided({"cat": {"check": outs}}, {}, design=design)
+            if not decision.undecided:
                 break
-        assert sp is not None
-        sp.p_value_holm = sp.decision.p_value  # one sampled cell: Holm changes nothing
-        counts[sp.outcome] += 1
+        assert decision is not None
+        outcome = decision.categories["cat"].checks["check"].sampled
+        assert outcome is not None
+        counts[outcome] += 1
         spent += n
     return SampledFigures(counts["drop"] / trials, counts["no_drop"] / trials, counts["undecided"] / trials, spent / trials)
+
+
+@dataclass(frozen=True)
+class LikelihoodFigures:
+    """Shares of simulated runs whose likelihood cell found a shift, ruled one out, or stayed undecided; samples spent."""
+
+    shift: float
+    no_shift: float
+    undecided: float
+    mean_samples: float
+
+
+def simulate_likelihood(
+    *,
+    cases: int = 16,
+    shift: float = 0.0,
+    between_sd: float = 0.4,
+    within_sd: float = 0.35,
+    candidate_sd: float | None = None,
+    run: RunOptions | None = None,
+    trials: int = 500,
+    seed: int = 0,
+) -> LikelihoodFigures:
+    """A sampled category under the baseline model: each case's level spread by `between_sd`, its samples by `within_sd`.
+
+    The candidate's samples are `shift` nats per token away (and spread by
+    `candidate_sd`, the baseline's by default). Sampled in rounds as
+    `pipeline._sampling` does, and decided by the product's evidence builder
+    and `decide_quality`: the figures are what a run would decide. With no
+    shift and the same spread (exchangeable scores), the share that found a
+    shift is the false-alarm rate.
+    """
+    run = run or RunOptions()
+    design: Design = design_for(run)
+    rng = np.random.default_rng(seed)
+    top = design.looks[-1]
+    counts = {"drop": 0, "no_drop": 0, "undecided": 0}
+    spent = 0
+    for _ in range(trials):
+        level = rng.normal(-1.5, between_sd, cases)
+        b = level[:, None] + rng.normal(0, within_sd, (cases, top))
+        c = level[:, None] + shift + rng.normal(0, candidate_sd if candidate_sd is not None else within_sd, (cases, top))
+        decision = None
+        for n in design.looks:
+            likelihood = {
+                "cat": [
+                    ShiftCase(f"c{i}", "r", tuple((r, float(b[i, r])) for r in range(n)), tuple((r, float(c[i, r])) for r in range(n)))
+                    for i in range(cases)
+                ]
+            }
+            evidence = quality_evidence({}, design=design, describe=False, likelihood=likelihood, category_routes={"cat": {"r"}})
+            decision = decide_quality(evidence, {"r": 0})
+            if not decision.undecided:
+                break
+        assert decision is not None
+        finding = decision.categories["cat"].likelihood
+        assert finding is not None
+        counts[finding.outcome] += 1
+        spent += n
+    return LikelihoodFigures(counts["drop"] / trials, counts["no_drop"] / trials, counts["undecided"] / trials, spent / trials)
