@@ -20,12 +20,19 @@ from tests.e2e.e2e_helpers import MODEL, SUITES, assert_no_sampled_loss, explain
 pytestmark = [pytest.mark.e2e, pytest.mark.engines("fp32", "fp32-ngram")]
 
 SAMPLED = SUITES / "sampled.jsonl"
+
+CHECKS_ONLY = "--no-likelihood"
+"""These runs show what the checks alone find, and are sized for that: with the likelihood stage on, a run stops at
+the first look whose likelihood cell decides, before the rarer check events are counted. What the baseline model's
+likelihood adds on real vLLM is shown in test_1d_likelihood.py."""
 AA_REPEATS = 6
 """Samples per case and side of the A/A run: the fewest that catch a comparison biased by the greedy floor at
 STRONG_EVIDENCE_P with probability 0.99 (test_a_faithful_sampled_candidate_is_no_false_alarm says how)."""
 
 
-def _run(servers: dict[str, Any], candidate: str, suite: Path, tmp_path: Path, name: str, **run: Any) -> tuple[Any, dict[str, Any]]:
+def _run(
+    servers: dict[str, Any], candidate: str, suite: Path, tmp_path: Path, name: str, *flags: str, **run: Any
+) -> tuple[Any, dict[str, Any]]:
     out = tmp_path / name
     proc = qc(
         "run",
@@ -43,6 +50,7 @@ def _run(servers: dict[str, Any], candidate: str, suite: Path, tmp_path: Path, n
         str(out),
         "--concurrency",
         "8",
+        *flags,
     )
     return proc, summary_of(out)
 
@@ -80,7 +88,7 @@ def test_ngram_at_temperature_loses_json_and_arithmetic_and_a_default_run_fails_
     family it doubled the p-value the arithmetic cell had to reach.
     """
     servers = engines.use("fp32", "fp32-ngram")
-    proc, s = _run(servers, "fp32-ngram", of_categories(SAMPLED, tmp_path, "json", "math"), tmp_path, "sampled")
+    proc, s = _run(servers, "fp32-ngram", of_categories(SAMPLED, tmp_path, "json", "math"), tmp_path, "sampled", CHECKS_ONLY)
     assert proc.returncode == 1 and s["verdict"] == "fail", explain(proc)
     assert s["repeats"] == 1 and s["sampling"]["mode"] == "adaptive", "a default run: no --repeats"
     assert "sampling round" in proc.stderr or len(s["sampling"]["rounds"]) == 1
@@ -116,7 +124,13 @@ def test_a_faithful_sampled_candidate_is_no_false_alarm(engines: Any, tmp_path: 
     """
     servers = engines.use("fp32", "fp32-ngram")
     proc, s = _run(
-        {**servers, "same": servers["fp32"]}, "same", of_categories(SAMPLED, tmp_path, "json"), tmp_path, "aa", repeats=AA_REPEATS
+        {**servers, "same": servers["fp32"]},
+        "same",
+        of_categories(SAMPLED, tmp_path, "json"),
+        tmp_path,
+        "aa",
+        CHECKS_ONLY,
+        repeats=AA_REPEATS,
     )
     assert set(s["categories"]) == {"json"} and all(c.get("sampled") for c in s["categories"]["json"]["checks"].values())
     assert_no_sampled_loss(s, proc)
@@ -124,7 +138,7 @@ def test_a_faithful_sampled_candidate_is_no_false_alarm(engines: Any, tmp_path: 
 
 def test_the_same_suite_at_temperature_0_passes_its_quality_guardrails(engines: Any, tmp_path: Path) -> None:
     servers = engines.use("fp32", "fp32-ngram")
-    proc, s = _run(servers, "fp32-ngram", greedy_copy(SAMPLED, tmp_path), tmp_path, "greedy")
+    proc, s = _run(servers, "fp32-ngram", greedy_copy(SAMPLED, tmp_path), tmp_path, "greedy", CHECKS_ONLY)
     quality = [g for g in s["guardrails"] if g["name"] == "max_quality_regression_cases"]
     assert quality and all(g["passed"] is True for g in quality), explain(proc)
     assert all(c["verdict"] == "pass" and c["identical_rate"] == 1.0 for c in s["categories"].values())
