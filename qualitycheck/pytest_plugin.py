@@ -23,6 +23,7 @@ import pytest
 from _pytest._code.code import TerminalRepr
 
 from qualitycheck.cli._options import (
+    CI_OPTIONS,
     LIKELIHOOD_OPTIONS,
     REPORT_OPTIONS,
     RUN_OPTIONS,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 SUMMARY_KEY = pytest.StashKey["Summary"]()
 SUMMARY_PATH_KEY = pytest.StashKey[str]()
 _PREFIX = "--qc-"
-_GATE_OPTIONS = (*TARGET_OPTIONS, *RUN_OPTIONS, *STORED_BASELINE_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS)
+_GATE_OPTIONS = (*TARGET_OPTIONS, *RUN_OPTIONS, *STORED_BASELINE_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS, *CI_OPTIONS)
 """The `qualitycheck run` flags, declared once in the CLI and added here with the `--qc-` prefix."""
 
 
@@ -64,10 +65,14 @@ def _run_or_regate(config: pytest.Config) -> Path:
 
     opt = config.getoption
     try:
+        if opt("qc_mlflow"):  # before the run spends GPU time
+            from qualitycheck.report._mlflow import require_mlflow
+
+            require_mlflow()
         if opt("qc_run"):
             folder = Path(opt("qc_run"))
             redo(folder, "gate", opt("qc_config"))
-            return folder
+            return _published(folder, opt("qc_mlflow"))
         values = {dest(o, _PREFIX): opt(dest(o, _PREFIX)) for o in _GATE_OPTIONS}
         cfg = load_config(opt("qc_config"), config_overrides(values, _GATE_OPTIONS, _PREFIX))
         suites = opt("qc_suite") or cfg.suites
@@ -89,9 +94,18 @@ def _run_or_regate(config: pytest.Config) -> Path:
             )
         out = Path(opt("qc_out")) if opt("qc_out") else Path("reports") / time.strftime("pytest-%Y%m%d-%H%M%S")
         run(cfg, suites, out, baseline_run=stored)
-        return out
+        return _published(out, opt("qc_mlflow"))
     except QualitycheckError as exc:
         raise pytest.UsageError(f"qualitycheck: {exc}") from None
+
+
+def _published(folder: Path, mlflow_uri: str | None) -> Path:
+    """`--qc-mlflow URI`: the gated run logged to MLflow, as `qualitycheck run --mlflow` logs it."""
+    if mlflow_uri:
+        from qualitycheck.report._mlflow import log_run
+
+        log_run(folder, mlflow_uri)
+    return folder
 
 
 @pytest.hookimpl(trylast=True)

@@ -257,7 +257,12 @@ class TestServer:
                 status=404,
             )
         fault = self._fault(prompt)
-        if not chat and (fault is None or fault.kind != "status") and self._is_ids(body.get("prompt")) and body.get("prompt_logprobs"):
+        if (
+            not chat
+            and (fault is None or fault.kind != "status")
+            and self._is_ids(body.get("prompt"))
+            and body.get("prompt_logprobs") is not None
+        ):
             return self._prompt_logprobs(body)
         if fault and fault.kind == "status":
             headers = {"Retry-After": fault.retry_after} if fault.retry_after else None

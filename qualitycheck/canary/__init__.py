@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from qualitycheck.canary._record import CanaryRecord as CanaryRecord
     from qualitycheck.canary._record import canary_json_schema as canary_json_schema
     from qualitycheck.canary._sources import parse_page as parse_page
+    from qualitycheck.canary._status import CanaryStatus as CanaryStatus
+    from qualitycheck.canary._status import status_json_schema as status_json_schema
     from qualitycheck.canary._watch import Watcher as Watcher
     from qualitycheck.canary._watch import exit_code as exit_code
     from qualitycheck.canary._watch import rearm as rearm
@@ -23,11 +25,13 @@ if TYPE_CHECKING:
 _HOME = {
     "ActionRunner": "_actions",
     "CanaryRecord": "_record",
+    "CanaryStatus": "_status",
     "Watcher": "_watch",
     "canary_json_schema": "_record",
     "exit_code": "_watch",
     "parse_page": "_sources",
     "rearm": "_watch",
+    "status_json_schema": "_status",
 }
 
 __all__ = sorted(_HOME)

@@ -49,6 +49,7 @@ from qualitycheck.generation._metrics import parse_dcgm, parse_metrics
 
 __all__ = [
     "DEFAULT_PROMQL",
+    "LONGEST_REQUEST_S",
     "Histogram",
     "PromResult",
     "Snapshot",
@@ -59,6 +60,9 @@ __all__ = [
 
 _HTTP = HttpPolicy(timeout_s=10.0, retries=2, backoff_s=0.2)
 """A page's scrape and a PromQL query: a window waits on them, so a source that does not answer soon is down for that window."""
+
+LONGEST_REQUEST_S = _HTTP.timeout_s * (_HTTP.retries + 1) + _HTTP.backoff_s * (2**_HTTP.retries - 1)
+"""The longest one scrape or query may hold a window up: every try timing out, with the longest backoffs between."""
 
 _ENGINES = ("vllm", "sglang", "llamacpp")
 """The engines whose names `auto` recognises, by their metric prefix (`vllm:`, ...)."""

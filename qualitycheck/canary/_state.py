@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from qualitycheck.canary._record import ActionRecord, RouteState
 from qualitycheck.core._errors import StoreError
 
-__all__ = ["CanaryState", "locked_state", "state_path"]
+__all__ = ["CanaryState", "locked_state", "read_state", "state_path"]
 
 STATE_VERSION = 1
 
@@ -67,6 +67,17 @@ def locked_state(out: Path, dry_run: bool = False) -> Iterator[CanaryState]:
             os.replace(tmp, path)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def read_state(out: Path, dry_run: bool = False) -> CanaryState:
+    """The state as it is now, for a reader that must not wait (the HTTP answers); never written.
+
+    Read without the lock: the file is only ever replaced whole (`os.replace`),
+    so a reader sees the state before or after a window, never half of one. A
+    window holds the lock while its fallback action runs, on the same event
+    loop as the answers, so waiting for the lock there would wait for ever.
+    """
+    return _read(state_path(out, dry_run))
 
 
 def _read(path: Path) -> CanaryState:

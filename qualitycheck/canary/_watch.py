@@ -15,7 +15,8 @@ One evaluation (`Watcher.step`):
 4. run the route's fallback action once (`_actions`), keep it pending and
    retry it every window while it fails, or only record it (`--dry-run`);
 5. append the window to `OUT/canary.jsonl` and publish the state on
-   `/qc/metrics`.
+   `/qc/metrics`; `status()` is the decision as rollout controllers read it
+   (`/qc/status`, `_status`).
 
 Endpoint-wide guardrails (acceptance, TPOT, error rate) apply to every
 watched route; a route's override applies to that route; quality is per
@@ -43,8 +44,9 @@ from qualitycheck.canary._record import (
     RouteState,
     SourceStatus,
 )
-from qualitycheck.canary._sources import DEFAULT_PROMQL, PromResult, query_prometheus, scrape_page
-from qualitycheck.canary._state import CanaryState, locked_state
+from qualitycheck.canary._sources import DEFAULT_PROMQL, LONGEST_REQUEST_S, PromResult, query_prometheus, scrape_page
+from qualitycheck.canary._state import CanaryState, locked_state, read_state
+from qualitycheck.canary._status import STALE_AFTER_INTERVALS, CanaryStatus, build_status
 from qualitycheck.canary._window import History, WindowDelta, histogram_quantile, window_delta
 from qualitycheck.core._config_file import Config
 from qualitycheck.pipeline._run import verdict_settings
@@ -63,6 +65,13 @@ _ACCEPTANCE, _TPOT, _ERRORS, _QUALITY = (
     "max_error_rate",
     "max_quality_regression_cases",
 )
+_UNWATCHED = {
+    _ACCEPTANCE: "no source: give --candidate-metrics or --prometheus",
+    _TPOT: "no source: give --candidate-metrics and --baseline-metrics, or canary.promql tpot_p95_candidate and tpot_p95_baseline",
+    _ERRORS: "no source: give --shadow-metrics or --candidate-metrics, or canary.promql errors and requests",
+    _QUALITY: "no source: give --run DIR (a live shadow or canary run folder)",
+}
+"""Why a configured guardrail is unwatched, and what would watch it."""
 
 
 def exit_code(record: CanaryRecord) -> int:
@@ -124,6 +133,9 @@ class Watcher:
         self.prom: dict[str, PromResult] = {}
         self.metrics: Any = None  # the /qc/metrics registry, when served
         self._slow_scrapes: list[str] = []  # alerts for the next window
+        self.last: CanaryRecord | None = None
+        """The last window decided by this process: what `status()` answers from."""
+        self.decided = 0
 
     # ------------------------------------------------------------ scraping
     @property
@@ -202,8 +214,8 @@ class Watcher:
         if any(r.name == _QUALITY for r in self.rules):
             if self.run_dir is None:
                 unwatched.append(_QUALITY)
-            else:
-                quality = self._quality(now)
+            else:  # a large folder takes a while to summarise: /qc/status must answer meanwhile
+                quality = await asyncio.to_thread(self._quality, now)
 
         results: list[tuple[str, GuardrailWindow]] = []
         for rule in self.rules:
@@ -223,6 +235,7 @@ class Watcher:
         gpu = self._gpu(deltas)
         record = await self._decide(now, results, sources, unwatched, acceptance, gpu, alerts)
         self._append(record)
+        self.last, self.decided = record, self.decided + 1
         self._publish(record)
         for a in record.alerts:
             self.log(f"qualitycheck canary: ALERT: {a}")
@@ -515,7 +528,55 @@ class Watcher:
 
     def _publish(self, record: CanaryRecord) -> None:
         if self.metrics is not None:
-            self.metrics.update(record)
+            self.metrics.update(record, [r for _, r in self._unwatched(record)])
+
+    # ------------------------------------------------------------ what controllers read
+    @property
+    def stale_after_s(self) -> float:
+        """A window this late is not coming: intervals beyond the longest one scrape or query may hold a window up.
+
+        A source slower than that leaves its guardrails not evaluated anyway, so erring short only says so earlier.
+        """
+        return float(STALE_AFTER_INTERVALS * self.c.interval_s + LONGEST_REQUEST_S)
+
+    def status(self) -> CanaryStatus:
+        """The decision for now, per route (`/qc/status`): the last window's guardrails, the unwatched ones, the state."""
+        rec = self.last
+        if rec is None:
+            state = read_state(self.out, self.dry_run)
+            routes = [state.routes.get(r, RouteState(route=r, state="armed")) for r in self.routes]
+        else:
+            routes = [r for r in rec.routes if r.route in self.routes]
+        per_route: dict[str, list[GuardrailWindow]] = {r: [] for r in self.routes}
+        for gw in rec.guardrails if rec is not None else []:
+            per_route[gw.result.route].append(gw)
+        for route, result in self._unwatched(rec):
+            per_route[route].append(GuardrailWindow(result=result))
+        return build_status(
+            now=self.clock(),
+            record=rec,
+            routes=routes,
+            guardrails=per_route,
+            interval_s=self.c.interval_s,
+            window_s=self.window_s,
+            stale_after_s=self.stale_after_s,
+            trip_after=self.c.trip_after,
+            dry_run=self.dry_run,
+            decided=self.decided,
+        )
+
+    def _unwatched(self, rec: CanaryRecord | None) -> list[tuple[str, GuardrailResult]]:
+        """Each route's guardrails the window holds no result for, as not evaluated: unwatched ones, or all before a first window."""
+        if rec is not None and not rec.unwatched:
+            return []
+        out: list[tuple[str, GuardrailResult]] = []
+        for rule in self.rules:
+            if rec is not None and rule.name not in rec.unwatched:
+                continue
+            why = _UNWATCHED.get(rule.name, "no source") if rec is not None else "no window decided yet"
+            for route in self.routes if _route(rule) == ALL_ROUTES else [_route(rule)]:
+                out.append((route, dataclasses.replace(_judge(rule, _Reading(missing=why)), route=route)))
+        return out
 
     # ------------------------------------------------------------ loops
     async def once(self) -> CanaryRecord:

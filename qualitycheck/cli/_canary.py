@@ -84,14 +84,15 @@ def cmd_canary(a: argparse.Namespace) -> int:
 async def _watch(watcher: Watcher, listen: str) -> CanaryRecord | None:
     import asyncio
 
-    from qualitycheck.canary._serve import CanaryMetrics, serve_metrics
+    from qualitycheck.canary._serve import CanaryMetrics, serve
 
     metrics = CanaryMetrics()
     watcher.metrics = metrics
-    runner, url = await serve_metrics(metrics, listen)
+    runner, url = await serve(metrics, watcher.status, listen, watcher.log)
     print(
         f"qualitycheck canary: watching every {watcher.c.interval} over {watcher.c.window}, trip after {watcher.c.trip_after}; "
-        f"routes {', '.join(watcher.routes)}; state on {url}; records in {watcher.out / 'canary.jsonl'}",
+        f"routes {', '.join(watcher.routes)}; state on {url}/qc/metrics, decision on {url}/qc/status "
+        f"(Flagger's webhooks on {url}/qc/flagger/<type>); records in {watcher.out / 'canary.jsonl'}",
         file=sys.stderr,
         flush=True,
     )

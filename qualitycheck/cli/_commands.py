@@ -66,7 +66,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         )
     suites = _suites(a, cfg)
     out = Path(a.out) if a.out else Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    return run(cfg, suites, out, baseline_run=stored)
+    _check_publishers(a)
+    return _published(a, out, run(cfg, suites, out, baseline_run=stored))
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
@@ -85,7 +86,31 @@ def cmd_stage(a: argparse.Namespace) -> int:
         raise ConfigError(
             [Problem("command line", None, "--report-max-cases", f"expected a whole number of at least 1, got {a.report_max_cases}")]
         )
-    return redo(Path(a.dir), a.command, a.config, report_max_cases=a.report_max_cases)
+    _check_publishers(a)
+    return _published(a, Path(a.dir), redo(Path(a.dir), a.command, a.config, report_max_cases=a.report_max_cases))
+
+
+def _check_publishers(a: argparse.Namespace) -> None:
+    """A publisher that cannot work is refused before the run spends GPU time (the mlflow extra missing)."""
+    if a.mlflow:
+        from qualitycheck.report._mlflow import require_mlflow
+
+        require_mlflow()
+
+
+def _published(a: argparse.Namespace, folder: Path, code: int) -> int:
+    """The run's verdict, once CI has it: under GitHub Actions the step summary and the annotations (`run`, `gate`),
+    and with `--mlflow` the MLflow run (a tracking server that fails is exit 3, the folder being complete)."""
+    if a.command in ("run", "gate"):
+        from qualitycheck.report._github import github_actions
+
+        github_actions(folder)
+    if a.mlflow:
+        from qualitycheck.report._mlflow import log_run
+
+        run_id = log_run(folder, a.mlflow)
+        print(f"qualitycheck: logged to MLflow {a.mlflow} as run {run_id}", file=sys.stderr)
+    return code
 
 
 def cmd_likelihood(a: argparse.Namespace) -> int:

@@ -12,8 +12,10 @@ import sys
 
 from qualitycheck.cli._canary import cmd_canary
 from qualitycheck.cli._commands import COMMANDS, EXIT_INCOMPLETE, EXIT_INPUT
+from qualitycheck.cli._import import add_import_command, cmd_import
 from qualitycheck.cli._options import (
     CANARY_COMMAND_OPTIONS,
+    CI_OPTIONS,
     COMPARE_OPTIONS,
     LIKELIHOOD_OPTIONS,
     PREFLIGHT_OPTIONS,
@@ -47,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", help="generate, score, compare, gate and report")
-    add_options(p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *STORED_BASELINE_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS))
+    add_options(
+        p.add_argument, (*TARGET_OPTIONS, *RUN_OPTIONS, *STORED_BASELINE_OPTIONS, *LIKELIHOOD_OPTIONS, *REPORT_OPTIONS, *CI_OPTIONS)
+    )
 
     p = sub.add_parser(
         "compare",
@@ -68,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("dir", metavar="DIR")
         p.add_argument("-c", "--config", help="config with guardrails (default: the run's own)")
-        add_options(p.add_argument, REPORT_OPTIONS)
+        add_options(p.add_argument, (*REPORT_OPTIONS, *CI_OPTIONS))
 
     p = sub.add_parser(
         "likelihood",
@@ -121,13 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(p.add_argument, CANARY_COMMAND_OPTIONS)
 
     add_review_command(sub)
+    add_import_command(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema (Draft 2020-12) of a file qualitycheck writes")
     p.add_argument(
         "name",
-        choices=("summary", "replay", "canary", "artifacts", "likelihoods"),
+        choices=("summary", "replay", "canary", "canary-status", "artifacts", "likelihoods"),
         help="summary: summary.json; replay: a replayed suite's replay.json; canary: a line of canary.jsonl; "
-        "artifacts: the typed records a run folder's run.sqlite holds; likelihoods: a row of its likelihoods table",
+        "canary-status: the canary watcher's /qc/status; artifacts: the typed records a run folder's run.sqlite holds; "
+        "likelihoods: a row of its likelihoods table",
     )
 
     return parser
@@ -157,6 +163,11 @@ def cmd_schema(a: argparse.Namespace) -> int:
 
         print(json.dumps(canary_json_schema(), indent=2))
         return 0
+    if a.name == "canary-status":
+        from qualitycheck.canary._status import status_json_schema
+
+        print(json.dumps(status_json_schema(), indent=2))
+        return 0
     from qualitycheck.verdict._model import summary_json_schema
 
     print(json.dumps(summary_json_schema(), indent=2))
@@ -166,6 +177,7 @@ def cmd_schema(a: argparse.Namespace) -> int:
 COMMANDS["schema"] = cmd_schema
 COMMANDS["review"] = cmd_review
 COMMANDS["canary"] = cmd_canary
+COMMANDS["import"] = cmd_import
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,9 @@ from qualitycheck.core._errors import ConfigError, Problem
 __all__ = [
     "CANARY_COMMAND_OPTIONS",
     "CANARY_OPTIONS",
+    "CI_OPTIONS",
     "COMPARE_OPTIONS",
+    "IMPORT_OPTIONS",
     "LIKELIHOOD_OPTIONS",
     "PREFLIGHT_OPTIONS",
     "REPLAY_OPTIONS",
@@ -168,6 +170,38 @@ REPLAY_OPTIONS = (
 """`replay`: request logs → a suite. No config keys: a replay reads logs, not endpoints."""
 
 
+IMPORT_OPTIONS = (
+    Option("out", "the suite file to write (.jsonl); an earlier import's file is replaced, no other file", metavar="SUITE.jsonl"),
+    Option("category", "category of every case (default: the source's name)", metavar="NAME"),
+    Option(
+        "skip-unmapped",
+        "write what maps and list each assert, scorer, field or case that does not as skipped (default: refuse the import, exit 2)",
+        action="store_true",
+    ),
+    Option("prompt", "promptfoo: the prompt template for a tests file without a config (the text, or file://PATH)", metavar="TEMPLATE"),
+    Option("registry", "openai-evals: the registry YAML that registers the eval (its class picks the check)", metavar="FILE"),
+    Option("eval", "openai-evals: the eval's name in --registry", metavar="NAME"),
+    Option("split", "hf-datasets: the split to import (needed when the dataset has several)", metavar="SPLIT"),
+    Option("prompt-field", "hf-datasets: the column holding the prompt (text, or chat messages)", metavar="FIELD"),
+    Option("reference-field", "hf-datasets: the column holding the reference answer (text, or a list of accepted texts)", metavar="FIELD"),
+    Option("id-field", "hf-datasets: the column holding each case's id (default: <name>-<row>)", metavar="FIELD"),
+    Option("category-field", "hf-datasets: the column holding each case's category (default: --category)", metavar="FIELD"),
+    Option("check", "hf-datasets: how the reference is checked: exact (default), contains or icontains", metavar="CHECK"),
+)
+"""`import FORMAT SRC`: an eval set of another tool → a suite. No config keys: an import reads files, not endpoints."""
+
+
+CI_OPTIONS = (
+    Option(
+        "mlflow",
+        "log summary.json's figures as metrics and the report, summary and sign-off as artifacts to this MLflow tracking URI "
+        "(e.g. sqlite:///mlflow.db or http://mlflow:5000; the `mlflow` extra)",
+        metavar="URI",
+    ),
+)
+"""Where a finished run is published besides its folder: `run` and the stages redone from the store."""
+
+
 CANARY_OPTIONS = (
     Option(
         "candidate-metrics",
@@ -197,7 +231,11 @@ CANARY_OPTIONS = (
         type=int,
     ),
     Option(
-        "listen", "serve the watcher's state on http://HOST:PORT/qc/metrics (default 127.0.0.1:0)", key="canary.listen", metavar="HOST:PORT"
+        "listen",
+        "serve /qc/metrics, /qc/status, /qc/ready and Flagger's webhooks (/qc/flagger/TYPE) on HOST:PORT "
+        "(default 127.0.0.1:0; 0.0.0.0:PORT for a controller in the cluster)",
+        key="canary.listen",
+        metavar="HOST:PORT",
     ),
     Option("once", "evaluate one window and exit: 0 healthy, 1 tripped, 3 not enough evidence", action="store_true"),
     Option("dry-run", "only record the decisions (canary.jsonl); run no action", action="store_true"),

@@ -111,7 +111,7 @@ class CanaryConfig(BaseModel):
     trip_after: int = Field(default=3, ge=1)
     """Consecutive failing windows (each with enough evidence) before a route trips."""
     listen: str = "127.0.0.1:0"
-    """Where the watcher serves its own state on /qc/metrics (port 0: a free port, printed at start)."""
+    """Where the watcher serves /qc/metrics, /qc/status, /qc/ready and Flagger's webhooks (port 0: a free port, printed at start)."""
     action_retries: int = Field(default=3, ge=0, le=100)
     """Tries of a failing fallback action per window; it stays pending, and is tried again, until it succeeds."""
 

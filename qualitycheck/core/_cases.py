@@ -30,6 +30,7 @@ __all__ = [
     "scan_suite",
     "suite_files",
     "suite_fingerprint",
+    "validate_case",
 ]
 
 SUITE_SUFFIXES = (".jsonl", ".yaml", ".yml")
@@ -507,13 +508,27 @@ def _validated(paths: Iterable[str | Path], problems: list[Problem], seen: _Seen
                     problems.append(Problem(where, line, "id", f"duplicate id {raw_id!r} (first at {first[0]}:{first[1]})"))
                 else:
                     seen.add(raw_id, file_no, line)
-            try:
-                case = Case.model_validate(obj)
-            except ValidationError as exc:
-                problems.extend(_validation_problems(exc, where, line, lines_of))
-                continue
-            case = _check_files(case, path, line, problems)
-            yield case.model_copy(update={"file": where, "line": line})
+            case = validate_case(obj, path, line, problems, lines_of)
+            if case is not None:
+                yield case
+
+
+def validate_case(obj: dict[str, Any], path: Path, line: int, problems: list[Problem], lines_of: Any = None) -> Case | None:
+    """One case object as `validate` reads it from `path:line`; its problems are appended (None: not a case at all).
+
+    What every reader of cases shares: the model's problems by field, then
+    each family's load-time check against the suite file's folder. An
+    importer hands a case it made here before writing it, so what it
+    writes is what `qualitycheck validate` accepts.
+    """
+    where = str(path)
+    try:
+        case = Case.model_validate(obj)
+    except ValidationError as exc:
+        problems.extend(_validation_problems(exc, where, line, lines_of))
+        return None
+    case = _check_files(case, path, line, problems)  # its problems are appended; the case is still read, as before
+    return case.model_copy(update={"file": where, "line": line})
 
 
 def _raise_if(problems: list[Problem]) -> None:

@@ -227,6 +227,22 @@ class RunStore:
         q = f"SELECT id, category, {_ROUTE} FROM cases ORDER BY idx"
         return {i: (c, r) for i, c, r in self._db.execute(q)}
 
+    def case_locations(self, ids: Iterable[str]) -> dict[str, tuple[str | None, int | None]]:
+        """case id → (suite file, line) it was read from, for these ids (None, None: a case with no suite line, as a shadow's).
+
+        Read by SQLite from the stored bodies without parsing a case: CI
+        annotations point a regression at its suite line from the store
+        alone (`qualitycheck gate DIR`). Stores written before cases kept
+        their line read as (None, None).
+        """
+        wanted = list(dict.fromkeys(ids))
+        out: dict[str, tuple[str | None, int | None]] = {}
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i : i + 500]
+            q = f"SELECT id, json_extract(body, '$._file'), json_extract(body, '$._line') FROM cases WHERE id IN ({','.join('?' * len(chunk))})"
+            out.update({cid: (f, int(n) if n is not None else None) for cid, f, n in self._db.execute(q, chunk)})
+        return out
+
     def category_routes(self) -> dict[str, dict[str, int]]:
         """category → route → number of cases, counted by SQLite."""
         q = f"SELECT category, {_ROUTE}, COUNT(*) FROM cases GROUP BY 1, 2 ORDER BY 1, 2"

@@ -220,7 +220,15 @@ class Scorer:
         body = await self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False})
         return _ids(body.get("tokens") if isinstance(body, dict) else None, "/tokenize tokens")
 
-    async def score(self, prompt: list[int], answer: list[int]) -> Scored:
+    async def score(self, prompt: list[int], answer: list[int], *, top: bool = True) -> Scored:
+        """The answer's tokens under the scorer; `top`: with the k most likely tokens at each position too.
+
+        vLLM ranks the answer's own token over the whole vocabulary either
+        way, so only a divergence (which lists the baseline model's first
+        choices) needs the top-k: without it vLLM builds, detokenizes and
+        sends one entry per prompt position instead of k + 1. SGLang ranks a
+        token only within its top-k, so it is always asked for them.
+        """
         if not prompt:
             raise ScoreFailed(_bad("the prompt has no tokens: its first answer token has no context to be scored in"))
         if self.engine == "sglang":
@@ -236,13 +244,13 @@ class Scorer:
                 },
             )
             return parse_sglang(body, len(prompt), answer)
-        asked = self.top_k
+        asked = self.top_k if top else 0
         request = {"model": self.model, "prompt": prompt + answer, "max_tokens": 1, "temperature": 0, "prompt_logprobs": asked}
         try:
             body = await self._post("/v1/completions", request)
         except ScoreFailed as exc:
             allowed = _MAX_ALLOWED.search(exc.info.message) if exc.info.status == 400 and "logprobs" in exc.info.message else None
-            if allowed is None or int(allowed.group(1)) >= asked:
+            if allowed is None or not top or int(allowed.group(1)) >= asked:
                 raise
             self.top_k = min(self.top_k, max(1, int(allowed.group(1))))  # the server's --max-logprobs: what it allows from now on
             body = await self._post("/v1/completions", {**request, "prompt_logprobs": self.top_k})

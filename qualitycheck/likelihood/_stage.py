@@ -34,7 +34,7 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -166,10 +166,9 @@ class _Pass:
         self.identity = settings.identity
         self.tally = _Tally()
         self.scorer: Scorer | None = None
-        self.result: LikelihoodStage | None = None
         self._requests: asyncio.Semaphore
-        self._inflight: dict[str, asyncio.Task[Scored]] = {}
-        """Content digest → its scoring in this pass: identical answers wait for the one prefill."""
+        self._inflight: dict[tuple[str, bool], asyncio.Task[Scored]] = {}
+        """(content digest, with top tokens) → its scoring in this pass: identical answers wait for the one prefill."""
 
     # ------------------------------------------------------------ the pass
     async def run(self, case_ids: frozenset[str] | None) -> LikelihoodStage:
@@ -190,8 +189,8 @@ class _Pass:
         finally:
             self.progress.stop()
             await http.aclose()
-            self.result = self._finish(started, time.perf_counter() - t0, reason)
-        return self.result
+            stage = self._finish(started, time.perf_counter() - t0, reason)
+        return stage
 
     def _finish(self, started: float, seconds: float, reason: str) -> LikelihoodStage:
         t = self.tally
@@ -268,10 +267,10 @@ class _Pass:
                 base = answers.get((BASELINE, rep))
                 if target == BASELINE or base is None or _same_answer(base.response, other.response, by_ids):
                     continue
-                if base.record is not None and base.record.status != "scored":
-                    continue  # the baseline's answer cannot be scored: there is no distribution to explain the divergence with
+                if any(a.record is not None and a.record.status != "scored" for a in (base, other)):
+                    continue  # one answer cannot be scored (too long): there is no distribution to explain the divergence with
                 have = other.record.divergence if other.record is not None else None
-                if other.record is None or other.record.status != "scored" or have is None or have.baseline_answer != base.answer:
+                if other.record is None or have is None or have.baseline_answer != base.answer:
                     pairs.append((base, other))
         for base, other in pairs:  # a divergence needs both answers' top tokens: both are scored in this pass
             base.record = other.record = None
@@ -339,24 +338,28 @@ class _Pass:
                     self._store_failure(case, a, ids)
                     continue
                 a.tokens = ids
-        await asyncio.gather(*(self._score_answer(case, a, prompt) for a in answers if a.record is None and a.tokens is not None))
+        await asyncio.gather(
+            *(self._score_answer(case, a, prompt, top=id(a) in in_pair) for a in answers if a.record is None and a.tokens is not None)
+        )
         for base, other in pairs:
             if base.scored is not None and other.scored is not None and other.record is not None and other.record.status == "scored":
                 other.record = other.record.model_copy(update={"divergence": _divergence(base, other)})
         self._write(answers)
 
-    async def _tokens(self, call: Any) -> list[int] | _Failed:
-        async with self._requests:
-            try:
+    async def _tokens(self, call: Coroutine[Any, Any, list[int]]) -> list[int] | _Failed:
+        try:
+            async with self._requests:
                 ids: list[int] = await call
                 return ids
-            except ScoreFailed as exc:
-                return _Failed("error", exc.info.message)
-            except TooLong as exc:
-                return _Failed("too_long", f"the scorer refused it as too long: {exc}")
+        except ScoreFailed as exc:
+            return _Failed("error", exc.info.message)
+        except TooLong as exc:
+            return _Failed("too_long", f"the scorer refused it as too long: {exc}")
+        finally:
+            call.close()  # cancelled while waiting for a request slot: the call never started, and is closed unstarted
 
-    async def _score_answer(self, case: Case, a: _Answer, prompt: list[int]) -> None:
-        """Score one answer, or wait for the prefill of an identical one in this pass (its top tokens come with it)."""
+    async def _score_answer(self, case: Case, a: _Answer, prompt: list[int], *, top: bool) -> None:
+        """Score one answer, or wait for the prefill of an identical one in this pass; `top`: a divergence needs its top tokens."""
         assert self.scorer is not None and a.tokens is not None
         tokens = a.tokens
         if not self.scorer.fits(len(prompt), len(tokens)):
@@ -364,11 +367,11 @@ class _Pass:
             why = f"prompt {len(prompt)} + answer {len(tokens)} tokens do not fit the scorer's context of {limit}"
             self._store_failure(case, a, _Failed("too_long", why))
             return
-        task = self._inflight.get(a.content)
+        task = self._inflight.get((a.content, True)) or (None if top else self._inflight.get((a.content, False)))
         reused = task is not None
         if task is None:
-            task = asyncio.ensure_future(self._prefill(prompt, tokens))
-            self._inflight[a.content] = task
+            task = asyncio.ensure_future(self._prefill(prompt, tokens, top=top))
+            self._inflight[(a.content, top)] = task
         try:
             a.scored = await asyncio.shield(task)
         except TooLong as exc:
@@ -382,11 +385,11 @@ class _Pass:
         self.tally.reused += reused
         self.progress.advance(a.response.target, True)
 
-    async def _prefill(self, prompt: list[int], tokens: list[int]) -> Scored:
+    async def _prefill(self, prompt: list[int], tokens: list[int], *, top: bool) -> Scored:
         assert self.scorer is not None
         async with self._requests:
             self.tally.requests += 1
-            scored = await self.scorer.score(prompt, tokens)
+            scored = await self.scorer.score(prompt, tokens, top=top)
         self.tally.prefilled += scored.prefilled
         return scored
 
@@ -503,7 +506,8 @@ def _pass_line(stage: LikelihoodStage, this: LikelihoodPass, t: _Tally) -> str:
     if not stage.evaluated:
         return f"qualitycheck: likelihood: not evaluated: {stage.reason}"
     if not this.answers:
-        return f"qualitycheck: likelihood: every answer already scored ({stage.scored} of {stage.answers})"
+        held = f"{stage.scored} scored" + (f", {stage.too_long} too long" if stage.too_long else "")
+        return f"qualitycheck: likelihood: every answer already has a record ({held}, of {stage.answers} answers)"
     parts = [
         f"qualitycheck: likelihood: scored {this.scored} of {this.answers} answers"
         + (f" ({this.reused} identical to one already scored)" if this.reused else "")

@@ -29,13 +29,25 @@ from typing import Any
 import numpy as np
 from pydantic_core import to_jsonable_python
 
-from qualitycheck.core._records import Response
+from qualitycheck.core._records import LikelihoodRecord, LikelihoodStage, Response, TokenLogprob
 from qualitycheck.core._store import CaseRecords, GroupsById, RunStore
 from qualitycheck.verdict._compare import CaseComparison
-from qualitycheck.verdict._model import Summary
+from qualitycheck.verdict._likelihood import LikelihoodTally, current_likelihoods
+from qualitycheck.verdict._model import DivergenceSummary, Summary
 from qualitycheck.verdict._status import STATUS_ORDER, CaseStatus, Status, StatusBook
 
-__all__ = ["ITL_SAMPLE", "MAX_CASES", "CaseRow", "ReportData", "RowCollector", "collect", "percentiles", "run_date"]
+__all__ = [
+    "ITL_SAMPLE",
+    "MAX_CASES",
+    "CaseRow",
+    "ReportData",
+    "RowCollector",
+    "collect",
+    "divergence_view",
+    "percentiles",
+    "run_date",
+    "sample_view",
+]
 
 MAX_CASES = 5_000
 """Cases whose detail (answers, score details, comparison records) report.html embeds.
@@ -82,6 +94,11 @@ class CaseRow:
     """Every status of the case (verdict._status), in STATUS_ORDER: the first is its primary status."""
     comparison: list[dict[str, Any] | None] = field(default_factory=list)
     """The compare stage's record per repeat (divergence, similarity, format features)."""
+    likelihood: dict[str, list[Any]] = field(default_factory=dict)
+    """side → per repeat: the answer under the baseline model (`sample_view`), or why it is not scored (a string), or None;
+    a candidate answer identical to the baseline's at that repeat is `SAME_AS_BASELINE`."""
+    divergences: list[dict[str, Any]] = field(default_factory=list)
+    """The greedy pair's first differing token under the baseline model, per divergent repeat (`divergence_view`), from the summary."""
 
     def compact(self) -> dict[str, Any]:
         """The JSON shape the page's script reads (short keys: it is repeated per case)."""
@@ -97,6 +114,8 @@ class CaseRow:
             ("ic", self.improved),
             ("fc", self.flaky),
             ("x", self.comparison),
+            ("l", self.likelihood),
+            ("v", self.divergences),
         ):
             if value:
                 d[key] = value
@@ -229,6 +248,113 @@ def _comparison_slots(records: Iterable[CaseComparison], repeats: int) -> list[d
         slot = slot or [None] * repeats
         slot[rec.repeat] = _shown(rec)
     return slot
+
+
+LOGPROB_DIGITS = 2
+"""Decimals of nats the page keeps per token and per sample: 0.005 nats is 0.5% of a probability, finer than anyone reads it."""
+
+
+def _locate(text: str, tokens: list[TokenLogprob], n_tokens: int) -> list[tuple[int, int] | None]:
+    """Where each of an answer's least likely tokens sits in its text: (start, end) characters, None where it cannot be found.
+
+    A record gives token positions, not characters, and the decoded text of
+    these tokens only (not of the tokens between them), so each is looked
+    for by its text: at its only occurrence, or at the occurrence nearest to
+    where its position falls in proportion to the answer's length, after the
+    tokens before it (`tokens` in position order). A token whose decoded text
+    is not in the answer (a byte of a split character, `\ufffd`) is None and
+    is listed beside the text instead of marked in it.
+    """
+    spans: list[tuple[int, int] | None] = []
+    low = 0
+    for t in tokens:
+        piece = t.text
+        if not piece or not piece.strip():
+            spans.append(None)  # whitespace alone: nothing a reader could see marked
+            continue
+        at, best = text.find(piece, low), None
+        expected = len(text) * t.position / max(n_tokens, 1)
+        while at >= 0:
+            if best is None or abs(at - expected) < abs(best - expected):
+                best = at
+            elif at > expected:
+                break  # occurrences only move further away from here on
+            at = text.find(piece, at + 1)
+        if best is None:
+            spans.append(None)
+            continue
+        spans.append((best, best + len(piece)))
+        low = best + len(piece)
+    return spans
+
+
+def sample_view(record: LikelihoodRecord | None, text: str | None) -> list[Any] | str | None:
+    """One answer under the baseline model, as the case view shows it: `[mean, tokens, least likely]`, or why it is not scored.
+
+    `mean` is the record's mean log-probability per token (nats), `tokens`
+    how many were scored, and each least likely token `[position, logprob,
+    rank, start, end]` with its characters in `text` (`_locate`), or
+    `[position, logprob, rank, text]` when it cannot be placed. Only these and
+    the mean are kept, not every token's log-probability: the page holds
+    thousands of answers. None when there is no answer to score.
+    """
+    if text is None:
+        return None
+    if record is None:
+        return "not scored"
+    if record.status == "too_long":
+        return "not scored: prompt and answer do not fit the scorer's context"
+    if record.status == "error":
+        return f"not scored: the scorer failed ({(record.reason or 'no reason given')[:200]})"
+    if record.mean_logprob is None:
+        return "not scored: empty answer"
+    least = sorted(record.least_likely, key=lambda t: t.position)
+    marks: list[list[Any]] = []
+    for t, span in zip(least, _locate(text, least, record.tokens), strict=True):
+        head = [t.position, round(t.logprob, LOGPROB_DIGITS), t.rank]
+        marks.append([*head, *span] if span is not None else [*head, t.text])
+    return [round(record.mean_logprob, LOGPROB_DIGITS), record.tokens, marks]
+
+
+def divergence_view(d: DivergenceSummary) -> dict[str, Any]:
+    """A greedy pair's first differing token as the case view shows it (summary.json's `divergences`, short keys)."""
+    return {
+        "r": d.repeat,
+        "k": d.kind,
+        "at": d.position,
+        "ct": d.candidate_token,
+        "cp": d.candidate_probability,
+        "cr": d.candidate_rank,
+        "bt": d.baseline_token,
+        "bp": d.baseline_probability,
+        "m": None if d.margin is None else round(d.margin, 3),
+        "rm": None if d.runner_up_margin is None else round(d.runner_up_margin, 3),
+    }
+
+
+SAME_AS_BASELINE = True
+"""A candidate answer's slot when it and its view are the baseline's at the same repeat: an identical greedy pair, most
+of a greedy run, is embedded once."""
+
+
+def _likelihood_slots(rec: CaseRecords, scorer: str, repeats: int) -> dict[str, list[Any]]:
+    """Both sides' answers of one case under the baseline model, per repeat (`sample_view`, or `SAME_AS_BASELINE`);
+    empty when none was scored."""
+    current = current_likelihoods(rec, scorer)
+    if not current:
+        return {}
+    out: dict[str, list[Any]] = {}
+    texts: dict[tuple[str, int], str] = {}
+    for r in rec.responses:
+        if r.target in _SIDES and r.repeat < repeats:
+            out.setdefault(r.target, [None] * repeats)[r.repeat] = sample_view(current.get((r.target, r.repeat)), r.text if r.ok else None)
+            texts[r.target, r.repeat] = r.text
+    base, cand = out.get("baseline"), out.get("candidate")
+    if base is not None and cand is not None:
+        for rep, view in enumerate(cand):
+            if isinstance(view, list) and view == base[rep] and texts.get(("candidate", rep)) == texts.get(("baseline", rep)):
+                cand[rep] = SAME_AS_BASELINE
+    return out
 
 
 class _Reservoir:
@@ -508,6 +634,16 @@ def _may_hold_check_status(comps: Iterable[CaseComparison]) -> bool:
     return False
 
 
+def _diverged_under_the_baseline(rec: CaseRecords) -> bool:
+    """Whether the decision may list this case on `decisive_divergence`: a greedy answer the likelihood stage explained.
+
+    That check is no score of the case's: the decision makes it from the
+    divergence (`verdict._decision`), so no comparison shows it passing and
+    failing; such a case waits for the statistics like one that flipped.
+    """
+    return any(lr.divergence is not None for lr in rec.likelihoods)
+
+
 class _Spill:
     """Rows held aside until the statistics rank them: in memory up to `limit`, past that in a temporary file.
 
@@ -621,8 +757,13 @@ class RowCollector:
             raise ValueError(f"max_cases must be >= 0, got {max_cases}")
         self.store, self.max_cases = store, max_cases
         self.repeats = max(1, int(store.manifest.get("repeats") or 1))
+        self._most_samples = max(self.repeats, int((store.manifest.get("sampling") or {}).get("max_samples_per_case") or 0))
+        """The most samples per side a sampled case may have (the sampling rounds' budget): its slots in the page."""
         self.suite_index = {cid: i for i, cid in enumerate(store.case_labels())}  # the walk is by id; the page lists in suite order
         self._known = StatusBook(summary) if summary is not None else StatusBook.without_checks(self.repeats)
+        tally = LikelihoodTally.for_stage(store.record(LikelihoodStage))
+        self._scorer = tally.scorer if tally is not None else None
+        """The likelihood stage's scorer as its records name it: only its records describe the answers (None: no evidence)."""
         self._decided = summary is not None
         self.latency = _Latency(itl_sample)
         self.flag_counts: dict[str, int] = {f: 0 for f in STATUS_ORDER}
@@ -648,9 +789,27 @@ class RowCollector:
         self.primary[first] = self.primary.get(first, 0) + 1
         return first
 
-    def _fill(self, row: CaseRow, rec: CaseRecords, comps: list[CaseComparison]) -> None:
+    def _repeats_of(self, rec: CaseRecords) -> int:
+        """The answers per side the page holds for a case: the run's repeats, or every sample a sampled case was given.
+
+        A sampled case is asked again round after round (`pipeline._sampling`),
+        beyond the run's repeats; its samples are what its category was
+        decided on, so the case view lists them all.
+        """
+        if not rec.case.sampled:
+            return self.repeats
+        most = max((r.repeat for r in rec.responses if r.target in _SIDES), default=0) + 1
+        return max(self.repeats, min(most, self._most_samples))
+
+    def _build(self, rec: CaseRecords, comps: list[CaseComparison]) -> CaseRow:
+        """A case's full row, all but its status."""
+        repeats = self._repeats_of(rec)
+        row = _case_row(rec, repeats)
         row.prompt = _clip(_prompt_text({"messages": rec.case.messages, "prompt": rec.case.prompt}))
-        row.comparison = _comparison_slots(comps, self.repeats)
+        row.comparison = _comparison_slots(comps, repeats)
+        if self._scorer is not None and rec.likelihoods:
+            row.likelihood = _likelihood_slots(rec, self._scorer, repeats)
+        return row
 
     def add(self, rec: CaseRecords, comps: list[CaseComparison]) -> None:
         repeats, case = self.repeats, rec.case
@@ -664,21 +823,23 @@ class RowCollector:
                 checks.add(s.check)
         known = self._known.case(case.id, comps)
         index = self.suite_index.get(case.id, len(self.suite_index))
-        if not self._decided and _may_hold_check_status(comps):
+        if not self._decided and (_may_hold_check_status(comps) or _diverged_under_the_baseline(rec)):
             self._per_category(case.category)
             self._pending.append((case.id, case.category, index, known))
             if self.max_cases:
-                row = _case_row(rec, repeats)
-                self._fill(row, rec, comps)
-                self._spill.put(row)
+                self._spill.put(self._build(rec, comps))
             return
         key = (-_RANK[self._count(case.category, known.statuses)], -index)
         if not self._earns_place(key):
             return  # less important than every kept case: its row is never built
-        row = _case_row(rec, repeats)
+        row = self._build(rec, comps)
         _set_status(row, known)
-        self._fill(row, rec, comps)
         self._keep((*key, row))
+
+    @property
+    def wants_likelihoods(self) -> bool:
+        """Whether the walk should bring each case's likelihood records: only when the stage scored (they are parsed per case)."""
+        return self._scorer is not None
 
     def _earns_place(self, key: tuple[int, int]) -> bool:
         """Whether a case of this rank is among the `max_cases` most important so far."""
@@ -745,9 +906,14 @@ class RowCollector:
                 kept.append(item)
         finally:
             self._spill.close()
+        divergences: dict[str, list[DivergenceSummary]] = {}
+        for cat in summary.categories.values():
+            for d in cat.divergences:
+                divergences.setdefault(d.case_id, []).append(d)
         omitted = dict(self.primary)
         for row in kept:
             omitted[_first_flag(row.flags)] -= 1
+            row.divergences = [divergence_view(d) for d in divergences.get(row.id, ())]
         samples, sampled = self.latency.arrays()
         store = self.store
         created = store.meta("created_at")
@@ -786,7 +952,7 @@ def collect(
         summary = Summary.model_validate(summary)
     rows = RowCollector(store, max_cases=max_cases, itl_sample=itl_sample, summary=summary)
     comps = GroupsById(store.comparisons_by_case())
-    for rec in store.by_case():
+    for rec in store.by_case(likelihoods=rows.wants_likelihoods):
         rows.add(rec, [CaseComparison.model_validate_json(b) for b in comps.take(rec.case.id)])
     return rows.result(summary)
 

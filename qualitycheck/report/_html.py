@@ -26,10 +26,11 @@ from markupsafe import Markup
 
 from qualitycheck.core._store import RunStore
 from qualitycheck.report._charts import SIDE_COLOURS, histogram_svg
-from qualitycheck.report._data import MAX_CASES, ReportData, collect, percentiles, run_date
+from qualitycheck.report._data import MAX_CASES, ReportData, collect, divergence_view, percentiles, run_date
 from qualitycheck.report._human_view import human_view, judge_calibration_view
+from qualitycheck.verdict._decision import DIVERGENCE_CHECK
 from qualitycheck.verdict._gate import ALL_ROUTES, GuardrailResult
-from qualitycheck.verdict._model import Acceptance, CheckSummary, Latency, LatencySide, Summary
+from qualitycheck.verdict._model import Acceptance, CategorySummary, CheckSummary, Latency, LatencySide, Summary
 from qualitycheck.verdict._status import STATUS_ORDER
 
 __all__ = ["REPORT_NAME", "render_html", "write_html", "write_report"]
@@ -52,7 +53,7 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
         bytecode_cache=_template_cache(),
     )
-    env.filters.update(pct=_pct, num=_num, signed=_signed, ci=_ci, pval=_pval)
+    env.filters.update(pct=_pct, num=_num, signed=_signed, ci=_ci, pval=_pval, nats=_nats, p2=_p2, prob=_prob, token=_token)
     return env
 
 
@@ -108,6 +109,32 @@ def _pval(x: Any) -> str:
     if not _is_num(x):
         return "–"
     return "<0.001" if x < 0.001 else f"{x:.3f}"
+
+
+def _nats(x: Any) -> str:
+    """A log-probability or a shift of one, in nats, signed (-0.47, +1.20)."""
+    return f"{x:+.2f}" if _is_num(x) else "–"
+
+
+def _p2(x: Any) -> str:
+    """A p-value to two significant digits: the likelihood test's run to 1e-8, where `<0.001` would hide how strong it is."""
+    return f"{x:.2g}" if _is_num(x) else "–"
+
+
+def _prob(x: Any) -> str:
+    """A probability the baseline model gives a token, readable from 99% down to 0.0012%."""
+    if not _is_num(x):
+        return "–"
+    if x >= 0.1:
+        return f"{x:.0%}"
+    if x >= 0.001:
+        return f"{x:.1%}"
+    return f"{x * 100:.2g}%"
+
+
+def _token(text: Any) -> str:
+    """A token as text a reader can see the edges of: quoted, with its spaces kept and line breaks written as \\n."""
+    return json.dumps(text, ensure_ascii=False) if isinstance(text, str) else "(its answer ended)"
 
 
 def json_for_script(value: Any) -> Markup:
@@ -198,6 +225,49 @@ def _sampled_view(st: CheckSummary) -> dict[str, Any] | None:
     }
 
 
+SHIFT_WORDS = {"shift": "changed", "no_shift": "no shift", "undecided": "undecided"}
+"""A likelihood cell's decision as the page's badge says it."""
+
+DIVERGENCE_WORDS = {
+    "near_tie": ("near tie", "the baseline model itself nearly chose this token (numerics, batching)"),
+    "decisive": ("decisive", "a token the baseline model would not write"),
+    "unclear": ("unclear", "neither a near tie nor far below the baseline model's choice"),
+}
+"""A greedy divergence's kind in words (the thresholds are the config's `likelihood.near_tie_nats` and `decisive_nats`)."""
+
+DIVERGENCES_LISTED = 50
+"""Greedy divergences listed per category, decisive ones first; each embedded case shows its own in the case view."""
+
+
+def _likelihood_view(cat: CategorySummary) -> dict[str, Any] | None:
+    """A category's likelihood cell (summary.json's, as the template reads it) with its badge's word; `failed` when the
+    shift is what failed the category."""
+    cell = cat.likelihood
+    if cell is None:
+        return None
+    return {"cell": cell, "word": SHIFT_WORDS[cell.decision], "failed": cell.decision == "shift" and cat.verdict == "fail"}
+
+
+def _divergences_view(cat: CategorySummary) -> dict[str, Any] | None:
+    """Where the category's greedy answers left the baseline's, under the baseline model: counts by kind, decisive ones first."""
+    if not cat.divergences:
+        return None
+    order = {"decisive": 0, "unclear": 1, "near_tie": 2}
+    ranked = sorted(cat.divergences, key=lambda d: order[d.kind])
+    counts = {kind: sum(d.kind == kind for d in cat.divergences) for kind in ("decisive", "unclear", "near_tie")}
+    check = cat.checks.get(DIVERGENCE_CHECK)
+    return {
+        "counts": counts,
+        "rows": [
+            {"case_id": d.case_id, **divergence_view(d), "label": DIVERGENCE_WORDS[d.kind][0], "words": DIVERGENCE_WORDS[d.kind][1]}
+            for d in ranked[:DIVERGENCES_LISTED]
+        ],
+        "more": max(0, len(ranked) - DIVERGENCES_LISTED),
+        "failed": cat.verdict == "fail" and check is not None and bool(check.counted),
+        "report_only": check is not None and bool(check.regressions) and not check.counted,
+    }
+
+
 def _categories(data: ReportData) -> list[dict[str, Any]]:
     out = []
     for name, cat in data.summary.categories.items():
@@ -245,6 +315,8 @@ def _categories(data: ReportData) -> list[dict[str, Any]]:
                 "power": cat.power,
                 "sampled_cases": cat.sampled_cases,
                 "checks": checks,
+                "likelihood": _likelihood_view(cat),
+                "divergences": _divergences_view(cat),
                 "drift": drift,
                 "flagged_drift": sum(d["flagged"] for d in drift),
                 "regressions": counts.get("regression", 0),
@@ -409,6 +481,7 @@ def _context(data: ReportData, nonce: str) -> dict[str, Any]:
         "facts": _facts(data),
         "errors": _errors(s),
         "categories": _categories(data),
+        "likelihood_stage": s.likelihood,
         "human": human_view(s),
         "judge_calibration": judge_calibration_view(s),
         "latency": _latency(data),
@@ -425,6 +498,7 @@ def _context(data: ReportData, nonce: str) -> dict[str, Any]:
         "total_cases": data.total_cases,
         "embedded": _embedded(data),
         "case_json": json_for_script([r.compact() for r in data.rows]),
+        "divergence_words": json.dumps(DIVERGENCE_WORDS),  # an attribute: autoescaped, read back with JSON.parse
         "css": Markup(_asset("report.css")),
         "js": Markup(_asset("report.js")),
     }

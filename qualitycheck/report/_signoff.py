@@ -114,7 +114,7 @@ def _likelihood(s: Summary, w: Callable[[str], None]) -> None:
     if lk is not None:
         w(
             f"Likelihood under the baseline model ({lk.model} at {lk.scorer}): {lk.scored} of {lk.answers} answers scored "
-            f"({lk.prefilled_tokens:,} tokens prefilled in {lk.seconds:.1f} s)"
+            f"({lk.prefilled_tokens:,} tokens prefilled in {lk.wall_s:.1f} s)"
             + (f"; {lk.too_long} too long for its context, not scored" if lk.too_long else "")
             + (f"; {lk.errors} failed" if lk.errors else "")
         )

@@ -322,7 +322,7 @@ def _likelihood_lines(summary: Summary) -> list[RenderableType]:
             )
             out.append(Text(f"{name}: {len(decisive)} greedy answer(s) left the baseline's at a token it would not write: {named}"))
     if lk is not None and lk.evaluated:
-        out.append(Text(f"likelihood stage: {lk.scored} answers scored, {lk.prefilled_tokens:,} tokens prefilled in {lk.seconds:.1f} s"))
+        out.append(Text(f"likelihood stage: {lk.scored} answers scored, {lk.prefilled_tokens:,} tokens prefilled in {lk.wall_s:.1f} s"))
     return out
 
 

@@ -177,6 +177,100 @@
     return first;
   }
 
+  // ---------------------------------------------------------------- likelihood under the baseline model
+  // Each answer's mean log-probability per token and its least likely tokens (report/_data.py sample_view);
+  // a greedy pair's first differing token (divergence_view). Model text is still only ever textContent.
+  var KINDS = JSON.parse(detail.dataset.kinds || "{}"); // divergence kind → [label, meaning] (report/_html.py DIVERGENCE_WORDS)
+  var RARE = Math.log(0.01), LOW = Math.log(0.1);
+
+  function pct(p) {
+    if (p === null || p === undefined) return "–";
+    if (p >= 0.1) return Math.round(p * 100) + "%";
+    if (p >= 0.001) return (p * 100).toFixed(1) + "%";
+    return Number((p * 100).toPrecision(2)) + "%";
+  }
+  function nats(x) { return (x >= 0 ? "+" : "") + x.toFixed(2); }
+  function tok(t) { return t === null || t === undefined ? "(its answer ended)" : JSON.stringify(t); }
+
+  // The answer with its least likely tokens wrapped in <mark>; offsets are code points (Python's), so the
+  // text is sliced as an array of code points. Returns the tokens that could not be placed in the text.
+  function markedText(pre, text, marks) {
+    var chars = Array.from(text), at = 0, loose = [];
+    marks.forEach(function (m) {
+      if (typeof m[3] !== "number") { loose.push([m[0], m[1], m[3]]); return; }
+      if (m[3] < at || m[4] > chars.length) { loose.push([m[0], m[1], chars.slice(m[3], m[4]).join("")]); return; }
+      pre.appendChild(document.createTextNode(chars.slice(at, m[3]).join("")));
+      var p = pct(Math.exp(m[1]));
+      var mk = el("mark", "ll " + (m[1] < RARE ? "ll-rare" : m[1] < LOW ? "ll-low" : "ll-some"), chars.slice(m[3], m[4]).join(""));
+      mk.title = "token " + m[0] + ": the baseline model gives it " + p + (m[2] ? " (rank " + m[2] + ")" : " (below the top tokens it listed)");
+      mk.dataset.p = p;
+      pre.appendChild(mk);
+      at = m[4];
+    });
+    pre.appendChild(document.createTextNode(chars.slice(at).join("")));
+    return loose;
+  }
+
+  function likelihoodSection(c) {
+    var l = c.l, items = [];
+    if (!l) return null;
+    ["baseline", "candidate"].forEach(function (side) {
+      (l[side] || []).forEach(function (v, rep) {
+        if (v === true) v = (l.baseline || [])[rep]; // the same answer as the baseline's (report/_data.py SAME_AS_BASELINE)
+        if (v !== null && v !== undefined) items.push({ side: side, rep: rep, v: v, text: ((c.t || {})[side] || [])[rep] });
+      });
+    });
+    if (!items.length) return null;
+    items.sort(function (a, b) { // scored answers, least likely first; then those not scored
+      var sa = Array.isArray(a.v), sb = Array.isArray(b.v);
+      if (sa !== sb) return sa ? -1 : 1;
+      if (sa && a.v[0] !== b.v[0]) return a.v[0] - b.v[0];
+      return a.side === b.side ? a.rep - b.rep : (a.side < b.side ? -1 : 1);
+    });
+    var box = el("div", "samples");
+    box.id = "case-likelihood";
+    box.appendChild(el("h4", null, "Answers under the baseline model, least likely first"));
+    box.appendChild(el("p", "small muted", "Ordered by mean log-probability per token under the baseline model (0 nats: certain; lower: less likely). " +
+      "Marked: each answer's least likely tokens, with the probability the baseline model gives them."));
+    items.forEach(function (it) {
+      var row = el("div", "sample sample-" + it.side), head = el("div", "small");
+      head.appendChild(el("span", "badge side-" + it.side, it.side));
+      head.appendChild(document.createTextNode(" sample " + it.rep + " · "));
+      if (Array.isArray(it.v)) {
+        head.appendChild(el("b", "mean", nats(it.v[0])));
+        head.appendChild(document.createTextNode(" nats per token (" + pct(Math.exp(it.v[0])) + " per token, geometric mean) over " + it.v[1] + " tokens"));
+      } else {
+        head.appendChild(el("span", "warn-note", it.v));
+      }
+      row.appendChild(head);
+      var pre = el("pre", "sample-text"), loose = [];
+      if (typeof it.text === "string") {
+        if (Array.isArray(it.v)) loose = markedText(pre, it.text, it.v[2]); else pre.textContent = it.text;
+      }
+      row.appendChild(pre);
+      if (loose.length) {
+        row.appendChild(el("div", "small muted loose", "Not found in the text as decoded: " + loose.map(function (m) {
+          return "token " + m[0] + " " + (typeof m[2] === "string" ? JSON.stringify(m[2]) : "(no text)") + " " + pct(Math.exp(m[1]));
+        }).join("; ")));
+      }
+      box.appendChild(row);
+    });
+    return box;
+  }
+
+  function divergenceNote(d) {
+    var box = el("div", "divergence-note small"), kind = KINDS[d.k] || [d.k, ""];
+    box.appendChild(el("span", "badge " + (d.k === "decisive" ? "fail" : d.k === "near_tie" ? "pass" : "inconclusive"), kind[0]));
+    var says = "At token " + d.at + " the candidate wrote " + tok(d.ct);
+    if (d.ct !== null && d.ct !== undefined) says += ": the baseline gives the candidate's token " + pct(d.cp) + (d.cr ? " (rank " + d.cr + ")" : "");
+    says += "; the baseline wrote " + tok(d.bt) + (d.bp !== null && d.bp !== undefined ? " (" + pct(d.bp) + ")" : "") + ". " +
+      kind[1].charAt(0).toUpperCase() + kind[1].slice(1) + ".";
+    if (d.m !== null && d.m !== undefined) says += " Margin " + d.m.toFixed(2) + " nats";
+    if (d.rm !== null && d.rm !== undefined) says += "; the baseline model's own top two were " + d.rm.toFixed(2) + " nats apart";
+    box.appendChild(document.createTextNode(" " + says + (d.m !== null && d.m !== undefined ? "." : "")));
+    return box;
+  }
+
   // ---------------------------------------------------------------- detail
   function kv(parent, key, value) {
     var row = el("div", "small");
@@ -231,6 +325,7 @@
     if (x && x.divergence_token !== undefined) info.textContent += " First differing token: " + x.divergence_token + ".";
     if (x && x.similarity !== undefined) info.textContent += " Similarity " + Number(x.similarity).toFixed(3) + (x.similarity_exact === false ? " (bound)" : "") + ".";
     host.appendChild(info);
+    (c.v || []).forEach(function (d) { if (d.r === rep) host.appendChild(divergenceNote(d)); });
     var grid = el("div", "panes");
     grid.appendChild(pb.box); grid.appendChild(pc.box);
     host.appendChild(grid);
@@ -270,20 +365,28 @@
   }
 
   function checksTable(c) {
-    var wrap = el("div");
-    var names = Object.keys(c.s).sort();
+    var wrap = el("div"), seen = {};
+    // the scored checks, and those the decision made of the case without a score (decisive_divergence)
+    var names = Object.keys(c.s).concat(c.rc || [], c.tc || [], c.ic || [], c.fc || []).filter(function (n) {
+      return seen[n] ? false : (seen[n] = true);
+    }).sort();
     if (!names.length) { wrap.appendChild(el("p", "muted small", "No scores stored for this case.")); return wrap; }
     var t = el("table", "checks"), head = el("tr");
-    var control = names.some(function (n) { return c.s[n].control !== undefined; });
+    var control = names.some(function (n) { return c.s[n] && c.s[n].control !== undefined; });
     (control ? ["Check", "Baseline", "Candidate", "Control (A/A)", "Outcome"] : ["Check", "Baseline", "Candidate", "Outcome"])
       .forEach(function (h) { head.appendChild(el("th", null, h)); });
     t.appendChild(head);
     names.forEach(function (name) {
-      var tr = el("tr");
+      var tr = el("tr"), st = c.s[name];
       tr.appendChild(el("td", "mono", name));
-      var tdb = el("td"); tdb.appendChild(statusChips(c.s[name].baseline || "")); tr.appendChild(tdb);
-      var tdc = el("td"); tdc.appendChild(statusChips(c.s[name].candidate || "")); tr.appendChild(tdc);
-      if (control) { var tdk = el("td"); tdk.appendChild(statusChips(c.s[name].control || "")); tr.appendChild(tdk); }
+      if (!st) {
+        tr.appendChild(el("td", "muted small", "no score: decided from the case's evidence (see above)"));
+        tr.lastChild.colSpan = control ? 3 : 2;
+      } else {
+        var tdb = el("td"); tdb.appendChild(statusChips(st.baseline || "")); tr.appendChild(tdb);
+        var tdc = el("td"); tdc.appendChild(statusChips(st.candidate || "")); tr.appendChild(tdc);
+        if (control) { var tdk = el("td"); tdk.appendChild(statusChips(st.control || "")); tr.appendChild(tdk); }
+      }
       var out = el("td");
       if ((c.rc || []).indexOf(name) >= 0) out.appendChild(el("span", "badge regression", "regression"));
       if ((c.tc || []).indexOf(name) >= 0) out.appendChild(el("span", "badge tolerated", "tolerated regression"));
@@ -327,6 +430,7 @@
     close.type = "button";
     close.addEventListener("click", function () {
       detail.hidden = true; detail.textContent = ""; selected = null;
+      if (history.replaceState) history.replaceState(null, "", location.pathname + location.search); // a link to it opens it again
       Array.prototype.forEach.call(tbody.querySelectorAll("tr.sel"), function (r) { r.className = ""; });
     });
     head.appendChild(close);
@@ -341,6 +445,8 @@
     }
     detail.appendChild(host);
     showDiff(host, c, 0);
+    var lk = likelihoodSection(c);
+    if (lk) detail.appendChild(lk);
     detail.appendChild(el("h4", null, "Checks"));
     detail.appendChild(checksTable(c));
     var pd = el("details"), ps = el("summary", null, "Prompt");
@@ -376,6 +482,7 @@
   [fCat, fCheck, fFlag].forEach(function (s) { s.addEventListener("change", applyFilters); });
   var timer = null;
   fSearch.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(applyFilters, 120); });
+  window.addEventListener("hashchange", openFromHash); // the category cards link to their cases (#case=<id>)
   applyFilters();
   openFromHash();
 })();

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from qualitycheck.core._cases import Case
 from qualitycheck.core._records import Response
@@ -34,6 +34,9 @@ class JsonCheck(CheckSpec):
     schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
     schema_file: str | None = None
     """A JSON Schema file relative to the suite file; the loader inlines it as `schema`."""
+    strict: bool = False
+    """The whole answer must be the JSON document (surrounding whitespace aside): JSON in a fence or in prose
+    fails `json_parse`, and `json_schema` validates only a whole-answer document. Off: found anywhere passes."""
 
     @model_validator(mode="before")
     @classmethod
@@ -45,6 +48,14 @@ class JsonCheck(CheckSpec):
         if self.schema_ is not None and self.schema_file is not None:
             raise ValueError("give either schema or schema_file, not both")
         return self
+
+    @model_serializer(mode="wrap")
+    def _lenient_unwritten(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """`strict: false` is not written: a case's content hash (resume) stays what it was before the option existed."""
+        out = handler(self)
+        if isinstance(out, dict) and not self.strict:
+            out.pop("strict", None)
+        return out
 
 
 class YamlCheck(CheckSpec):
@@ -91,15 +102,30 @@ class JsonParseScorer:
 
     check = "json_parse"
 
+    def __init__(self, strict: bool = False):
+        self.strict = strict
+
     def score(self, answer: Response, baseline: Response | None) -> Outcome:
-        found = find_json(answer.text)
+        found = _found(answer.text, self.strict)
         detail = _found_detail(found, answer)
+        if self.strict:
+            detail["required"] = "strict"
         if answer.target != BASELINE and baseline is not None and baseline.error is None:
-            other = find_json(baseline.text)
+            other = _found(baseline.text, self.strict)
             detail["same_as_baseline"] = (
                 None if found.mode is None or other.mode is None else canonical_json(found.value) == canonical_json(other.value)
             )
         return Outcome("pass" if found.mode else "fail", found.mode, detail)
+
+
+def _found(text: str, strict: bool) -> JsonFound:
+    """`find_json`, or with `strict` only a whole-answer document (what was found elsewhere is named in the error)."""
+    found = find_json(text)
+    if not strict or found.mode in (None, "strict"):
+        return found
+    return JsonFound(
+        None, error=f"the answer is not one JSON document (JSON was found {found.mode}, and strict: true asks for the whole answer)"
+    )
 
 
 class JsonSchemaScorer:
@@ -112,8 +138,10 @@ class JsonSchemaScorer:
 
     check = "json_schema"
 
-    def __init__(self, schema: dict[str, Any] | bool):
+    def __init__(self, schema: dict[str, Any] | bool, strict: bool = False):
         from jsonschema import validators
+
+        self.strict = strict
 
         cls = validators.validator_for(schema, default=validators.Draft202012Validator)
         cls.check_schema(schema)  # type: ignore[arg-type]  # a boolean schema is valid JSON Schema; the stubs allow mappings only
@@ -121,7 +149,7 @@ class JsonSchemaScorer:
         self._draft = cls.__name__
 
     def score(self, answer: Response, baseline: Response | None) -> Outcome:
-        found = find_json(answer.text)
+        found = _found(answer.text, self.strict)
         if found.mode is None:
             return Outcome("fail", None, {**_found_detail(found, answer), "reason": "no JSON to validate"})
         errors = sorted(self._validator.iter_errors(found.value), key=lambda e: (list(e.absolute_path), e.message))
@@ -252,9 +280,9 @@ def _load_json(spec: JsonCheck, ctx: LoadContext) -> JsonCheck:
 
 @check_family("json", spec=JsonCheck, names=("json_parse", "json_schema"), produces=_json_names, load=_load_json)
 def json_family(spec: JsonCheck, case: Case) -> Sequence[Scorer]:
-    out: list[Scorer] = [JsonParseScorer()]
+    out: list[Scorer] = [JsonParseScorer(spec.strict)]
     if spec.schema_ is not None:
-        out.append(JsonSchemaScorer(spec.schema_))
+        out.append(JsonSchemaScorer(spec.schema_, spec.strict))
     return out
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "ShiftDecision",
     "ShiftStats",
     "classify_divergence",
+    "current_likelihoods",
     "decide_shift",
     "shift_stats",
 ]
@@ -312,10 +313,7 @@ class LikelihoodTally:
         if not rec.likelihoods:
             return
         fingerprints = {(r.target, r.repeat): r.fingerprint for r in rec.responses if r.ok}
-        current: dict[tuple[str, int], LikelihoodRecord] = {}
-        for lr in rec.likelihoods:
-            if lr.scorer == self.scorer and fingerprints.get((lr.target, lr.repeat)) == lr.fingerprint:
-                current[lr.target, lr.repeat] = lr
+        current = current_likelihoods(rec, self.scorer)
         route = rec.case.tags.get("route", rec.case.category)
         if rec.case.sampled:
             b = tuple((rep, lr.mean_logprob) for (t, rep), lr in sorted(current.items()) if t == "baseline" and _scored(lr))
@@ -348,6 +346,22 @@ class LikelihoodTally:
         if stage is None or not stage.evaluated:
             return None
         return cls(f"{stage.scorer} {stage.model}", stage.top_k)
+
+
+def current_likelihoods(rec: CaseRecords, scorer: str) -> dict[tuple[str, int], LikelihoodRecord]:
+    """(target, repeat) → the case's likelihood record that describes that stored answer now.
+
+    A record is current while its fingerprint is the answer's request's and
+    its scorer the stage's (`LikelihoodTally.scorer`): an answer asked again,
+    or scored by another server, is not described by an older record. The
+    decision and the report read the same records through this.
+    """
+    fingerprints = {(r.target, r.repeat): r.fingerprint for r in rec.responses if r.ok}
+    return {
+        (lr.target, lr.repeat): lr
+        for lr in rec.likelihoods
+        if lr.scorer == scorer and fingerprints.get((lr.target, lr.repeat)) == lr.fingerprint
+    }
 
 
 def _scored(lr: LikelihoodRecord | None) -> bool:

@@ -450,7 +450,7 @@ class LikelihoodSummary(_Closed):
     """Answers whose prompt and text no longer fit the scorer's context: named in the store, never left out silently."""
     errors: int = 0
     prefilled_tokens: int = 0
-    seconds: float = 0.0
+    wall_s: float = 0.0
     """Time the stage's passes took, all told."""
 
 

@@ -629,7 +629,7 @@ def build_summary(store: RunStore, settings: VerdictSettings | None = None, *, a
             too_long=stage.too_long,
             errors=stage.errors,
             prefilled_tokens=sum(p.prefilled_tokens for p in stage.passes),
-            seconds=round(sum(p.seconds for p in stage.passes), 3),
+            wall_s=round(sum(p.seconds for p in stage.passes), 3),
         )
     return summary
 

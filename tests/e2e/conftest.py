@@ -1,11 +1,14 @@
 """End-to-end fixtures: real vLLM servers serving the real demo model.
 
-Every server costs ~40-70 s to start and ~4 GB of memory, and the machine has
-2 cores, so servers are started once per session by `EnginePool` and shared
-by every test that needs the same configuration; asking the pool for a new
-set stops the servers no longer asked for, so at most three run at
-once (the bf16 test needs its own control). Test modules are ordered (test_1_..., test_2_...) so the
-fp32 baseline survives from test to test.
+Servers are started by one `EnginePool` per session (tests/e2e/pool.py) and
+shared by every test that needs the same configuration: each module declares
+the servers its tests use (`pytest.mark.engines(...)`), and with the
+session's order of tests in view the pool stops a server only once no later
+test needs it and starts the next tests' servers early. Modules are numbered
+so that tests on the same servers run together: the fp32 pair (test_1*), the
+fp32 baseline beside its other candidates (test_2*, test_3*), bf16 (test_4*),
+then the tests with servers of their own (the demo, llama.cpp).
+docs/TESTING.md lists what each file shows and what it costs.
 
 Outside CI, a machine without vLLM skips these tests and says why; in CI
 (env CI set) a missing engine is a failure, never a silent skip. The same
@@ -26,19 +29,10 @@ from typing import Any
 
 import pytest
 
-from qualitycheck.engines._launcher import (
-    LaunchError,
-    LlamaServer,
-    VllmServer,
-    draft_model_config,
-    launch,
-    launch_llama,
-    llama_server_binary,
-    ngram_config,
-    start_together,
-)
+from qualitycheck.engines._launcher import LaunchError, LlamaServer, launch_llama, llama_server_binary, start_together
 from tests.e2e.e2e_helpers import MODEL
-from tests.e2e.machine import MachineWatch, Span
+from tests.e2e.machine import FileCosts, MachineWatch, Span, tree_cpu_s
+from tests.e2e.pool import SCHEDULE, EnginePool, Schedule
 
 
 def _engine_present() -> bool:
@@ -77,6 +71,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 
 WATCH: MachineWatch | None = None
+COSTS = FileCosts()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -88,6 +83,19 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if WATCH is not None:
         for line in WATCH.report():
             terminalreporter.write_line(line)
+    for line in COSTS.report():
+        terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Each e2e test's wall and CPU time, setup and teardown included (where its servers start and stop)."""
+    if item.get_closest_marker("e2e") is None:
+        yield
+        return
+    wall, cpu = time.monotonic(), tree_cpu_s()
+    yield
+    COSTS.add(item.nodeid, time.monotonic() - wall, tree_cpu_s() - cpu)
 
 
 @pytest.fixture(scope="session")
@@ -110,7 +118,13 @@ def machine(_machine_watch: MachineWatch, request: pytest.FixtureRequest) -> Ite
         _machine_watch.begin("(between tests)")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test here is an e2e test (the README's tiers select them by marker); without an engine outside CI, skipped."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.e2e)
     if IN_CI:
         return
     for item in items:
@@ -119,6 +133,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=LLAMA_SKIP_REASON))
         elif "e2e" in item.keywords and not ENGINE_PRESENT:
             item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The session's schedule, once every selection (-m, -k, deselection) and skip is known."""
+    session.config.stash[SCHEDULE] = Schedule(session.items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    schedule = item.config.stash.get(SCHEDULE, None)
+    if schedule is not None:
+        schedule.enter(item)
 
 
 @pytest.fixture(scope="session")
@@ -130,76 +157,9 @@ def model_dir() -> Path:
     return prepare()
 
 
-def _chat_template_variant(model_dir: Path, folder: Path) -> Path:
-    """The model's own template with a different default system prompt: a realistic drift."""
-    text = (model_dir / "chat_template.jinja").read_text(encoding="utf-8")
-    original = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
-    assert original in text, "the demo model's chat template changed; update this fixture"
-    path = folder / "drifted_chat_template.jinja"
-    path.write_text(text.replace(original, "You are a terse assistant. Answer in as few words as possible"), encoding="utf-8")
-    return path
-
-
-TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
-"""vLLM serves a named or "required" tool_choice only with a tool parser; hermes' envelope is what its
-structural tag constrains SmolLM2 to (tests/e2e/test_1b_tool_calls.py)."""
-
-
-class EnginePool:
-    """Named server configurations, started on demand and shared across tests."""
-
-    def __init__(self, model_dir: Path, workdir: Path):
-        self.model_dir = model_dir
-        self.workdir = workdir
-        self.logs = workdir / "logs"
-        self.running: dict[str, VllmServer] = {}
-        self.start_times: dict[str, float] = {}
-        template = _chat_template_variant(model_dir, workdir)
-        self.specs: dict[str, dict[str, Any]] = {
-            "fp32": {"dtype": "float32", "extra_args": TOOL_ARGS},
-            "fp32-ngram": {"dtype": "float32", "speculative_config": ngram_config(), "extra_args": TOOL_ARGS},
-            "fp32-replica": {"dtype": "float32", "extra_args": TOOL_ARGS},
-            "fp32-draft": {"dtype": "float32", "speculative_config": draft_model_config(model_dir)},
-            "fp32-template": {"dtype": "float32", "chat_template": template},
-            "bf16": {"dtype": "bfloat16"},
-            "bf16-ngram": {"dtype": "bfloat16", "speculative_config": ngram_config()},
-            "bf16-control": {"dtype": "bfloat16"},
-        }
-
-    def use(self, *names: str) -> dict[str, VllmServer]:
-        """Exactly these servers running (at most one per core); start the missing ones together."""
-        for name in list(self.running):
-            if name not in names:
-                self.running.pop(name).stop()
-        busy = [s.core for s in self.running.values()]
-        free = [c for c in (0, 1) if c not in busy] + [0, 1]  # a third server shares a core
-        new = []
-        for name in names:
-            if name not in self.running:
-                core = free.pop(0)
-                new.append(name)
-                self.running[name] = launch(
-                    self.model_dir, served_name=MODEL, name=name, core=core, wait=False, log_dir=self.logs, **self.specs[name]
-                )
-        for name in new:
-            t0 = time.monotonic()
-            try:
-                self.running[name].wait_ready()
-            except BaseException:
-                for n in new:
-                    self.running.pop(n).stop()
-                raise
-            self.start_times[name] = self.running[name].ready_after_s or time.monotonic() - t0
-        return {n: self.running[n] for n in names}
-
-    def stop_all(self) -> None:
-        for name in list(self.running):
-            self.running.pop(name).stop()
-
-
 @pytest.fixture(scope="session")
-def engines(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnginePool]:
-    pool = EnginePool(model_dir, tmp_path_factory.mktemp("engines"))
+def engines(model_dir: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[EnginePool]:
+    pool = EnginePool(model_dir, tmp_path_factory.mktemp("engines"), request.config.stash.get(SCHEDULE, None))
     try:
         yield pool
     finally:

@@ -27,6 +27,19 @@ RELAXED_GUARDRAILS = {
 }
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def checkout_env(**extra: str) -> dict[str, str]:
+    """The environment for a subprocess that imports qualitycheck: this checkout's package first, whatever the cwd.
+
+    From another folder, `python -m qualitycheck` would import the package the venv's editable install points at:
+    the checkout scripts/dev.sh last set up, which in a second worktree is not the code under test.
+    """
+    path = os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def qc(*args: str, cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     """Run the real `qualitycheck` CLI in a subprocess, as users and CI do."""
     return subprocess.run(
@@ -35,7 +48,7 @@ def qc(*args: str, cwd: Path | None = None, timeout: float = 900) -> subprocess.
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+        env=checkout_env(NO_COLOR="1", COLUMNS="200"),
     )
 
 
@@ -64,7 +77,8 @@ test's alpha, which a biased comparison reaches at once (losing every pass of 4 
 
 
 def assert_no_sampled_loss(s: dict[str, Any], proc: subprocess.CompletedProcess[str]) -> None:
-    """A faithful sampled candidate: no strong evidence of a drop anywhere, and a verdict that follows the evidence it has.
+    """A faithful sampled candidate: no strong evidence of a drop anywhere (a check's pass rate, or the likelihood of its
+    samples under the baseline model), and a verdict that follows the evidence it has.
 
     The sampled test holds its false alarms at its alpha (0.05; bench's `gate_sampled_false_alarm`), so a faithful
     candidate is failed on up to one run in twenty, each time at a p-value near alpha: a test asking for no alarm at
@@ -75,10 +89,10 @@ def assert_no_sampled_loss(s: dict[str, Any], proc: subprocess.CompletedProcess[
     assert quality, explain(proc)
     for cat, c in s["categories"].items():
         alarms = []
-        for name, check in c["checks"].items():
-            sp = check.get("sampled")
-            if not sp:
-                continue
+        cells = {name: check["sampled"] for name, check in c["checks"].items() if check.get("sampled")}
+        if c.get("likelihood"):  # the samples under the baseline model: a shift either way is an alarm
+            cells["likelihood"] = {**c["likelihood"], "decision": "drop" if c["likelihood"]["decision"] == "shift" else "-"}
+        for name, sp in cells.items():
             p = sp["p_value_holm"] if sp.get("p_value_holm") is not None else sp["p_value"]
             assert p >= STRONG_EVIDENCE_P, (cat, name, sp)
             if sp["decision"] == "drop":

@@ -251,3 +251,46 @@ def cpu_model() -> str:
     flags = set(fields.get("flags", "").split())
     isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16") if f in flags]
     return f"CPU: {fields.get('model name', 'not named')}, {' '.join(isa) or 'no avx2'}"
+
+
+def tree_cpu_s(pid: int = 0) -> float:
+    """CPU seconds used by `pid` (0: pytest) and every process below it: those running now, and those it or they waited for.
+
+    A live process's `utime` and `stime` are its own and `cutime`, `cstime` those of the children it reaped, so
+    summing the four over the live tree counts every process once, whether it still runs or has ended.
+    """
+    total, todo, seen = 0.0, [pid or os.getpid()], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+            total += sum(int(f) for f in stat[stat.rindex(")") + 2 :].split()[11:15]) * TICK_S
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):  # gone meanwhile: what it used is in its parent's cutime by now, or soon
+            continue
+    return total
+
+
+@dataclass
+class FileCosts:
+    """Wall and CPU seconds (`tree_cpu_s`) per test file: what each costs, the CPU figure hardly moving with the
+    machine's load where the wall time does."""
+
+    wall_s: dict[str, float] = field(default_factory=dict)
+    cpu_s: dict[str, float] = field(default_factory=dict)
+
+    def add(self, nodeid: str, wall_s: float, cpu_s: float) -> None:
+        name = nodeid.split("::", 1)[0]
+        self.wall_s[name] = self.wall_s.get(name, 0.0) + wall_s
+        self.cpu_s[name] = self.cpu_s.get(name, 0.0) + cpu_s
+
+    def report(self) -> list[str]:
+        if not self.wall_s:
+            return []
+        lines = [f"  {name}: {self.wall_s[name]:.0f} s, CPU {self.cpu_s[name]:.0f} s" for name in self.wall_s]
+        total = f"{sum(self.wall_s.values()):.0f} s, CPU {sum(self.cpu_s.values()):.0f} s"
+        return [f"time per e2e file (wall; CPU of pytest and every process it started): {total}", *lines]

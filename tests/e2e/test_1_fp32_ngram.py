@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from qualitycheck.core._store import RunStore
-from tests.e2e.e2e_helpers import MODEL, SUITES, explain, qc, summary_of, write_config
+from tests.e2e.e2e_helpers import MODEL, SUITES, checkout_env, explain, qc, summary_of, write_config
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.engines("fp32", "fp32-ngram")]
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,7 @@ def test_pytest_gate_against_live_servers(ngram_run: dict[str, Any], tmp_path: P
         "--qc-config",
         str(ngram_run["config"]),
     ]
-    proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=checkout_env())
     assert proc.returncode == 0, explain(proc)
     assert summary_of(out)["verdict"] == "pass"
     suite = ET.parse(junit).getroot()
@@ -152,6 +152,7 @@ def test_pytest_gate_against_live_servers(ngram_run: dict[str, Any], tmp_path: P
         capture_output=True,
         text=True,
         timeout=300,
+        env=checkout_env(),
     )
     assert proc.returncode == 1, explain(proc)
     assert re.search(r"min_acceptance_rate", proc.stdout), explain(proc)

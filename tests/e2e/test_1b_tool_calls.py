@@ -18,7 +18,7 @@ import pytest
 from qualitycheck.core._store import RunStore
 from tests.e2e.e2e_helpers import MODEL, SUITES, explain, qc, summary_of, write_config
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.engines("fp32", "fp32-ngram")]
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from qualitycheck.core._store import RunStore
 from tests.e2e.e2e_helpers import MODEL, SUITES, answer_of, explain, qc, summary_of, write_config
 from tests.e2e.gateway import get
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.engines("fp32", "fp32-ngram")]
 
 MAX_TOKENS = 40
 

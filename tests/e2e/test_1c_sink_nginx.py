@@ -41,7 +41,7 @@ from qualitycheck.testserver import Fault, TestServer
 from tests.e2e.e2e_helpers import MODEL, SUITES, answer_of, explain, qc, summary_of, write_config
 from tests.e2e.gateway import free_port, need_nginx, nginx_gateway, sink_process
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.engines("fp32", "fp32-ngram", "fp32-replica")]
 
 MAX_TOKENS = 40
 _PER_REQUEST = re.compile(rb'"id":"[^"]*"|"created":\d+')

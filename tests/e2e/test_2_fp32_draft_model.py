@@ -9,7 +9,7 @@ import pytest
 from qualitycheck.core._store import RunStore
 from tests.e2e.e2e_helpers import MODEL, SUITES, explain, qc, summary_of, write_config
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.engines("fp32", "fp32-draft")]
 
 
 def test_draft_model_candidate_passes_with_acceptance(engines: Any, tmp_path: Any) -> None:

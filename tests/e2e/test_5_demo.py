@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.e2e_helpers import assert_demo_servers_gone, explain, qc, summary_of
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.engines()]
 
 
 def test_demo_runs_the_whole_job_and_cleans_up(engines: Any, tmp_path: Path) -> None:

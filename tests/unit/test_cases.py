@@ -269,3 +269,15 @@ def test_content_hashes_stay_those_of_stored_runs() -> None:
     hashes = {k: Case.model_validate(v).content_hash() for k, v in cases.items()}
     # computed by the release before the check registry (commit a2ed116)
     assert hashes == {"a": "836d48566e6beb98", "b": "5fc06981b6655ec3", "c": "8f3aeaaa19213071", "d": "3e78ad35432ab1b9"}
+
+
+def test_json_strict_false_leaves_the_content_hash_of_existing_cases_alone() -> None:
+    """`strict` came after run folders were written: a case that does not set it hashes as before (resume)."""
+    from qualitycheck.core._cases import Case
+
+    plain = Case.model_validate({"id": "a", "category": "c", "prompt": "x", "checks": {"json": {}}})
+    lenient = Case.model_validate({"id": "a", "category": "c", "prompt": "x", "checks": {"json": {"strict": False}}})
+    strict = Case.model_validate({"id": "a", "category": "c", "prompt": "x", "checks": {"json": {"strict": True}}})
+    assert plain.content_hash() == lenient.content_hash() == "2f48ae2e701fb933"  # the hash this case had before the option
+    assert strict.content_hash() != plain.content_hash()
+    assert strict.model_dump(mode="json", exclude_none=True)["checks"] == {"json": {"strict": True}}

@@ -243,3 +243,15 @@ def test_generator_is_reproducible(tmp_path: Path) -> None:
         [sys.executable, str(ROOT / "scripts" / "build_suites.py"), "--check"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_open_ended_suite_is_what_its_script_builds_from_the_bundled_suites() -> None:
+    """tests/e2e/suites/open_ended.jsonl: the 16 shortest summarization, qa and rag cases at temperature 0.8, no judge."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build_open_ended.py"), "--check"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cases = load_suite([ROOT / "tests" / "e2e" / "suites" / "open_ended.jsonl"])
+    assert {c.category: sum(x.category == c.category for x in cases) for c in cases} == {"summarization": 16, "qa": 16, "rag": 16}
+    assert all(c.sampled and c.params["max_tokens"] == 64 and c.checks.get("judge") is None for c in cases)
+    assert all(c.tags["derived_from"].startswith(f"suites/{c.category}.jsonl#") for c in cases)

@@ -1,10 +1,15 @@
-"""Scripted metric pages, a fake clock and an action recorder for the canary tests."""
+"""Scripted metric pages, a fake clock, an action recorder and a served watcher for the canary tests."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
-from collections.abc import Iterator
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,11 +18,19 @@ from typing import Any
 from aiohttp import web
 
 from qualitycheck.canary._actions import ActionRunner
+from qualitycheck.canary._record import CanaryRecord
+from qualitycheck.canary._serve import CanaryMetrics, serve
 from qualitycheck.canary._watch import Watcher
 from qualitycheck.core._config_file import Config
 from tests.helpers import raw_server
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "canary"
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = ROOT / "docs" / "examples" / "canary"
+STATUS_SCHEMA = ROOT / "docs" / "schema" / "canary-status.schema.json"
+
+WITH_QUALITY = {"min_acceptance_rate": 0.55, "max_quality_regression_cases": 0, "fallback_action": "disable_speculative_decoding_for_route"}
+"""Acceptance and the quality guardrail, which nothing watches without --run."""
 
 
 @dataclass
@@ -147,3 +160,101 @@ def watcher(cfg: Config, out: Path, clock: Clock, command: str | None = None, **
 
 def records(out: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in (out / "canary.jsonl").read_text().splitlines()]
+
+
+@dataclass
+class Live:
+    """A watcher serving its endpoints on loopback (its own event loop, on a thread) over a scripted vLLM page and a fake clock.
+
+    `window()` puts one window's traffic on the page, moves the clock and has
+    the watcher decide that window, as its watch loop would every interval.
+    """
+
+    url: str
+    watcher: Watcher
+    clock: Clock
+    page: Page
+    logs: list[str]
+    run: Callable[[Coroutine[Any, Any, Any]], Any]
+    submit: Callable[[Coroutine[Any, Any, Any]], Future[Any]]
+    counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("drafts", "draft_tokens", "accepted", "requests"), 0.0))
+
+    def window(self, acceptance: float | None, drafts: int = 100, step: float = 10.0) -> CanaryRecord:
+        """`drafts` drafts of 3 tokens at `acceptance` in the window (None: no traffic), then the window decided."""
+        c = self.counters
+        if acceptance is not None:
+            c["drafts"] += drafts
+            c["draft_tokens"] += 3 * drafts
+            c["accepted"] += round(3 * drafts * acceptance)
+            c["requests"] += 10
+        self.page.text = vllm_page(drafts=c["drafts"], draft_tokens=c["draft_tokens"], accepted=c["accepted"], requests=c["requests"])
+        self.clock.advance(step)
+        record: CanaryRecord = self.run(self.watcher.step())
+        return record
+
+
+@contextmanager
+def live_watcher(out: Path, *, dry_run: bool = False, run_dir: Path | None = None, **canary: Any) -> Iterator[Live]:
+    """A `Live` watcher of the candidate's scripted page, with `config(**canary)`; scraped once at the start."""
+    page = Page(vllm_page())
+    clock = Clock()
+    logs: list[str] = []
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def submit(coro: Coroutine[Any, Any, Any]) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
+    def run(coro: Coroutine[Any, Any, Any]) -> Any:
+        return submit(coro).result(60)
+
+    try:
+        with scripted_page(page) as pages:
+            canary.setdefault("window", "10s")
+            w = Watcher(
+                config(candidate_metrics=pages + "/metrics", **canary),
+                out,
+                action=ActionRunner(retries=0, backoff_s=0.0),
+                run_dir=run_dir,
+                dry_run=dry_run,
+                clock=clock,
+                log=logs.append,
+            )
+            w.metrics = CanaryMetrics()
+            runner, url = run(serve(w.metrics, w.status, "127.0.0.1:0", logs.append))
+            try:
+                run(w.scrape())
+                yield Live(url, w, clock, page, logs, run, submit)
+            finally:
+                run(runner.cleanup())
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def get_json(url: str) -> tuple[int, dict[str, Any]]:
+    """GET a JSON answer: its status and body, a 4xx or 5xx included."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def status_of(live: Live) -> dict[str, Any]:
+    """The watcher's /qc/status: 200, and what the published schema says."""
+    from jsonschema import Draft202012Validator
+
+    code, body = get_json(live.url + "/qc/status")
+    assert code == 200
+    assert not list(Draft202012Validator(json.loads(STATUS_SCHEMA.read_text())).iter_errors(body))
+    return body
+
+
+def example_docs(name: str) -> list[dict[str, Any]]:
+    """The YAML documents of docs/examples/canary/NAME."""
+    import yaml
+
+    return [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]

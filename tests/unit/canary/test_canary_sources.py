@@ -8,9 +8,10 @@ import math
 import urllib.request
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 
-from qualitycheck.canary._serve import CanaryMetrics, serve_metrics
+from qualitycheck.canary._serve import CanaryMetrics, serve
 from qualitycheck.canary._sources import Histogram, parse_page
 from qualitycheck.canary._window import History, histogram_quantile, window_delta
 from tests.helpers import raw_server
@@ -213,9 +214,9 @@ def test_qc_metrics_serves_the_watchers_state(tmp_path: Path) -> None:
     metrics.update(rec)
 
     async def fetch() -> str:
-        runner, url = await serve_metrics(metrics, "127.0.0.1:0")
+        runner, url = await serve(metrics, lambda: pytest.fail("/qc/status not asked here"), "127.0.0.1:0", lambda _: None)
         try:
-            return await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
+            return await asyncio.to_thread(lambda: urllib.request.urlopen(url + "/qc/metrics", timeout=10).read().decode())
         finally:
             await runner.cleanup()
 

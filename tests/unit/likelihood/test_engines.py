@@ -132,7 +132,7 @@ def test_a_scorer_that_refuses_prompt_logprobs_is_found_out_once_and_the_evidenc
 
     with TestServer() as srv, _one_answer_store(tmp_path) as store:
         stage = score_likelihoods(store, LikelihoodSettings(scorer=Target(url=srv.url, model="test-model")))
-        scoring = [r for r in srv.requests("/v1/completions") if r["body"].get("prompt_logprobs")]
+        scoring = [r for r in srv.requests("/v1/completions") if "prompt_logprobs" in r["body"]]
         assert store.record(LikelihoodStage) == stage
     assert not stage.evaluated and "refuses prompt_logprobs" in stage.reason and stage.errors == 0
     assert len(scoring) == 1, "one refusal says it: the other answers are not asked"

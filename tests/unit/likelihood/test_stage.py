@@ -37,7 +37,7 @@ def _stage(out: Path) -> LikelihoodStage:
 
 
 def _scoring(srv: TestServer) -> list[dict[str, Any]]:
-    return [r["body"] for r in srv.requests("/v1/completions") if r["body"].get("prompt_logprobs")]
+    return [r["body"] for r in srv.requests("/v1/completions") if "prompt_logprobs" in r["body"]]
 
 
 def _suite(tmp_path: Path, greedy: int = 2, sampled: int = 1) -> Path:
@@ -70,6 +70,8 @@ def test_every_answer_is_scored_on_both_sides_greedy_and_sampled_with_what_a_rep
     prompt = tokenize_text("<|user|>question qa 0?<|end|><|assistant|>")
     assert base.prompt_tokens == len(prompt)
     assert scoring[0]["prompt"][: len(prompt)] == [token_id(p) for p in prompt] and scoring[0]["max_tokens"] == 1
+    asked = sorted(s["prompt_logprobs"] for s in scoring)
+    assert asked == [0] * 2 + [20] * 4, "top tokens only for the greedy pairs' divergences; the rank of each token comes anyway"
     stage = _stage(out)
     assert stage.evaluated and stage.engine == "vllm" and stage.top_k == 20 and stage.scored == len(answered) == stage.answers
     assert sum(p.requests for p in stage.passes) == len(scoring)
@@ -215,23 +217,28 @@ def test_no_likelihood_switches_the_stage_off_and_says_so(tmp_path: Path) -> Non
 
 
 def test_an_answer_too_long_for_the_scorer_is_named_counted_and_not_asked_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Either side of a greedy pair too long: the other is scored, and the pair is not asked again to explain its divergence."""
     out = tmp_path / "run"
     long = "Paris" + " is" * 12
-    suite = write_suite(tmp_path / "s.jsonl", qa_cases(2))
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(3))
     b = TestServer(default="Paris is nice.", answers={"qa 1": long}, token_logprobs=LP, max_model_len=12)
-    c = TestServer(default="Paris is nice.", answers={"qa 1": long}, token_logprobs=LP)
+    c = TestServer(default="Paris is nice.", answers={"qa 2": long}, token_logprobs=LP)
     with b, c:
         main(run_argv(b.url, c.url, suite, out, "--no-noise-floor"))
         sent = len(_scoring(b))
         assert main(["likelihood", str(out)]) == 0
-        assert len(_scoring(b)) == sent, "a too-long answer is not asked again"
+        assert main(["likelihood", str(out)]) == 0
+        assert len(_scoring(b)) == sent, "a too-long answer is not asked again, nor its pair's other answer"
     records = _records(out)
     too_long = records[("qa-1", "baseline", 0)]
     assert too_long.status == "too_long" and "do not fit the scorer's context of 12" in (too_long.reason or "")
-    assert records[("qa-0", "baseline", 0)].status == "scored"
+    assert records[("qa-1", "candidate", 0)].status == records[("qa-2", "baseline", 0)].status == "scored"
+    assert records[("qa-2", "candidate", 0)].status == "too_long" and records[("qa-1", "candidate", 0)].divergence is None
     stage = _stage(out)
-    assert stage.too_long == 2 and stage.scored == 2 and stage.answers == 4
-    assert "2 too long for the scorer's context (qa-1/baseline/0, qa-1/candidate/0)" in capsys.readouterr().err
+    assert stage.too_long == 2 and stage.scored == 4 and stage.answers == 6
+    err = capsys.readouterr().err
+    assert "2 too long for the scorer's context (qa-1/baseline/0, qa-2/candidate/0)" in err
+    assert "qualitycheck: likelihood: every answer already has a record (4 scored, 2 too long, of 6 answers)" in err
 
 
 def test_a_failed_scoring_is_stored_as_an_error_and_asked_again(tmp_path: Path) -> None:

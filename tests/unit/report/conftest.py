@@ -22,7 +22,7 @@ from qualitycheck.report import write_report
 from qualitycheck.testserver import Fault, TestServer
 from qualitycheck.verdict._model import Summary
 from qualitycheck.verdict._summary import build_summary, write_summary
-from tests.helpers import write_suite
+from tests.helpers import in_thread, write_suite
 
 RIGHT = "The answer is 42."
 XSS_SCRIPT = "<script>alert(1)</script>"
@@ -108,4 +108,57 @@ def build_run(folder: Path) -> tuple[Path, Summary]:
 
 @pytest.fixture(scope="module")
 def stored_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Summary]:
-    return build_run(tmp_path_factory.mktemp("report"))
+    """Built in a thread of its own: the browser tests load it while the session's browser holds this thread's event loop."""
+    return in_thread(build_run, tmp_path_factory.mktemp("report"))
+
+
+# ------------------------------------------------------------------ a run with likelihood evidence
+LP = {"The": -0.1, " cat": -0.5, " dog": -0.7, " sat.": -0.4, " ran.": -0.6, " slept.": -0.9}
+"""The toy baseline model (`TestServer(token_logprobs=...)`): these pieces are its likely words; any other gets -9 nats."""
+UNLIKELY_XSS = " <img/src=x/onerror=alert(1)>"
+"""A piece the baseline model finds unlikely that is also markup: marked in the page, it must stay text."""
+GOOD = [["The"], [" cat", " dog"], [" sat.", " ran.", " slept."]]
+BROKEN = [["The"], [" zq", " cat"], [" zq", UNLIKELY_XSS]]
+GREEDY = "The cat sat."
+DECISIVE = "The zq sat."
+
+
+def _sampler(pieces: list[list[str]], seed: int) -> Any:
+    """Sampled answers drawn piece by piece (seeded); greedy cases (no temperature) answer `GREEDY`."""
+    import random
+
+    rng = random.Random(seed)
+
+    def answer(body: dict[str, Any]) -> str:
+        if not body.get("temperature"):
+            return GREEDY
+        return "".join(rng.choice(options) for options in pieces)
+
+    return answer
+
+
+def build_likelihood_run(folder: Path) -> Path:
+    """A run whose sampled category fails on the likelihood evidence (its `contains` check never passes on either
+    side) and whose greedy category fails on a decisive divergence (`fmt-2`: " zq" where the baseline wrote " cat").
+
+    The scorer is the baseline server; it decodes the candidate's pieces because they are among its scripted
+    answers (`vocabulary`, a prompt never asked), as a real scorer decodes every token of its vocabulary.
+    """
+    from tests.helpers import qa_cases, run_argv
+
+    cases = [*qa_cases(16, "chat", params={"temperature": 0.8}, checks={"contains": "42"}), *qa_cases(4, "fmt")]
+    suite = write_suite(folder / "suite.jsonl", cases)
+    vocabulary = {"never asked: vocabulary": "".join(p for options in BROKEN for p in options)}
+    with (
+        TestServer(default=_sampler(GOOD, 1), answers=vocabulary, token_logprobs=LP) as b,
+        TestServer(default=_sampler(BROKEN, 2), answers={"fmt 2?": DECISIVE}, token_logprobs=LP) as c,
+    ):
+        rc = main(run_argv(b.url, c.url, suite, folder / "run"))
+    assert rc == 1
+    return folder / "run"
+
+
+@pytest.fixture(scope="module")
+def likelihood_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built in a thread of its own, as `stored_run` is."""
+    return in_thread(build_likelihood_run, tmp_path_factory.mktemp("likelihood"))

@@ -1,8 +1,8 @@
 """report.html in headless Chromium: no errors or CSP violations, filters, diff, inert payloads.
 
-Uses Debian's /usr/bin/chromium through playwright (never `playwright
-install`). Leaves tests/artifacts/report.png; with QC_DOCS_SCREENSHOT=1 it
-also refreshes docs/report-screenshot.png for the README.
+Uses the session's Chromium (tests/unit/conftest.py). Leaves
+tests/artifacts/report.png; with QC_DOCS_SCREENSHOT=1 it also refreshes
+docs/report-screenshot.png for the README.
 """
 
 from __future__ import annotations
@@ -20,17 +20,6 @@ from .conftest import XSS_IMG, XSS_SCRIPT
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 REPO = Path(__file__).resolve().parents[3]
 
 # Runs before the page's own script; records CSP violations and any payload that executes.
@@ -41,23 +30,11 @@ window.alert = () => { window.__alerted = true; };
 """
 
 
-@pytest.fixture(scope="module")
-def browser(stored_run: tuple[Path, Summary]) -> Iterator[Any]:
-    """Depends on the run so it is built first: playwright's sync API holds an event loop open."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
 @pytest.fixture
-def page(browser: Any, stored_run: tuple[Path, Summary]) -> Iterator[tuple[Any, list[str]]]:
+def page(chromium: Any, stored_run: tuple[Path, Summary]) -> Iterator[tuple[Any, list[str]]]:
     run, _ = stored_run
     problems: list[str] = []
-    pg = browser.new_page(viewport={"width": 1280, "height": 900})
+    pg = chromium.new_page(viewport={"width": 1280, "height": 900})
     pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
     pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     pg.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
@@ -126,8 +103,8 @@ def test_a_case_opens_a_side_by_side_diff(page: tuple[Any, list[str]]) -> None:
     assert problems == []
 
 
-def test_a_link_with_the_case_id_opens_that_case(browser: Any, stored_run: tuple[Path, Summary]) -> None:
-    pg = browser.new_page()
+def test_a_link_with_the_case_id_opens_that_case(chromium: Any, stored_run: tuple[Path, Summary]) -> None:
+    pg = chromium.new_page()
     pg.goto((stored_run[0] / "report.html").as_uri() + "#case=fmt-2")
     pg.wait_for_selector("#case-detail .pane-candidate")
     assert pg.locator("#case-detail h3").text_content() == "fmt-2"
@@ -173,7 +150,7 @@ def test_each_pane_still_reads_as_its_own_answer(page: tuple[Any, list[str]], st
     assert problems == []
 
 
-def test_a_capped_report_says_what_it_does_not_embed(browser: Any, stored_run: tuple[Path, Summary], tmp_path: Path) -> None:
+def test_a_capped_report_says_what_it_does_not_embed(chromium: Any, stored_run: tuple[Path, Summary], tmp_path: Path) -> None:
     from qualitycheck.core._store import RunStore
     from qualitycheck.report import write_report
 
@@ -182,7 +159,7 @@ def test_a_capped_report_says_what_it_does_not_embed(browser: Any, stored_run: t
         path = write_report(store, summary, tmp_path / "capped.html", max_cases=5)
     # kept: qa-3 (tolerated regression), qa-1 (error), qa-6 (improved), fmt-0 and fmt-1 (divergent); not: fmt-2, 5 identical
     left_out = "qa-7"
-    pg = browser.new_page()
+    pg = chromium.new_page()
     problems: list[str] = []
     pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
     pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))

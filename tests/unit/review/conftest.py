@@ -19,7 +19,7 @@ import pytest
 from qualitycheck.cli._main import main
 from qualitycheck.core._store import RunStore
 from qualitycheck.testserver import TestServer
-from tests.helpers import write_suite
+from tests.helpers import in_thread, write_suite
 
 MODEL = "zeta-model-7b"
 BASELINE_WORDS = {i: f"GOOD summary of topic {i}: the facts, in order." for i in range(6)}
@@ -81,7 +81,8 @@ def build_review_run(folder: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def review_run_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_review_run(tmp_path_factory.mktemp("review-template"))
+    """Built in a thread of its own: the browser test loads it while the session's browser holds this thread's event loop."""
+    return in_thread(build_review_run, tmp_path_factory.mktemp("review-template"))
 
 
 @pytest.fixture

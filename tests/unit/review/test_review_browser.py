@@ -1,13 +1,11 @@
 """review.html in headless Chromium: keyboard labelling, progress across a reload, export, then import.
 
-Uses Debian's /usr/bin/chromium through playwright (never `playwright
-install`), as tests/unit/report/test_browser.py does.
+Uses the session's Chromium (tests/unit/conftest.py).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,33 +18,10 @@ from .conftest import key_of, page_data
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 WATCH = """
 window.__csp = [];
 document.addEventListener('securitypolicyviolation', e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));
 """
-
-
-@pytest.fixture(scope="module")
-def browser(review_run_template: Path) -> Iterator[Any]:
-    """Depends on the run so it is built first: playwright's sync API holds an event loop open."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def _choose(pg: Any) -> str:
@@ -78,12 +53,12 @@ def _reload_until(pg: Any, progress: str, position: str, tries: int = 5) -> None
     assert (_progress(pg), pg.locator("#position").text_content()) == (progress, position)
 
 
-def test_label_with_the_keyboard_reload_export_and_import(browser: Any, review_run: Path, tmp_path: Path) -> None:
+def test_label_with_the_keyboard_reload_export_and_import(chromium: Any, review_run: Path, tmp_path: Path) -> None:
     assert main(["review", str(review_run), "--seed", "5"]) == 0
     total = len(page_data(review_run)["pairs"])
     assert total >= 4
     problems: list[str] = []
-    ctx = browser.new_context(accept_downloads=True)
+    ctx = chromium.new_context(accept_downloads=True)
     pg = ctx.new_page()
     pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
     pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))

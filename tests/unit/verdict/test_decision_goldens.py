@@ -90,7 +90,7 @@ def _normalised(summary: dict[str, Any], signoff: str, tmp: Path) -> tuple[dict[
     for key in _VOLATILE_SUMMARY:
         summary.pop(key, None)
     if summary.get("likelihood"):
-        summary["likelihood"].pop("seconds", None)  # the stage's time
+        summary["likelihood"].pop("wall_s", None)  # the stage's time
     summary["signoff"] = steady(summary.get("signoff") or "")
     return json.loads(_PORT.sub("HOST", json.dumps(summary)).replace(str(tmp), "TMP")), steady(signoff)
 

@@ -5,12 +5,14 @@ acceptance read from llama-server's own `llamacpp:spec_decode_*` counters
 (checked against deltas of its /metrics page taken around the run) and
 gated, preflight made of what llama-server exposes (`/props`,
 `/apply-template` + `/tokenize`), the verdict the engine's measured
-behaviour calls for (docs/ENGINE.md), and `demo --engine llama.cpp` whole.
+behaviour calls for (docs/ENGINE.md), `demo --engine llama.cpp` whole, and
+`qualitycheck canary` watching the draft candidate from its own counters.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -30,8 +32,12 @@ from tests.e2e.e2e_helpers import (
     summary_of,
     write_config,
 )
+from tests.e2e.machine import Span
+from tests.e2e.test_1e_canary import _watch, open_ended_load
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llama_cpp]
+
+REPO = Path(__file__).resolve().parents[2]
 
 UNTIMED = {k: v for k, v in RELAXED_GUARDRAILS.items() if k != "max_tpot_p95_regression"}
 """Quality, errors and acceptance are gated; speed is not: a draft as large as the target makes the candidate 2-3x
@@ -170,7 +176,15 @@ def test_preflight_on_llama_cpp_names_a_drifted_chat_template(llama_servers: dic
 
 def test_demo_on_llama_cpp_runs_the_whole_job_and_cleans_up(tmp_path: Path) -> None:
     """`qualitycheck demo --engine llama.cpp` from an unrelated folder: its own two servers, the whole run folder, acceptance
-    read from llama-server, judged checks left undecided (it runs without a judge), and both servers gone afterwards."""
+    read from llama-server, judged checks left undecided (it runs without a judge), and both servers gone afterwards.
+
+    The folder holds the repository's suites but the sampled ones (suites/json_sampled.jsonl), so the demo runs its 26
+    greedy cases (a folder's own suites/ is what the demo takes, `pipeline._demo.default_suites`): the sampled path on
+    llama-server is `test_sampled_pair_on_llama_cpp_stays_faithful_and_reads_acceptance`'s, and here its rounds cost
+    most of the demo's time on one thread per server without a finding of their own. test_5_demo runs the whole
+    demo suite on vLLM.
+    """
+    shutil.copytree(REPO / "suites", tmp_path / "suites", ignore=shutil.ignore_patterns("json_sampled.jsonl"))
     out = tmp_path / "demo"
     proc = qc("demo", "--engine", "llama.cpp", "--out", str(out), cwd=tmp_path)
     assert proc.returncode == 0, explain(proc)
@@ -188,3 +202,27 @@ def test_demo_on_llama_cpp_runs_the_whole_job_and_cleans_up(tmp_path: Path) -> N
     for cat, j in judged.items():  # no judge: nothing decided, so nothing counted as a pass
         assert j["n"] == 0 and j["baseline_pass_rate"] is None and j["candidate_pass_rate"] is None, (cat, j)
     assert_demo_servers_gone(out, "llama")
+
+
+def test_a_llama_server_candidate_is_watched_from_its_own_counters(llama_servers: dict[str, Any], tmp_path: Path, machine: Span) -> None:
+    """llama-server's draft-model candidate (the demo GGUF drafting for itself): acceptance read from its
+    `llamacpp:spec_decode_*` counters window by window, above the minimum, so nothing trips."""
+    cand = llama_servers["draft"]
+
+    def three_evaluated_or_unread(recs: list[dict[str, Any]]) -> bool:
+        unread = any("exposes no speculative-decoding metrics" in (g["result"]["message"] or "") for r in recs for g in r["guardrails"])
+        return unread or sum(1 for r in recs if r["guardrails"] and r["guardrails"][0]["result"]["passed"] is not None) >= 3
+
+    with open_ended_load(cand.url) as sent:
+        code, recs, ran, err = _watch(
+            tmp_path, machine, cand.url + "/metrics", 0.55, three_evaluated_or_unread, limit_s=180, min_drafts=20, window="10s"
+        )
+    seen = [(g["result"]["observed"], g["result"]["message"], g["evidence"]) for r in recs for g in r["guardrails"]]
+    evaluated = [r for r in recs if r["guardrails"][0]["result"]["passed"] is not None]
+    assert len(evaluated) >= 3, f"windows (acceptance, message, evidence): {seen}; sent {sent}\n{err[-3000:]}\n{machine.describe()}"
+    for r in evaluated:
+        g = r["guardrails"][0]
+        assert r["sources"][0]["engine"] == "llamacpp", r["sources"]
+        assert g["result"]["passed"] is True and 0.55 <= g["result"]["observed"] <= 1.0, seen
+    assert not any(r["tripped_now"] for r in recs) and ran == []
+    assert code == 0, err[-3000:] + "\n" + machine.describe()

@@ -28,7 +28,7 @@ import yaml
 from tests.e2e.e2e_helpers import MODEL
 from tests.e2e.machine import Span, cpu_standing
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.engines("fp32-ngram")]
 
 PROMPTS = [
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -231,7 +231,7 @@ def _threads(pid: int) -> list[str]:
 def test_ngram_candidate_on_open_ended_traffic_trips_after_the_configured_windows_and_acts_once(
     engines: Any, tmp_path: Path, machine: Span
 ) -> None:
-    cand = engines.use("fp32", "fp32-ngram")["fp32-ngram"]
+    cand = engines.use("fp32-ngram")["fp32-ngram"]
 
     def tripped_and_two_more(recs: list[dict[str, Any]]) -> bool:
         first = next((i for i, r in enumerate(recs) if r["tripped_now"]), None)
@@ -256,7 +256,7 @@ def test_ngram_candidate_on_open_ended_traffic_trips_after_the_configured_window
 
 
 def test_the_same_candidate_with_a_minimum_below_its_acceptance_does_not_trip(engines: Any, tmp_path: Path, machine: Span) -> None:
-    cand = engines.use("fp32", "fp32-ngram")["fp32-ngram"]
+    cand = engines.use("fp32-ngram")["fp32-ngram"]
 
     def four_evaluated(recs: list[dict[str, Any]]) -> bool:
         return sum(1 for r in recs if r["guardrails"] and r["guardrails"][0]["result"]["passed"] is not None) >= 4
@@ -269,30 +269,5 @@ def test_the_same_candidate_with_a_minimum_below_its_acceptance_does_not_trip(en
     evaluated = [r for r in recs if r["guardrails"][0]["result"]["passed"] is not None]
     assert len(evaluated) >= 4, f"windows (acceptance, evidence): {seen}\n{err[-3000:]}\n{machine.describe()}"
     assert all(r["guardrails"][0]["result"]["passed"] is True for r in evaluated), seen
-    assert not any(r["tripped_now"] for r in recs) and ran == []
-    assert code == 0, err[-3000:] + "\n" + machine.describe()
-
-
-@pytest.mark.llama_cpp
-def test_a_llama_server_candidate_is_watched_from_its_own_counters(llama_servers: dict[str, Any], tmp_path: Path, machine: Span) -> None:
-    """llama-server's draft-model candidate (the demo GGUF drafting for itself): acceptance read from its
-    `llamacpp:spec_decode_*` counters window by window, above the minimum, so nothing trips."""
-    cand = llama_servers["draft"]
-
-    def three_evaluated_or_unread(recs: list[dict[str, Any]]) -> bool:
-        unread = any("exposes no speculative-decoding metrics" in (g["result"]["message"] or "") for r in recs for g in r["guardrails"])
-        return unread or sum(1 for r in recs if r["guardrails"] and r["guardrails"][0]["result"]["passed"] is not None) >= 3
-
-    with open_ended_load(cand.url) as sent:
-        code, recs, ran, err = _watch(
-            tmp_path, machine, cand.url + "/metrics", 0.55, three_evaluated_or_unread, limit_s=180, min_drafts=20, window="10s"
-        )
-    seen = [(g["result"]["observed"], g["result"]["message"], g["evidence"]) for r in recs for g in r["guardrails"]]
-    evaluated = [r for r in recs if r["guardrails"][0]["result"]["passed"] is not None]
-    assert len(evaluated) >= 3, f"windows (acceptance, message, evidence): {seen}; sent {sent}\n{err[-3000:]}\n{machine.describe()}"
-    for r in evaluated:
-        g = r["guardrails"][0]
-        assert r["sources"][0]["engine"] == "llamacpp", r["sources"]
-        assert g["result"]["passed"] is True and 0.55 <= g["result"]["observed"] <= 1.0, seen
     assert not any(r["tripped_now"] for r in recs) and ran == []
     assert code == 0, err[-3000:] + "\n" + machine.describe()
