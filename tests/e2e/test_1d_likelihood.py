@@ -25,7 +25,8 @@ import pytest
 
 from qualitycheck.core._records import LikelihoodRecord, LikelihoodStage
 from qualitycheck.core._store import RunStore
-from tests.e2e.e2e_helpers import MODEL, STRONG_EVIDENCE_P, SUITES, assert_no_sampled_loss, explain, qc, summary_of, write_config
+from tests.e2e.e2e_helpers import STRONG_EVIDENCE_P, SUITES, assert_no_sampled_loss, explain, qc, summary_of
+from tests.e2e.test_1d_sampled_ngram import _run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines("fp32", "fp32-ngram")]
 
@@ -49,25 +50,7 @@ def _suite(folder: Path) -> Path:
 def test_the_baseline_ranks_its_own_greedy_tokens_first_and_scores_ngrams_samples_lower(engines: Any, tmp_path: Path) -> None:
     servers = engines.use("fp32", "fp32-ngram")
     out = tmp_path / "run"
-    proc = qc(
-        "run",
-        "-c",
-        str(write_config(tmp_path / "c.yaml")),
-        "--baseline",
-        servers["fp32"].url,
-        "--candidate",
-        servers["fp32-ngram"].url,
-        "--model",
-        MODEL,
-        "--suite",
-        str(_suite(tmp_path)),
-        "--out",
-        str(out),
-        "--repeats",
-        "2",
-        "--concurrency",
-        "8",
-    )
+    proc, _ = _run(servers, "fp32-ngram", _suite(tmp_path), tmp_path, "run", "--repeats", "2")
     assert proc.returncode in (0, 1), explain(proc)
     assert "qualitycheck: likelihood: scored" in proc.stderr, explain(proc)
     with RunStore.open(out) as store:
@@ -124,25 +107,7 @@ def test_the_baseline_as_its_own_candidate_gives_no_strong_evidence_of_a_shift(e
     qa = [json.loads(line) for line in (SUITES / "open_ended.jsonl").read_text(encoding="utf-8").splitlines()]
     suite = tmp_path / "qa.jsonl"
     suite.write_text("".join(json.dumps(c) + "\n" for c in qa if c["category"] == "qa"), encoding="utf-8")
-    out = tmp_path / "aa"
-    proc = qc(
-        "run",
-        "-c",
-        str(write_config(tmp_path / "c.yaml", max_samples_per_case=AA_SAMPLES)),
-        "--baseline",
-        servers["fp32"].url,
-        "--candidate",
-        servers["fp32"].url,
-        "--model",
-        MODEL,
-        "--suite",
-        str(suite),
-        "--out",
-        str(out),
-        "--concurrency",
-        "8",
-    )
-    s = summary_of(out)
+    proc, s = _run({**servers, "same": servers["fp32"]}, "same", suite, tmp_path, "aa", max_samples_per_case=AA_SAMPLES)
     lik = s["categories"]["qa"].get("likelihood")
     assert lik is not None and lik["cases"] >= 12, (lik, explain(proc))
     assert abs(lik["candidate_mean_logprob"] - lik["baseline_mean_logprob"]) < 0.5, lik
