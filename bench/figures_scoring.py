@@ -284,6 +284,11 @@ def gate_power(figure: Figure, skipped: Callable[[str, str], None], trials: int)
         name = "gate_likelihood_false_alarm" if shift == 0 else f"gate_likelihood_power[{shift:+.2f}]"
         figure(name, lk.shift, "", note)
         figure(f"gate_likelihood_samples_per_case[{shift:+.2f}]", lk.mean_samples, "samples", note + "; per side")
+    for shift in (0.0, -0.25, -0.5):  # the widest spread measured on real vLLM: the demo's json_sampled, fp32 A/A
+        wide = simulate_likelihood(cases=12, shift=shift, between_sd=0.25, within_sd=0.61, trials=trials, seed=8)
+        note = f"12 sampled cases (levels sd 0.25, samples sd 0.61 nats/token), candidate {shift:+.2f} nats per token, {trials} runs"
+        figure(f"gate_likelihood_wide[{shift:+.2f}]", wide.shift, "", note)
+        figure(f"gate_likelihood_wide_samples_per_case[{shift:+.2f}]", wide.mean_samples, "samples", note + "; per side")
     less_varied = simulate_likelihood(shift=0.3, candidate_sd=0.07, trials=trials, seed=7)
     figure(
         "gate_likelihood_power[less_varied]",

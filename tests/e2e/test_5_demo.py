@@ -51,4 +51,18 @@ def test_demo_runs_the_whole_job_and_cleans_up(engines: Any, tmp_path: Path) -> 
     # the sampled JSON cases: ngram at temperature 0.9 loses valid JSON on this engine, found in the default rounds
     sampled = s["categories"]["json_sampled"]
     assert sampled["verdict"] == "fail" and s["sampling"]["mode"] == "adaptive", sampled["verdict_reason"]
+    # the baseline model as referee: the sampled JSON answers are ones it would rarely write, and every greedy answer
+    # that left the baseline's did so at a token it would not write (served beside sampled requests, ngram corrupts
+    # greedy answers here; the control agrees with the baseline, so no near tie is expected)
+    assert s["likelihood"]["evaluated"] and s["likelihood"]["scored"] == s["likelihood"]["answers"], s["likelihood"]
+    lik = sampled["likelihood"]
+    assert lik["decision"] == "shift" and lik["direction"] == "lower" and lik["samples_at_decision"] <= 2, lik
+    for cat, c in s["categories"].items():
+        for d in c.get("divergences", []):
+            if d["candidate_token"] is None:  # the candidate's answer ended there: no token to weigh, named unclear
+                assert d["kind"] == "unclear", (cat, d)
+                continue
+            assert d["kind"] == "decisive", (cat, d)
+            assert d["case_id"] in c["checks"]["decisive_divergence"]["regressions"], (cat, d, c["checks"]["decisive_divergence"])
+            assert c["verdict"] == "fail", (cat, c["verdict_reason"])
     assert_demo_servers_gone(out, "vllm")
