@@ -105,6 +105,30 @@ def test_a_baseline_run_asks_the_baseline_nothing_and_reaches_the_live_runs_find
         assert c.received["/v1/chat/completions"] == chats and b.received == before
 
 
+@pytest.mark.parametrize(("floor", "source"), [("control", "control"), ("repeats", "repeats")])
+def test_the_stored_runs_control_or_repeats_are_the_floor_and_the_findings_are_the_live_runs(
+    floor: str, source: str, tmp_path: Path
+) -> None:
+    """A stored run that measured its floor with a control or with repeats gives it whole: its pairs are copied (the
+    control's answers, or the baseline's own repeats), and nothing is asked of the baseline or the control."""
+    suite = write_suite(tmp_path / "s.jsonl", qa_cases(12, checks={"exact": True}))
+    regress = {f"qa {i}?": "changed" for i in range(3)}
+    with (
+        TestServer(default=ANSWER) as b,
+        TestServer(default=ANSWER, answers={"qa 5?": "noise"}) as ctl,
+        TestServer(default=ANSWER, answers=regress) as c,
+    ):
+        live_run(b, c, suite, tmp_path / "live", *(["--control", ctl.url] if floor == "control" else ["--repeats", "2"]))
+        asked = (dict(b.received), dict(ctl.received))
+        stored_run(tmp_path / "live", c, suite, tmp_path / "stored", *([] if floor == "control" else ["--repeats", "2"]))
+        assert (dict(b.received), dict(ctl.received)) == asked, "the stored baseline and control were sent nothing"
+    live_findings = findings(tmp_path / "live")
+    assert live_findings["floor"]["source"] == source and live_findings["floor"]["pairs"] == 12
+    assert findings(tmp_path / "stored") == live_findings
+    note = summary(tmp_path / "stored")["stored"]["floor"]
+    assert ("the stored run's control" in note) if floor == "control" else ("the stored baseline's own repeats" in note), note
+
+
 def test_a_rerun_into_the_folder_with_another_stored_baseline_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(3, checks={"exact": True}))
     with TestServer(default=ANSWER) as b, TestServer(default=ANSWER) as c:
