@@ -76,7 +76,8 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
     if not a.out:
         raise ConfigError([Problem("command line", None, "--out", "required: the folder to write the comparison to")])
-    return compare_runs(a.run_a, a.run_b, a.out, a.config)
+    _check_publishers(a)
+    return _published(a, Path(a.out), compare_runs(a.run_a, a.run_b, a.out, a.config))
 
 
 def cmd_stage(a: argparse.Namespace) -> int:
@@ -99,9 +100,10 @@ def _check_publishers(a: argparse.Namespace) -> None:
 
 
 def _published(a: argparse.Namespace, folder: Path, code: int) -> int:
-    """The run's verdict, once CI has it: under GitHub Actions the step summary and the annotations (`run`, `gate`),
+    """The run's verdict, once CI has it: under GitHub Actions the step summary and the annotations (`run`, `gate`,
+    `compare`),
     and with `--mlflow` the MLflow run (a tracking server that fails is exit 3, the folder being complete)."""
-    if a.command in ("run", "gate"):
+    if a.command in ("run", "gate", "compare"):
         from qualitycheck.report._github import github_actions
 
         github_actions(folder)

@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("run_b", metavar="RUN_B")
-    add_options(p.add_argument, COMPARE_OPTIONS)
+    add_options(p.add_argument, (*COMPARE_OPTIONS, *CI_OPTIONS))
 
     p = sub.add_parser("validate", help="check suite files; lists every problem as path:line: field: message")
     p.add_argument("paths", nargs="+", metavar="PATH")

@@ -199,7 +199,7 @@ CI_OPTIONS = (
         metavar="URI",
     ),
 )
-"""Where a finished run is published besides its folder: `run` and the stages redone from the store."""
+"""Where a finished run is published besides its folder: `run`, the stages redone from the store, and `compare`."""
 
 
 CANARY_OPTIONS = (

@@ -150,6 +150,14 @@ def test_mlflow_logs_the_figures_and_files_to_a_real_sqlite_tracking_store(
     assert main(["gate", str(run), "--mlflow", uri]) == 0
     assert len(client.search_runs([experiment.experiment_id])) == 2
 
+    # and so does a comparison of two stored runs (which needs their preflight profiles)
+    with TestServer(default="42") as b, TestServer(default="42") as c:
+        for name in ("a", "b"):
+            assert main(run_argv(b.url, c.url, suite, tmp_path / name, preflight=True)) == 0
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "ab"), "--mlflow", uri]) == 0
+    compared = [r for r in client.search_runs([experiment.experiment_id]) if r.info.run_name == "ab"]
+    assert len(compared) == 1 and compared[0].data.tags["qualitycheck.verdict"] == "pass"
+
 
 pytest_plugins = ["pytester"]
 

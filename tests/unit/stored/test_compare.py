@@ -114,6 +114,25 @@ def test_runs_whose_answers_cannot_be_compared_are_refused_with_the_reason(
     assert not (tmp_path / "ab" / "run.sqlite").exists()
 
 
+def test_under_github_actions_compare_writes_the_signoff_and_points_each_counted_regression_at_its_suite_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """compare gates as `gate` does, so CI sees it as it sees a run: the step summary and one annotation per case."""
+    suite = write_suite(tmp_path / "suites" / "s.jsonl", qa_cases(4, checks={"exact": True}))
+    with TestServer(default=ANSWER) as b, TestServer(default=ANSWER) as ca, TestServer(default=ANSWER, answers={"qa 2?": "x"}) as cb:
+        assert live_run(b, ca, suite, tmp_path / "a", "--no-noise-floor") == 0
+        assert live_run(b, cb, suite, tmp_path / "b", "--no-noise-floor") == 1
+    step_summary = tmp_path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path))
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "ab")]) == 1
+    errors = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::")]
+    assert len(errors) == 1 and errors[0].startswith("::error file=suites/s.jsonl,line=3,title=qualitycheck%3A qa-2 regressed (exact)::")
+    assert step_summary.read_text(encoding="utf-8") == (tmp_path / "ab" / "signoff.md").read_text(encoding="utf-8").rstrip("\n") + "\n\n"
+
+
 def test_a_comparison_is_written_to_a_folder_of_its_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     suite = write_suite(tmp_path / "s.jsonl", qa_cases(2, checks={"exact": True}))
     with TestServer(default=ANSWER) as b, TestServer(default=ANSWER) as c:
