@@ -35,9 +35,11 @@ SAMPLED_CASES = 16
 the 48-case run (docs/stages/verdict.md), qa's 16 cases gave z near 6 at that look, against a bound of 3.5; half of
 them would give about 4, too near the bound to decide there in nearly every run."""
 GREEDY_CASES = 4
-AA_SAMPLES = 4
-"""Samples per case and side at most in the A/A run: it stops earlier once a shift of `likelihood.detectable_shift` is
-ruled out; what it must show is the absence of strong evidence (p ≥ STRONG_EVIDENCE_P), whatever the budget."""
+AA_SAMPLES = 2
+"""Samples per case and side in the A/A run: one look. What it must show is the absence of strong evidence
+(p ≥ STRONG_EVIDENCE_P), which holds at any budget; with more, the qa cases' `contains` cells (passed by a few per
+cent of answers on either side) stay undecided and keep the rounds going to the budget, for no more evidence on the
+likelihood cell, which rules a shift of `likelihood.detectable_shift` out at the first look (docs/stages/verdict.md)."""
 
 
 ANSWERED = {"regex": {"pattern": r"\w{3}"}}
