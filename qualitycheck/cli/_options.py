@@ -124,7 +124,12 @@ STORED_BASELINE_OPTIONS = (
 """`run` only: a stored baseline (`pipeline._stored`)."""
 
 COMPARE_OPTIONS = (
-    Option("config", "config with guardrails and a judge (default: RUN_B's own)", metavar="FILE", short="-c"),
+    Option(
+        "config",
+        "config with guardrails, routes and a judge (default: RUN_B's own); the run's design (repeats, sampling, noise floor) stays the stored runs'",
+        metavar="FILE",
+        short="-c",
+    ),
     Option("out", "folder for the comparison (a run folder: `report`, `gate` and `score` work on it)", metavar="DIR"),
 )
 """`compare RUN_A RUN_B`: two stored runs gated against each other."""

@@ -93,7 +93,9 @@ def compare_runs(run_a: str | Path, run_b: str | Path, out: str | Path, config_p
         bad = identity_problems(result)
         refuse(paths[0], f"the baseline side to compare with {paths[1]}", [f"the two candidates' preflight profiles: {p}" for p in bad])
         print_preflight(result, f"the candidates of {paths[0]} and {paths[1]}")
-        cfg = load_config(config_path) if config_path else b.cfg
+        # a given config brings its guardrails, routes and judge; the run's design (repeats, sampling, noise floor,
+        # likelihood) is the stored runs': their answers were asked under it, and copying them reads it
+        cfg = load_config(config_path).model_copy(update={"run": b.cfg.run, "likelihood": b.cfg.likelihood}) if config_path else b.cfg
         # the targets are the manifest's; none is asked (the config names no baseline, so nothing takes either candidate for a scorer)
         cfg = cfg.model_copy(update={"baseline": None, "candidate": None, "control": None})
         targets = {"baseline": a.target.model_copy(update={"label": a.target.label or f"candidate of {paths[0]}"}), "candidate": b.target}

@@ -58,10 +58,19 @@ def test_with_repeats_the_comparison_reaches_the_findings_of_a_live_run_against_
         assert live_run(b, like_b, suite, tmp_path / "a", "--repeats", "2") == 0
         assert live_run(b, c, suite, tmp_path / "b", "--repeats", "2") == 1
         assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "ab")]) == 1
+        # a config of guardrails only changes the guardrails, never the stored runs' design (their repeats, their floor)
+        guard = tmp_path / "guard.yaml"
+        guard.write_text("speculative_decoding_guardrails:\n  max_quality_regression_cases: 0\n", encoding="utf-8")
+        assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "abc"), "-c", str(guard)]) == 1
     assert findings(tmp_path / "ab") == findings(tmp_path / "b")
-    s = summary(tmp_path / "ab")
-    assert s["noise_floor"]["source"] == "repeats" and s["noise_floor"]["pairs"] == 36
-    assert s["verdict"] == "fail" and "repeats of" in s["stored"]["floor"]
+    given = findings(tmp_path / "abc")  # its own guardrails (no error rate), the same statistics and quality decisions
+    assert {k: v for k, v in given.items() if k != "guardrails"} == {k: v for k, v in findings(tmp_path / "b").items() if k != "guardrails"}
+    quality = [g for g in findings(tmp_path / "b")["guardrails"] if g[0] == "max_quality_regression_cases"]
+    assert [g for g in given["guardrails"] if g[0] == "max_quality_regression_cases"] == quality
+    for out in ("ab", "abc"):
+        s = summary(tmp_path / out)
+        assert s["repeats"] == 2 and s["noise_floor"]["source"] == "repeats" and s["noise_floor"]["pairs"] == 36, out
+        assert s["verdict"] == "fail" and "repeats of" in s["stored"]["floor"], out
 
 
 def test_a_sampled_category_is_tested_at_the_samples_both_runs_hold_and_stays_undecided_there(tmp_path: Path) -> None:
