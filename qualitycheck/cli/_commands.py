@@ -131,14 +131,20 @@ def cmd_likelihood(a: argparse.Namespace) -> int:
 
     with RunStore.open(Path(a.dir)) as store:
         cfg = load_config(a.config) if a.config else store.config()
+        # a run of a stored baseline (`run --baseline-run`, `compare`) names no baseline in its config: its manifest
+        # holds the target the baseline's answers were asked of, whose model the scorer serves and whose template
+        # renders the prompts (`likelihood_settings`); it is never asked anything
+        stored = (store.manifest.get("targets") or {}).get("baseline") if cfg.baseline is None else None
+        asked = Target.model_validate({k: v for k, v in stored.items() if k in Target.model_fields}) if stored else None
         if a.scorer:
-            model = cfg.likelihood.scorer.model if cfg.likelihood.scorer else cfg.baseline.model if cfg.baseline else None
+            baseline = cfg.baseline or asked
+            model = cfg.likelihood.scorer.model if cfg.likelihood.scorer else baseline.model if baseline else None
             try:
                 scorer = Target(url=a.scorer, model=model or "")
             except ValidationError as exc:
                 raise ConfigError([Problem("command line", None, "--scorer", first_problem(exc))]) from None
             cfg = cfg.model_copy(update={"likelihood": cfg.likelihood.model_copy(update={"scorer": scorer})})
-        settings = likelihood_settings(cfg)
+        settings = likelihood_settings(cfg, baseline=asked)
         if settings is None:
             raise ConfigError([Problem(str(a.dir), None, "baseline", "the run has no baseline target to score with; give --scorer URL")])
         stage = score_likelihoods(store, dataclasses.replace(settings, enabled=True), progress=RichProgress())

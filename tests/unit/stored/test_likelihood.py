@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from qualitycheck.cli._main import main
 from qualitycheck.core._records import LikelihoodStage
 from qualitycheck.core._store import RunStore
 from qualitycheck.testserver import TestServer
@@ -50,6 +51,13 @@ def test_without_a_live_baseline_the_scorer_given_scores_and_without_one_the_evi
         assert s["likelihood"]["evaluated"] is False
         assert "the baseline's answers are stored" in s["likelihood"]["reason"] and "--scorer URL" in s["likelihood"]["reason"]
         assert _scored(c) == 0, "the candidate never scores: the baseline model is the referee"
+
+        # scored afterwards, as the reason says: the model the stored baseline served, every answer, one scorer
+        assert main(["likelihood", str(tmp_path / "unscored"), "--scorer", scorer.url]) == 0
+        assert _stage(tmp_path / "unscored").evaluated and _stage(tmp_path / "unscored").model == MODEL
+        with RunStore.open(tmp_path / "unscored") as store:
+            assert {r.scorer for r in store.likelihoods()} == {f"{scorer.url} {MODEL}"}
+        assert b.received == before and _scored(c) == 0
 
         stored_run(tmp_path / "live", c, suite, tmp_path / "scored", "--scorer", scorer.url)
         assert b.received == before, "the stored baseline scored nothing either"
