@@ -32,7 +32,7 @@ from qualitycheck.verdict._sequential import design_for
 def sampled_cases(run: Path) -> dict[str, list[ShiftCase]]:
     """category → its sampled cases with every scored sample of both sides (mean log-probability per token)."""
     with RunStore.open(run) as store:
-        category = {c.id: c.category for c in store.cases() if (c.params or {}).get("temperature")}
+        category = {c.id: c.category for c in store.cases() if c.sampled}
         values: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
         for r in store.likelihoods():
             if r.case_id in category and r.status == "scored" and r.mean_logprob is not None:
