@@ -135,7 +135,10 @@ def cmd_likelihood(a: argparse.Namespace) -> int:
         # holds the target the baseline's answers were asked of, whose model the scorer serves and whose template
         # renders the prompts (`likelihood_settings`); it is never asked anything
         stored = (store.manifest.get("targets") or {}).get("baseline") if cfg.baseline is None else None
-        asked = Target.model_validate({k: v for k, v in stored.items() if k in Target.model_fields}) if stored else None
+        try:
+            asked = Target.model_validate({k: v for k, v in stored.items() if k in Target.model_fields}) if stored else None
+        except ValidationError:  # a manifest from another version: score with what the config and --scorer say
+            asked = None
         if a.scorer:
             baseline = cfg.baseline or asked
             model = cfg.likelihood.scorer.model if cfg.likelihood.scorer else baseline.model if baseline else None
