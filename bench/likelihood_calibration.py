@@ -18,30 +18,26 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from qualitycheck.core._config import DEFAULT_SHIFT_NATS, RunOptions
+from qualitycheck.core._records import LikelihoodStage
 from qualitycheck.core._store import RunStore
-from qualitycheck.verdict._likelihood import ShiftCase, decide_shift
+from qualitycheck.verdict._likelihood import LikelihoodTally, ShiftCase, decide_shift
 from qualitycheck.verdict._sequential import design_for
 
 
 def sampled_cases(run: Path) -> dict[str, list[ShiftCase]]:
-    """category → its sampled cases with every scored sample of both sides (mean log-probability per token)."""
+    """category → its sampled cases with every scored sample of both sides: what the decision's tally reads of the run."""
     with RunStore.open(run) as store:
-        category = {c.id: c.category for c in store.cases() if c.sampled}
-        values: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
-        for r in store.likelihoods():
-            if r.case_id in category and r.status == "scored" and r.mean_logprob is not None:
-                values[r.case_id][r.target].append((r.repeat, r.mean_logprob))
-    out: dict[str, list[ShiftCase]] = defaultdict(list)
-    for case_id, sides in sorted(values.items()):
-        if sides.get("baseline") and sides.get("candidate"):
-            out[category[case_id]].append(ShiftCase(case_id, "r", tuple(sorted(sides["baseline"])), tuple(sorted(sides["candidate"]))))
-    return out
+        tally = LikelihoodTally.for_stage(store.record(LikelihoodStage))
+        if tally is None:
+            raise SystemExit(f"{run}: its likelihood stage did not score (`qualitycheck likelihood {run}` scores it)")
+        for rec in store.by_case(scores=False, likelihoods=True):
+            tally.add(rec, [])
+    return tally.sampled
 
 
 def relabelled(case: ShiftCase, rng: random.Random) -> ShiftCase:
