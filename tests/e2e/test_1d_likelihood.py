@@ -23,10 +23,11 @@ from typing import Any
 
 import pytest
 
+from qualitycheck.core._config import DEFAULT_DECISIVE_NATS, DEFAULT_NEAR_TIE_NATS
 from qualitycheck.core._records import LikelihoodRecord, LikelihoodStage
 from qualitycheck.core._store import RunStore
 from tests.e2e.e2e_helpers import STRONG_EVIDENCE_P, SUITES, assert_no_sampled_loss, explain, qc, summary_of
-from tests.e2e.test_1d_sampled_ngram import _run
+from tests.e2e.test_1d_sampled_ngram import _run, of_categories
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines("fp32", "fp32-ngram")]
 
@@ -106,9 +107,9 @@ def test_the_baseline_ranks_its_own_greedy_tokens_first_and_scores_ngrams_sample
     (g,) = [g for g in s["guardrails"] if g["name"] == "max_quality_regression_cases"]
     assert g["passed"] is False and "qa/likelihood" in g["message"], g
     for d in qa.get("divergences", []):  # each greedy divergence classified by the stated rule (likelihood.* defaults)
-        if d["margin"] is not None and d["margin"] <= 0.5 and d["candidate_rank"] is not None:
+        if d["margin"] is not None and d["margin"] <= DEFAULT_NEAR_TIE_NATS and d["candidate_rank"] is not None:
             assert d["kind"] == "near_tie", d
-        elif d["candidate_probability"] is not None and d["margin"] is not None and d["margin"] >= 4.6:
+        elif d["candidate_probability"] is not None and d["margin"] is not None and d["margin"] >= DEFAULT_DECISIVE_NATS:
             assert d["kind"] == "decisive", d
         if d["kind"] == "decisive":  # a token the baseline would not write counts, whatever the checks say
             assert d["case_id"] in qa["checks"]["decisive_divergence"]["regressions"], (d, qa["checks"].get("decisive_divergence"))
@@ -118,9 +119,7 @@ def test_the_baseline_as_its_own_candidate_gives_no_strong_evidence_of_a_shift(e
     """The same server on both sides samples from one distribution: its likelihood cell may fail at most as often as
     its alpha (a marginal p), never with strong evidence (assert_no_sampled_loss), and a verdict follows its cells."""
     servers = engines.use("fp32", "fp32-ngram")
-    qa = [json.loads(line) for line in (SUITES / "open_ended.jsonl").read_text(encoding="utf-8").splitlines()]
-    suite = tmp_path / "qa.jsonl"
-    suite.write_text("".join(json.dumps(c) + "\n" for c in qa if c["category"] == "qa"), encoding="utf-8")
+    suite = of_categories(SUITES / "open_ended.jsonl", tmp_path, "qa")
     proc, s = _run({**servers, "same": servers["fp32"]}, "same", suite, tmp_path, "aa", max_samples_per_case=AA_SAMPLES)
     lik = s["categories"]["qa"].get("likelihood")
     assert lik is not None and lik["cases"] >= 12, (lik, explain(proc))
